@@ -1,0 +1,224 @@
+// Package npy reads and writes NumPy .npy files (format versions 1.0, 2.0
+// and 3.0), little-endian, C order, for the dtypes meshrun stores: f4, f8,
+// i4, i8.
+//
+// The header is a magic string, a version, a header length and a Python
+// dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+// padded so that the data starts on a 64-byte boundary.
+package npy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Header is what a .npy file says about its array.
+type Header struct {
+	Descr string // '<f4', '<f8', '<i4', '<i8'
+	Shape []int
+}
+
+var magic = []byte("\x93NUMPY")
+
+var (
+	descrRe   = regexp.MustCompile(`'descr'\s*:\s*'([^']*)'`)
+	fortranRe = regexp.MustCompile(`'fortran_order'\s*:\s*(True|False)`)
+	shapeRe   = regexp.MustCompile(`'shape'\s*:\s*\(([^)]*)\)`)
+)
+
+// ReadHeader parses the header and leaves r at the first data byte.
+func ReadHeader(r io.Reader) (*Header, error) {
+	pre := make([]byte, 8)
+	if _, err := io.ReadFull(r, pre); err != nil {
+		return nil, fmt.Errorf("not a .npy file (too short)")
+	}
+	if !bytes.Equal(pre[:6], magic) {
+		return nil, fmt.Errorf("not a .npy file (bad magic)")
+	}
+	var hlen int
+	switch pre[6] {
+	case 1:
+		b := make([]byte, 2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, fmt.Errorf("truncated .npy header")
+		}
+		hlen = int(binary.LittleEndian.Uint16(b))
+	case 2, 3:
+		b := make([]byte, 4)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, fmt.Errorf("truncated .npy header")
+		}
+		hlen = int(binary.LittleEndian.Uint32(b))
+	default:
+		return nil, fmt.Errorf("unsupported .npy version %d.%d", pre[6], pre[7])
+	}
+	if hlen > 1<<20 {
+		return nil, fmt.Errorf(".npy header too long (%d bytes)", hlen)
+	}
+	h := make([]byte, hlen)
+	if _, err := io.ReadFull(r, h); err != nil {
+		return nil, fmt.Errorf("truncated .npy header")
+	}
+	s := string(h)
+	d := descrRe.FindStringSubmatch(s)
+	f := fortranRe.FindStringSubmatch(s)
+	sh := shapeRe.FindStringSubmatch(s)
+	if d == nil || f == nil || sh == nil {
+		return nil, fmt.Errorf("malformed .npy header %q", strings.TrimSpace(s))
+	}
+	if f[1] == "True" {
+		return nil, fmt.Errorf(".npy file is in Fortran order; only C order is supported")
+	}
+	hd := &Header{Descr: d[1], Shape: []int{}}
+	for _, p := range strings.Split(sh[1], ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("malformed .npy shape (%s)", sh[1])
+		}
+		hd.Shape = append(hd.Shape, n)
+	}
+	switch hd.Descr {
+	case "<f4", "<f8", "<i4", "<i8":
+	default:
+		return nil, fmt.Errorf("unsupported .npy dtype %q (want little-endian f4, f8, i4 or i8)", hd.Descr)
+	}
+	return hd, nil
+}
+
+// DType names the meshrun dtype of a descr: f32, f64, i32, i64.
+func (h *Header) DType() string {
+	switch h.Descr {
+	case "<f4":
+		return "f32"
+	case "<f8":
+		return "f64"
+	case "<i4":
+		return "i32"
+	case "<i8":
+		return "i64"
+	}
+	return h.Descr
+}
+
+// Numel is the number of elements.
+func (h *Header) Numel() int {
+	n := 1
+	for _, d := range h.Shape {
+		n *= d
+	}
+	return n
+}
+
+// ReadFileHeader reads only the header of a file.
+func ReadFileHeader(path string) (*Header, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadHeader(bufio.NewReader(f))
+}
+
+// ReadFile reads a whole array. data is []float32, []float64, []int32 or
+// []int64 according to the header.
+func ReadFile(path string) (*Header, any, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	h, err := ReadHeader(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := h.Numel()
+	var data any
+	switch h.Descr {
+	case "<f4":
+		data = make([]float32, n)
+	case "<f8":
+		data = make([]float64, n)
+	case "<i4":
+		data = make([]int32, n)
+	case "<i8":
+		data = make([]int64, n)
+	default:
+		return nil, nil, fmt.Errorf("unsupported .npy dtype %q", h.Descr)
+	}
+	if err := binary.Read(r, binary.LittleEndian, data); err != nil {
+		return nil, nil, fmt.Errorf("%s: truncated data: %v", path, err)
+	}
+	return h, data, nil
+}
+
+// Write encodes data ([]float32, []float64, []int32 or []int64) with shape
+// as a version 1.0 .npy stream.
+func Write(w io.Writer, shape []int, data any) error {
+	var descr string
+	switch data.(type) {
+	case []float32:
+		descr = "<f4"
+	case []float64:
+		descr = "<f8"
+	case []int32:
+		descr = "<i4"
+	case []int64:
+		descr = "<i8"
+	default:
+		return fmt.Errorf("npy: unsupported data type %T", data)
+	}
+	dims := make([]string, len(shape))
+	for i, d := range shape {
+		dims[i] = strconv.Itoa(d)
+	}
+	sh := strings.Join(dims, ", ")
+	if len(shape) == 1 {
+		sh += ","
+	}
+	hdr := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, sh)
+	total := len(magic) + 2 + 2 + len(hdr) + 1
+	pad := (64 - total%64) % 64
+	hdr += strings.Repeat(" ", pad) + "\n"
+	bw := bufio.NewWriter(w)
+	bw.Write(magic)
+	bw.Write([]byte{1, 0})
+	binary.Write(bw, binary.LittleEndian, uint16(len(hdr)))
+	bw.WriteString(hdr)
+	if err := binary.Write(bw, binary.LittleEndian, data); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// WriteFile writes an array to path, through a temporary file renamed into
+// place so that a failure never leaves a half-written file behind.
+func WriteFile(path string, shape []int, data any) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := Write(f, shape, data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,169 @@
+package lang
+
+import "github.com/alecthomas/participle/v2/lexer"
+
+// The grammar, as participle/v2 tagged structs: each struct is one
+// production. spec.md's grammar section is generated from these (see
+// Grammar), so the two cannot drift. Newlines are insignificant: every
+// statement starts with a keyword or "name =", which ends the expression
+// before it. Operator precedence is encoded as levels: Expr (+ -) over
+// Term (* / @) over Unary (-) over Postfix-free Primary.
+
+// File is a whole .mesh file.
+type File struct {
+	Pos   lexer.Position
+	Stmts []*Stmt `parser:"@@*"`
+}
+
+// Stmt is one statement.
+type Stmt struct {
+	Pos    lexer.Position
+	Mesh   *MeshDecl   `parser:"@@"`
+	Use    *UseStmt    `parser:"| @@"`
+	Tensor *TensorDecl `parser:"| @@"`
+	Def    *FuncDef    `parser:"| @@"`
+	Output *OutputStmt `parser:"| @@"`
+	Return *ReturnStmt `parser:"| @@"`
+	Assign *Assign     `parser:"| @@"`
+	Expr   *Expr       `parser:"| @@"`
+}
+
+// MeshDecl: mesh M = [dp=2, tp=4]
+type MeshDecl struct {
+	Pos  lexer.Position
+	Name string     `parser:"\"mesh\" @Ident \"=\""`
+	Axes []*AxisDef `parser:"\"[\" @@ (\",\" @@)* \"]\""`
+}
+
+// AxisDef: tp=4
+type AxisDef struct {
+	Pos  lexer.Position
+	Name string `parser:"@Ident \"=\""`
+	Size int    `parser:"@Int"`
+}
+
+// UseStmt: use nn
+type UseStmt struct {
+	Pos    lexer.Position
+	Module string `parser:"\"use\" @Ident"`
+}
+
+// TensorDecl: input x : f32[64, 512] {S(0), B} = load("x.npy")
+type TensorDecl struct {
+	Pos       lexer.Position
+	Kind      string        `parser:"@(\"input\" | \"param\")"`
+	Name      string        `parser:"@Ident \":\""`
+	Type      *TypeExpr     `parser:"@@"`
+	Placement *PlacementLit `parser:"@@?"`
+	Init      *Expr         `parser:"(\"=\" @@)?"`
+}
+
+// TypeExpr: f32[64, 512]; f32[] is a scalar.
+type TypeExpr struct {
+	Pos   lexer.Position
+	DType string `parser:"@Ident"`
+	Dims  []int  `parser:"\"[\" (@Int (\",\" @Int)*)? \"]\""`
+}
+
+// PlacementLit: {S(0), B} or {tp: S(1)}.
+type PlacementLit struct {
+	Pos     lexer.Position
+	Entries []*PlacementEntry `parser:"\"{\" (@@ (\",\" @@)*)? \"}\""`
+}
+
+// PlacementEntry: S(1), B, P, P(max), or any of them after "axis:".
+type PlacementEntry struct {
+	Pos  lexer.Position
+	Axis string  `parser:"(@Ident \":\")?"`
+	Kind string  `parser:"@Ident"`
+	Arg  *string `parser:"(\"(\" @(Int | Ident) \")\")?"`
+}
+
+// FuncDef: def f(a, b) { ... return e }
+type FuncDef struct {
+	Pos    lexer.Position
+	Name   string   `parser:"\"def\" @Ident"`
+	Params []string `parser:"\"(\" (@Ident (\",\" @Ident)*)? \")\""`
+	Body   []*Stmt  `parser:"\"{\" @@* \"}\""`
+}
+
+// OutputStmt: output y {S(0), B}
+type OutputStmt struct {
+	Pos       lexer.Position
+	Name      string        `parser:"\"output\" @Ident"`
+	Placement *PlacementLit `parser:"@@?"`
+}
+
+// ReturnStmt: return e
+type ReturnStmt struct {
+	Pos   lexer.Position
+	Value *Expr `parser:"\"return\" @@"`
+}
+
+// Assign: name = e
+type Assign struct {
+	Pos   lexer.Position
+	Name  string `parser:"@Ident \"=\""`
+	Value *Expr  `parser:"@@"`
+}
+
+// Expr is a sum: Term (("+" | "-") Term)*.
+type Expr struct {
+	Pos  lexer.Position
+	Left *Term    `parser:"@@"`
+	Ops  []*AddOp `parser:"@@*"`
+}
+
+// AddOp is one "+ Term" or "- Term".
+type AddOp struct {
+	Pos   lexer.Position
+	Op    string `parser:"@(\"+\" | \"-\")"`
+	Right *Term  `parser:"@@"`
+}
+
+// Term is a product: Unary (("*" | "/" | "@") Unary)*.
+type Term struct {
+	Pos  lexer.Position
+	Left *Unary   `parser:"@@"`
+	Ops  []*MulOp `parser:"@@*"`
+}
+
+// MulOp is one "* Unary", "/ Unary" or "@ Unary".
+type MulOp struct {
+	Pos   lexer.Position
+	Op    string `parser:"@(\"*\" | \"/\" | \"@\")"`
+	Right *Unary `parser:"@@"`
+}
+
+// Unary is a negation or a primary.
+type Unary struct {
+	Pos  lexer.Position
+	Neg  *Unary   `parser:"\"-\" @@"`
+	Prim *Primary `parser:"| @@"`
+}
+
+// Primary is a literal, a call, a name, a placement or a parenthesised expression.
+type Primary struct {
+	Pos       lexer.Position
+	Number    *string       `parser:"@(Float | Int)"`
+	String    *string       `parser:"| @String"`
+	Placement *PlacementLit `parser:"| @@"`
+	Call      *Call         `parser:"| @@"`
+	Name      *string       `parser:"| @Ident"`
+	Paren     *Expr         `parser:"| \"(\" @@ \")\""`
+}
+
+// Call: f(a, b, axis=1) or nn.linear(x, W, b)
+type Call struct {
+	Pos    lexer.Position
+	Module string `parser:"(@Ident \".\")?"`
+	Name   string `parser:"@Ident \"(\""`
+	Args   []*Arg `parser:"(@@ (\",\" @@)*)? \")\""`
+}
+
+// Arg is a positional or keyword argument.
+type Arg struct {
+	Pos   lexer.Position
+	Name  string `parser:"(@Ident \"=\")?"`
+	Value *Expr  `parser:"@@"`
+}

@@ -1,0 +1,621 @@
+package lang
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/sbp"
+	"github.com/meshrun/meshrun/stdlib"
+)
+
+// CheckOptions configure the checker.
+type CheckOptions struct {
+	// Devices is how many devices the run may use; a larger mesh is an
+	// error. 0 means no limit.
+	Devices int
+	// Dir is the directory that load("...") paths are relative to.
+	Dir string
+	// AllowExprStmt accepts bare expressions as statements (the REPL).
+	AllowExprStmt bool
+}
+
+// Checker turns statements into a typed Graph. It keeps its environment
+// between calls so the REPL can feed it one statement at a time.
+type Checker struct {
+	opts    CheckOptions
+	g       *Graph
+	errs    ErrorList
+	globals map[string]*Value
+	funcs   map[string]*FuncDef
+	modules map[string]map[string]*FuncDef
+	scope   map[string]operand // innermost function scope, nil at top level
+	fn      string             // name of the function being expanded
+	calls   []Pos
+	ret     *operand
+	// Last is the value of the last bare expression statement (REPL).
+	Last *Value
+}
+
+// maxCallDepth bounds function expansion, which is also how recursion is caught.
+const maxCallDepth = 64
+
+// NewChecker starts an empty program named file.
+func NewChecker(file string, src []byte, opts CheckOptions) *Checker {
+	return &Checker{
+		opts:    opts,
+		g:       &Graph{File: file, Sources: map[string][]byte{file: src}},
+		globals: map[string]*Value{},
+		funcs:   map[string]*FuncDef{},
+		modules: map[string]map[string]*FuncDef{},
+	}
+}
+
+// Check checks a parsed file and returns its graph.
+func Check(f *File, src []byte, opts CheckOptions) (*Graph, error) {
+	c := NewChecker(f.Pos.Filename, src, opts)
+	if err := c.File(f); err != nil {
+		return nil, err
+	}
+	return c.Graph(), nil
+}
+
+// CheckSource parses and checks a source text.
+func CheckSource(filename string, src []byte, opts CheckOptions) (*Graph, error) {
+	f, err := Parse(filename, src)
+	if err != nil {
+		return nil, err
+	}
+	return Check(f, src, opts)
+}
+
+// CheckFile reads, parses and checks a file; load paths are relative to it.
+func CheckFile(path string, opts CheckOptions) (*Graph, map[string][]byte, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if opts.Dir == "" {
+		opts.Dir = filepath.Dir(path)
+	}
+	g, err := CheckSource(path, src, opts)
+	if err != nil {
+		return nil, map[string][]byte{path: src}, err
+	}
+	return g, g.Sources, nil
+}
+
+// Graph returns the graph built so far.
+func (c *Checker) Graph() *Graph { return c.g }
+
+// File checks every statement of a file.
+func (c *Checker) File(f *File) error {
+	c.errs = nil
+	for _, s := range f.Stmts {
+		c.stmt(s)
+	}
+	if c.g.Mesh == nil && len(c.errs) == 0 {
+		c.errs = append(c.errs, errorf(f.Pos, "the program declares no mesh (add e.g. `mesh M = [dp=2]`)"))
+	}
+	return c.result()
+}
+
+// Stmt checks one statement (the REPL). On error the checker's state is
+// unchanged.
+func (c *Checker) Stmt(s *Stmt, src []byte) error {
+	snap := c.snapshot()
+	c.errs = nil
+	c.Last = nil
+	if src != nil {
+		c.g.Sources[s.Pos.Filename] = src
+	}
+	c.stmt(s)
+	if err := c.result(); err != nil {
+		c.restore(snap)
+		return err
+	}
+	return nil
+}
+
+type snapshot struct {
+	values, outputs int
+	globals         map[string]*Value
+	funcs           map[string]*FuncDef
+	modules         map[string]map[string]*FuncDef
+	mesh            *mesh.Mesh
+}
+
+func (c *Checker) snapshot() snapshot {
+	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.globals), maps.Clone(c.funcs), maps.Clone(c.modules), c.g.Mesh}
+}
+
+func (c *Checker) restore(s snapshot) {
+	c.g.Values = c.g.Values[:s.values]
+	c.g.Outputs = c.g.Outputs[:s.outputs]
+	c.globals, c.funcs, c.modules, c.g.Mesh = s.globals, s.funcs, s.modules, s.mesh
+}
+
+func (c *Checker) result() error {
+	if len(c.errs) == 0 {
+		return nil
+	}
+	return c.errs.Sort()
+}
+
+func (c *Checker) errorf(pos Pos, format string, args ...any) {
+	c.errs = append(c.errs, errorf(pos, format, args...))
+}
+
+var keywords = map[string]bool{"mesh": true, "use": true, "input": true, "param": true, "def": true, "output": true, "return": true}
+
+func (c *Checker) checkNewName(pos Pos, name string) bool {
+	if keywords[name] {
+		c.errorf(pos, "%q is a keyword and cannot name a value", name)
+		return false
+	}
+	return true
+}
+
+func (c *Checker) stmt(s *Stmt) {
+	switch {
+	case s.Mesh != nil:
+		c.meshDecl(s.Mesh)
+	case s.Use != nil:
+		c.use(s.Use)
+	case s.Tensor != nil:
+		c.tensorDecl(s.Tensor)
+	case s.Def != nil:
+		if c.scope != nil {
+			c.errorf(s.Def.Pos, "functions can only be defined at top level")
+			return
+		}
+		if _, dup := c.funcs[s.Def.Name]; dup {
+			c.errorf(s.Def.Pos, "function %s is already defined", s.Def.Name)
+			return
+		}
+		if _, builtin := builtins[s.Def.Name]; builtin {
+			c.errorf(s.Def.Pos, "%s is a built-in op and cannot be redefined", s.Def.Name)
+			return
+		}
+		c.funcs[s.Def.Name] = s.Def
+	case s.Output != nil:
+		c.output(s.Output)
+	case s.Return != nil:
+		if c.scope == nil {
+			c.errorf(s.Return.Pos, "return outside a function")
+			return
+		}
+		op := c.expr(s.Return.Value)
+		c.ret = &op
+	case s.Assign != nil:
+		a := s.Assign
+		if !c.checkNewName(a.Pos, a.Name) {
+			return
+		}
+		op := c.expr(a.Value)
+		if op.v != nil && op.v.Name == "" {
+			op.v.Name = a.Name
+			if c.fn != "" {
+				op.v.Name = c.fn + "." + a.Name
+			}
+		}
+		if c.scope != nil {
+			c.scope[a.Name] = op
+			return
+		}
+		if op.v == nil {
+			if !op.bad {
+				c.errorf(a.Value.Pos, "only tensors can be named at top level")
+			}
+			return
+		}
+		if old, ok := c.globals[a.Name]; ok && old.IsSource() {
+			c.errorf(a.Pos, "%s is declared as %s at %s and cannot be reassigned", a.Name, old.Op, FormatPos(old.Pos))
+			return
+		}
+		c.globals[a.Name] = op.v
+	case s.Expr != nil:
+		op := c.expr(s.Expr)
+		if !c.opts.AllowExprStmt {
+			c.errorf(s.Expr.Pos, "unused expression (assign it to a name or mark it `output`)")
+			return
+		}
+		c.Last = op.v
+		if op.v == nil && !op.bad {
+			c.Last = c.constValue(op, F64, s.Expr.Pos)
+		}
+	}
+}
+
+func (c *Checker) meshDecl(d *MeshDecl) {
+	if c.g.Mesh != nil {
+		c.errorf(d.Pos, "mesh %s is already declared at %s (one mesh per program)", c.g.Mesh.Name, FormatPos(c.g.MeshPos))
+		return
+	}
+	if len(d.Axes) > 4 {
+		c.errorf(d.Pos, "mesh %s has %d axes; at most 4 are supported", d.Name, len(d.Axes))
+		return
+	}
+	m := mesh.New(d.Name)
+	seen := map[string]bool{}
+	for _, a := range d.Axes {
+		if seen[a.Name] {
+			c.errorf(a.Pos, "mesh axis %q is declared twice", a.Name)
+			return
+		}
+		seen[a.Name] = true
+		if a.Size < 1 || a.Size > 4096 {
+			c.errorf(a.Pos, "mesh axis %s has size %d; want 1 to 4096", a.Name, a.Size)
+			return
+		}
+		m.Axes = append(m.Axes, mesh.Axis{Name: a.Name, Size: a.Size})
+	}
+	if m.Size() > 1<<16 {
+		c.errorf(d.Pos, "mesh %s has %d devices; at most 65536 are supported", d.Name, m.Size())
+		return
+	}
+	if c.opts.Devices > 0 && m.Size() > c.opts.Devices {
+		c.errorf(d.Pos, "mesh %s %s needs %d devices but only %d are available (--devices)", d.Name, m, m.Size(), c.opts.Devices)
+		return
+	}
+	c.g.Mesh = m
+	c.g.MeshPos = d.Pos
+}
+
+func (c *Checker) use(u *UseStmt) {
+	if _, done := c.modules[u.Module]; done {
+		return
+	}
+	src, ok := stdlib.Source(u.Module)
+	if !ok {
+		c.errorf(u.Pos, "unknown module %q%s", u.Module, didYouMean(u.Module, stdlib.Modules()))
+		return
+	}
+	name := "stdlib/" + u.Module + ".mesh"
+	f, err := Parse(name, src)
+	c.g.Sources[name] = src
+	if err != nil {
+		c.errs = append(c.errs, err.(ErrorList)...)
+		return
+	}
+	defs := map[string]*FuncDef{}
+	for _, s := range f.Stmts {
+		if s.Def == nil {
+			c.errorf(s.Pos, "a library module may only define functions")
+			continue
+		}
+		defs[s.Def.Name] = s.Def
+	}
+	c.modules[u.Module] = defs
+}
+
+func (c *Checker) tensorDecl(d *TensorDecl) {
+	if c.scope != nil {
+		c.errorf(d.Pos, "%s declarations belong at top level", d.Kind)
+		return
+	}
+	if c.g.Mesh == nil {
+		c.errorf(d.Pos, "declare a mesh before %s %s", d.Kind, d.Name)
+		return
+	}
+	if !c.checkNewName(d.Pos, d.Name) {
+		return
+	}
+	if old, ok := c.globals[d.Name]; ok {
+		c.errorf(d.Pos, "%s is already defined at %s", d.Name, FormatPos(old.Pos))
+		return
+	}
+	t, ok := c.typeExpr(d.Type)
+	if !ok {
+		return
+	}
+	v := &Value{Op: d.Kind, Type: t, Name: d.Name, Pos: d.Pos}
+	v.Declared = sbp.Broadcasts(c.g.Mesh.NumAxes())
+	if d.Placement != nil {
+		p, ok := c.placement(d.Placement, t)
+		if !ok {
+			return
+		}
+		v.Declared = p
+	}
+	init, ok := c.init(d, t)
+	if !ok {
+		return
+	}
+	v.Attrs.Init = init
+	c.add(v)
+	c.globals[d.Name] = v
+}
+
+func (c *Checker) typeExpr(te *TypeExpr) (Type, bool) {
+	dt, ok := ParseDType(te.DType)
+	if !ok {
+		c.errorf(te.Pos, "unknown dtype %q (want f32, f64, i32 or i64)", te.DType)
+		return Type{}, false
+	}
+	if dt == BF16 || dt == F16 {
+		c.errorf(te.Pos, "%s is reserved for mixed precision and not supported yet", te.DType)
+		return Type{}, false
+	}
+	for _, d := range te.Dims {
+		if d < 1 || d > 1<<30 {
+			c.errorf(te.Pos, "dimension %d out of range (want 1 to 2^30)", d)
+			return Type{}, false
+		}
+	}
+	t := Type{DType: dt, Shape: append([]int{}, te.Dims...)}
+	if t.Numel() > 1<<31 || t.Numel() < 0 {
+		c.errorf(te.Pos, "tensor of shape %s is too large", ShapeString(t.Shape))
+		return Type{}, false
+	}
+	return t, true
+}
+
+// placement resolves a placement literal against the mesh and a tensor type.
+func (c *Checker) placement(lit *PlacementLit, t Type) (sbp.NdSBP, bool) {
+	m := c.g.Mesh
+	if m == nil {
+		c.errorf(lit.Pos, "a placement needs a mesh; declare one first")
+		return nil, false
+	}
+	out := sbp.Broadcasts(m.NumAxes())
+	named := len(lit.Entries) > 0 && lit.Entries[0].Axis != ""
+	if !named && len(lit.Entries) != m.NumAxes() {
+		c.errorf(lit.Pos, "placement has %d entries but mesh %s has %d axes %s", len(lit.Entries), m.Name, m.NumAxes(), m)
+		return nil, false
+	}
+	seen := map[int]bool{}
+	for i, e := range lit.Entries {
+		if (e.Axis != "") != named {
+			c.errorf(e.Pos, "mix of named and positional placement entries")
+			return nil, false
+		}
+		axis := i
+		if named {
+			axis = m.AxisIndex(e.Axis)
+			if axis < 0 {
+				var names []string
+				for _, a := range m.Axes {
+					names = append(names, a.Name)
+				}
+				c.errorf(e.Pos, "unknown mesh axis %q%s", e.Axis, didYouMean(e.Axis, names))
+				return nil, false
+			}
+			if seen[axis] {
+				c.errorf(e.Pos, "mesh axis %s is placed twice", e.Axis)
+				return nil, false
+			}
+			seen[axis] = true
+		}
+		s, ok := c.sbpEntry(e, t)
+		if !ok {
+			return nil, false
+		}
+		out[axis] = s
+	}
+	return out, true
+}
+
+func (c *Checker) sbpEntry(e *PlacementEntry, t Type) (sbp.SBP, bool) {
+	switch e.Kind {
+	case "S":
+		if e.Arg == nil {
+			c.errorf(e.Pos, "S needs a dim: S(i)")
+			return sbp.SBP{}, false
+		}
+		d, err := strconv.Atoi(*e.Arg)
+		if err != nil {
+			c.errorf(e.Pos, "S(%s): the split dim must be an integer", *e.Arg)
+			return sbp.SBP{}, false
+		}
+		if d >= t.Rank() {
+			c.errorf(e.Pos, "S(%d) splits dim %d but the tensor has rank %d", d, d, t.Rank())
+			return sbp.SBP{}, false
+		}
+		return sbp.S(d), true
+	case "B":
+		if e.Arg != nil {
+			c.errorf(e.Pos, "B takes no argument")
+			return sbp.SBP{}, false
+		}
+		return sbp.B, true
+	case "P":
+		if t.DType.IsInt() {
+			c.errorf(e.Pos, "integer tensors cannot be partial")
+			return sbp.SBP{}, false
+		}
+		if e.Arg == nil || *e.Arg == "sum" {
+			return sbp.P, true
+		}
+		if *e.Arg == "max" {
+			return sbp.PMax, true
+		}
+		c.errorf(e.Pos, "P(%s): want P, P(sum) or P(max)", *e.Arg)
+		return sbp.SBP{}, false
+	}
+	c.errorf(e.Pos, "unknown placement %q (want S(i), B or P)", e.Kind)
+	return sbp.SBP{}, false
+}
+
+func (c *Checker) init(d *TensorDecl, t Type) (*Init, bool) {
+	if d.Init == nil {
+		c.errorf(d.Pos, "%s %s needs an initialiser (normal, uniform, zeros, ones or load)", d.Kind, d.Name)
+		return nil, false
+	}
+	pos := d.Init.Pos
+	call, name := initCall(d.Init)
+	if name != "" {
+		switch name {
+		case "zeros", "ones":
+			return &Init{Kind: name}, true
+		}
+		c.errorf(pos, "unknown initialiser %q (want normal, uniform, zeros, ones or load)", name)
+		return nil, false
+	}
+	if call == nil || call.Module != "" {
+		c.errorf(pos, "an initialiser must be normal(mean, std), uniform(lo, hi), zeros, ones or load(\"file.npy\")")
+		return nil, false
+	}
+	nums := func(n int) ([]float64, bool) {
+		if len(call.Args) != n {
+			c.errorf(call.Pos, "%s takes %d arguments, got %d", call.Name, n, len(call.Args))
+			return nil, false
+		}
+		var out []float64
+		for _, a := range call.Args {
+			op := c.expr(a.Value)
+			if op.num == nil {
+				if !op.bad {
+					c.errorf(a.Pos, "%s takes numbers", call.Name)
+				}
+				return nil, false
+			}
+			out = append(out, *op.num)
+		}
+		return out, true
+	}
+	switch call.Name {
+	case "normal", "uniform":
+		if t.DType.IsInt() {
+			c.errorf(call.Pos, "%s initialises float tensors only", call.Name)
+			return nil, false
+		}
+		a, ok := nums(2)
+		if !ok {
+			return nil, false
+		}
+		if call.Name == "normal" && a[1] < 0 {
+			c.errorf(call.Pos, "normal: std must be >= 0")
+			return nil, false
+		}
+		return &Init{Kind: call.Name, A: a[0], B: a[1]}, true
+	case "zeros", "ones":
+		if len(call.Args) != 0 {
+			c.errorf(call.Pos, "%s takes no arguments", call.Name)
+			return nil, false
+		}
+		return &Init{Kind: call.Name}, true
+	case "load":
+		if len(call.Args) != 1 {
+			c.errorf(call.Pos, "load takes one file name")
+			return nil, false
+		}
+		op := c.expr(call.Args[0].Value)
+		if op.str == nil {
+			c.errorf(call.Args[0].Pos, "load takes a file name in quotes")
+			return nil, false
+		}
+		return c.loadInit(call.Args[0].Pos, *op.str, d.Name, t)
+	}
+	c.errorf(call.Pos, "unknown initialiser %q (want normal, uniform, zeros, ones or load)", call.Name)
+	return nil, false
+}
+
+func initCall(e *Expr) (*Call, string) {
+	if len(e.Ops) != 0 || len(e.Left.Ops) != 0 || e.Left.Left.Prim == nil {
+		return nil, ""
+	}
+	p := e.Left.Left.Prim
+	if p.Name != nil {
+		return nil, *p.Name
+	}
+	return p.Call, ""
+}
+
+func (c *Checker) loadInit(pos Pos, file, name string, t Type) (*Init, bool) {
+	path := file
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(c.opts.Dir, file)
+	}
+	if filepath.Ext(path) != ".npy" {
+		c.errorf(pos, "load(%q): only .npy files can be loaded", file)
+		return nil, false
+	}
+	h, err := npy.ReadFileHeader(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			c.errorf(pos, "load(%q): no such file", file)
+		} else {
+			c.errorf(pos, "load(%q): %v", file, err)
+		}
+		return nil, false
+	}
+	if h.DType() != t.DType.String() {
+		c.errorf(pos, "load(%q): file holds %s but %s is declared %s", file, h.DType(), name, t.DType)
+		return nil, false
+	}
+	if ShapeString(h.Shape) != ShapeString(t.Shape) {
+		c.errorf(pos, "load(%q): file has shape %s but %s is declared %s", file, ShapeString(h.Shape), name, ShapeString(t.Shape))
+		return nil, false
+	}
+	return &Init{Kind: "load", Path: path, Src: file}, true
+}
+
+func (c *Checker) output(o *OutputStmt) {
+	if c.scope != nil {
+		c.errorf(o.Pos, "output belongs at top level")
+		return
+	}
+	v, ok := c.globals[o.Name]
+	if !ok {
+		c.errorf(o.Pos, "unknown name %q%s", o.Name, didYouMean(o.Name, c.names()))
+		return
+	}
+	out := &Output{Name: o.Name, Value: v, Pos: o.Pos}
+	if o.Placement != nil {
+		p, ok := c.placement(o.Placement, v.Type)
+		if !ok {
+			return
+		}
+		out.Placement = p
+	}
+	for _, prev := range c.g.Outputs {
+		if prev.Name == o.Name {
+			c.errorf(o.Pos, "%s is already an output (at %s)", o.Name, FormatPos(prev.Pos))
+			return
+		}
+	}
+	c.g.Outputs = append(c.g.Outputs, out)
+}
+
+func (c *Checker) names() []string {
+	var out []string
+	for n := range c.globals {
+		out = append(out, n)
+	}
+	for n := range c.scope {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Names lists the top-level tensors, for the REPL.
+func (c *Checker) Names() map[string]*Value { return c.globals }
+
+func (c *Checker) add(v *Value) *Value {
+	v.ID = len(c.g.Values)
+	if len(c.calls) > 0 {
+		for i := len(c.calls) - 1; i >= 0; i-- {
+			v.Calls = append(v.Calls, c.calls[i])
+		}
+	}
+	c.g.Values = append(c.g.Values, v)
+	return v
+}
+
+func (c *Checker) constValue(op operand, dt DType, pos Pos) *Value {
+	return c.add(&Value{Op: "const", Type: Type{DType: dt, Shape: []int{}}, Attrs: Attrs{Scalar: *op.num}, Pos: pos})
+}
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, s)
+	}
+	return fmt.Sprintf("%d %ss", n, s)
+}

@@ -1,0 +1,217 @@
+package lang
+
+import (
+	"strconv"
+)
+
+// operand is the result of evaluating an expression: a tensor value, a
+// number (folded at compile time; it becomes a scalar const when it meets a
+// tensor), a string (load paths) or a placement literal (to()).
+type operand struct {
+	v         *Value
+	num       *float64
+	str       *string
+	placement *PlacementLit
+	bad       bool // an error was already reported
+}
+
+func numOp(f float64) operand { return operand{num: &f} }
+
+func (c *Checker) expr(e *Expr) operand {
+	left := c.term(e.Left)
+	for _, op := range e.Ops {
+		right := c.term(op.Right)
+		name := "add"
+		if op.Op == "-" {
+			name = "sub"
+		}
+		left = c.binary(op.Pos, name, left, right)
+	}
+	return left
+}
+
+func (c *Checker) term(t *Term) operand {
+	left := c.unary(t.Left)
+	for _, op := range t.Ops {
+		right := c.unary(op.Right)
+		name := map[string]string{"*": "mul", "/": "div", "@": "matmul"}[op.Op]
+		left = c.binary(op.Pos, name, left, right)
+	}
+	return left
+}
+
+func (c *Checker) unary(u *Unary) operand {
+	if u.Neg != nil {
+		x := c.unary(u.Neg)
+		if x.num != nil {
+			return numOp(-*x.num)
+		}
+		return c.apply(u.Pos, "neg", []operand{x}, nil)
+	}
+	return c.primary(u.Prim)
+}
+
+func (c *Checker) primary(p *Primary) operand {
+	switch {
+	case p.Number != nil:
+		f, err := strconv.ParseFloat(*p.Number, 64)
+		if err != nil {
+			c.errorf(p.Pos, "bad number %s", *p.Number)
+			return operand{bad: true}
+		}
+		return numOp(f)
+	case p.String != nil:
+		return operand{str: p.String}
+	case p.Placement != nil:
+		return operand{placement: p.Placement}
+	case p.Call != nil:
+		return c.call(p.Call)
+	case p.Name != nil:
+		return c.lookup(p.Pos, *p.Name)
+	case p.Paren != nil:
+		return c.expr(p.Paren)
+	}
+	c.errorf(p.Pos, "empty expression")
+	return operand{bad: true}
+}
+
+func (c *Checker) lookup(pos Pos, name string) operand {
+	if c.scope != nil {
+		if op, ok := c.scope[name]; ok {
+			return op
+		}
+	}
+	if v, ok := c.globals[name]; ok {
+		return operand{v: v}
+	}
+	c.errorf(pos, "unknown name %q%s", name, didYouMean(name, c.names()))
+	return operand{bad: true}
+}
+
+func (c *Checker) binary(pos Pos, name string, a, b operand) operand {
+	if a.bad || b.bad {
+		return operand{bad: true}
+	}
+	if a.num != nil && b.num != nil && name != "matmul" {
+		x, y := *a.num, *b.num
+		switch name {
+		case "add":
+			return numOp(x + y)
+		case "sub":
+			return numOp(x - y)
+		case "mul":
+			return numOp(x * y)
+		case "div":
+			return numOp(x / y)
+		}
+	}
+	return c.apply(pos, name, []operand{a, b}, nil)
+}
+
+func (c *Checker) call(call *Call) operand {
+	var args []operand
+	kw := map[string]operand{}
+	for _, a := range call.Args {
+		op := c.expr(a.Value)
+		if a.Name != "" {
+			if _, dup := kw[a.Name]; dup {
+				c.errorf(a.Pos, "argument %s given twice", a.Name)
+				return operand{bad: true}
+			}
+			kw[a.Name] = op
+			continue
+		}
+		if len(kw) > 0 {
+			c.errorf(a.Pos, "positional argument after keyword arguments")
+			return operand{bad: true}
+		}
+		args = append(args, op)
+	}
+	for _, a := range args {
+		if a.bad {
+			return operand{bad: true}
+		}
+	}
+	for _, a := range kw {
+		if a.bad {
+			return operand{bad: true}
+		}
+	}
+	if call.Module != "" {
+		mod, ok := c.modules[call.Module]
+		if !ok {
+			c.errorf(call.Pos, "unknown module %q (add `use %s`)", call.Module, call.Module)
+			return operand{bad: true}
+		}
+		def, ok := mod[call.Name]
+		if !ok {
+			var names []string
+			for n := range mod {
+				names = append(names, n)
+			}
+			c.errorf(call.Pos, "module %s has no function %q%s", call.Module, call.Name, didYouMean(call.Name, names))
+			return operand{bad: true}
+		}
+		return c.expand(call, def, call.Module+"."+call.Name, args, kw)
+	}
+	if def, ok := c.funcs[call.Name]; ok {
+		return c.expand(call, def, call.Name, args, kw)
+	}
+	if _, ok := builtins[call.Name]; ok {
+		return c.apply(call.Pos, call.Name, args, kw)
+	}
+	var names []string
+	for n := range builtins {
+		names = append(names, n)
+	}
+	for n := range c.funcs {
+		names = append(names, n)
+	}
+	c.errorf(call.Pos, "unknown function %q%s", call.Name, didYouMean(call.Name, names))
+	return operand{bad: true}
+}
+
+// expand inlines a user function: its body runs in a fresh scope that sees
+// the parameters and the top-level names, and every value it creates
+// remembers the call site.
+func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, kw map[string]operand) operand {
+	if len(kw) > 0 {
+		c.errorf(call.Pos, "%s takes no keyword arguments", name)
+		return operand{bad: true}
+	}
+	if len(args) != len(def.Params) {
+		c.errorf(call.Pos, "%s takes %s, got %d", name, plural(len(def.Params), "argument"), len(args))
+		return operand{bad: true}
+	}
+	if len(c.calls) >= maxCallDepth {
+		c.errorf(call.Pos, "calls nested deeper than %d (recursion is not supported)", maxCallDepth)
+		return operand{bad: true}
+	}
+	saveScope, saveFn, saveRet := c.scope, c.fn, c.ret
+	c.scope = map[string]operand{}
+	for i, p := range def.Params {
+		c.scope[p] = args[i]
+	}
+	c.fn, c.ret = name, nil
+	c.calls = append(c.calls, call.Pos)
+	nerr := len(c.errs)
+	for _, s := range def.Body {
+		c.stmt(s)
+		if c.ret != nil {
+			break
+		}
+	}
+	ret := c.ret
+	c.calls = c.calls[:len(c.calls)-1]
+	c.scope, c.fn, c.ret = saveScope, saveFn, saveRet
+	if ret == nil {
+		if len(c.errs) == nerr {
+			c.errorf(call.Pos, "%s returns no value", name)
+		}
+		return operand{bad: true}
+	}
+	if len(c.errs) > nerr {
+		return operand{bad: true}
+	}
+	return *ret
+}

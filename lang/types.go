@@ -1,0 +1,87 @@
+package lang
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DType is an element type.
+type DType uint8
+
+const (
+	Invalid DType = iota
+	F32
+	F64
+	I32
+	I64
+	BF16 // reserved: parsed, rejected by the checker until mixed precision lands
+	F16  // reserved, as BF16
+)
+
+var dtypeNames = map[string]DType{"f32": F32, "f64": F64, "i32": I32, "i64": I64, "bf16": BF16, "f16": F16}
+
+// ParseDType looks up a dtype name.
+func ParseDType(s string) (DType, bool) {
+	d, ok := dtypeNames[s]
+	return d, ok
+}
+
+func (d DType) String() string {
+	for k, v := range dtypeNames {
+		if v == d {
+			return k
+		}
+	}
+	return "invalid"
+}
+
+// Size is the bytes per element.
+func (d DType) Size() int {
+	switch d {
+	case F64, I64:
+		return 8
+	case F32, I32:
+		return 4
+	case BF16, F16:
+		return 2
+	}
+	return 0
+}
+
+// IsFloat reports f32/f64 (and the reserved half types).
+func (d DType) IsFloat() bool { return d == F32 || d == F64 || d == BF16 || d == F16 }
+
+// IsInt reports i32/i64.
+func (d DType) IsInt() bool { return d == I32 || d == I64 }
+
+// Type is a tensor type: dtype and global shape.
+type Type struct {
+	DType DType
+	Shape []int
+}
+
+// Rank is the number of dims.
+func (t Type) Rank() int { return len(t.Shape) }
+
+// Numel is the number of elements.
+func (t Type) Numel() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Bytes is the size of the whole tensor.
+func (t Type) Bytes() int { return t.Numel() * t.DType.Size() }
+
+func (t Type) String() string { return t.DType.String() + ShapeString(t.Shape) }
+
+// ShapeString renders [2, 3].
+func ShapeString(s []int) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}

@@ -1,0 +1,206 @@
+package lower
+
+import (
+	"fmt"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Desc builds the rule input for an op value.
+func Desc(v *lang.Value) *sbp.OpDesc {
+	d := &sbp.OpDesc{Op: v.Op, Out: v.Type.Shape, Axis: v.Attrs.Axis, Perm: v.Attrs.Perm, NumIn: len(v.Args)}
+	for _, a := range v.Args {
+		d.In = append(d.In, a.Type.Shape)
+	}
+	return d
+}
+
+// sigScore orders candidate signatures; lower is better.
+type sigScore struct {
+	time     float64
+	convs    int
+	partials int
+	splits   int
+}
+
+func (a sigScore) less(b sigScore) bool {
+	if a.time != b.time {
+		return a.time < b.time
+	}
+	if a.convs != b.convs {
+		return a.convs < b.convs
+	}
+	if a.partials != b.partials {
+		return a.partials < b.partials
+	}
+	return a.splits > b.splits
+}
+
+func inferPlacements(p *Plan) error {
+	var errs lang.ErrorList
+	n := p.Mesh.NumAxes()
+	for _, v := range p.Graph.Values {
+		switch {
+		case v.IsSource():
+			pl := v.Declared
+			if f, ok := p.Opts.Force[v.Name]; ok {
+				pl = f
+			}
+			if len(pl) != n {
+				pl = sbp.Broadcasts(n)
+			}
+			p.Placement[v] = pl
+		case v.Op == "to":
+			p.Choice[v] = &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1}
+			p.Placement[v] = v.Declared
+		default:
+			c, err := p.choose(v)
+			if err != nil {
+				errs = append(errs, &lang.Error{Pos: v.Pos, Msg: err.Error()})
+				continue
+			}
+			p.Choice[v] = c
+			p.Placement[v] = c.Sig.Out
+		}
+	}
+	if len(errs) > 0 {
+		return errs.Sort()
+	}
+	return nil
+}
+
+// choose prices every valid nd signature of v and keeps the cheapest.
+func (p *Plan) choose(v *lang.Value) (*Choice, error) {
+	rule, ok := sbp.Lookup(v.Op)
+	if !ok {
+		return nil, fmt.Errorf("op %s has no placement rule (this is a missing rule in package sbp)", v.Op)
+	}
+	for _, a := range v.Args {
+		if _, ok := p.Placement[a]; !ok {
+			return nil, fmt.Errorf("internal: %s used before it has a placement", a.Label())
+		}
+	}
+	sigs, err := sbp.NdSigs(rule, Desc(v), p.Mesh)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", v.Op, err)
+	}
+	var best *Choice
+	var bestScore sigScore
+	valid := 0
+	for _, s := range sigs {
+		if !p.sigFits(v, s) {
+			continue
+		}
+		valid++
+		sc := sigScore{}
+		for i, a := range v.Args {
+			cur := p.Placement[a]
+			if cur.Equal(s.In[i]) {
+				continue
+			}
+			path, err := p.Planner.Plan(a.Type.Shape, a.Type.DType.Size(), cur, s.In[i])
+			if err != nil {
+				sc.time = -1
+				break
+			}
+			sc.time += path.Time
+			sc.convs++
+		}
+		if sc.time < 0 {
+			continue
+		}
+		for _, e := range s.Out {
+			if e.IsP() {
+				sc.partials++
+			}
+			if e.IsS() {
+				sc.splits++
+			}
+		}
+		if best == nil || sc.less(bestScore) {
+			best, bestScore = &Choice{Sig: s, Time: sc.time}, sc
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no placement signature of %s applies to %s", v.Op, argTypes(v))
+	}
+	best.Candidates = valid
+	return best, nil
+}
+
+// sigFits rejects signatures a value's dtype cannot take: integer tensors
+// are never partial.
+func (p *Plan) sigFits(v *lang.Value, s sbp.NdSig) bool {
+	if v.Type.DType.IsInt() && s.Out.HasPartial() {
+		return false
+	}
+	for i, a := range v.Args {
+		if a.Type.DType.IsInt() && s.In[i].HasPartial() {
+			return false
+		}
+	}
+	return true
+}
+
+func argTypes(v *lang.Value) string {
+	s := ""
+	for i, a := range v.Args {
+		if i > 0 {
+			s += ", "
+		}
+		s += a.Type.String()
+	}
+	return s
+}
+
+// insertBoxing records a conversion for every argument whose placement
+// differs from what its consumer's signature needs, and for outputs.
+// Identical conversions of one value are shared.
+func insertBoxing(p *Plan) error {
+	byKey := map[string]*Conversion{}
+	get := func(v *lang.Value, to sbp.NdSBP, pos lang.Pos, cause string) (*Conversion, error) {
+		from := p.Placement[v]
+		if from.Equal(to) {
+			return nil, nil
+		}
+		key := fmt.Sprintf("%d %s", v.ID, to)
+		if c, ok := byKey[key]; ok {
+			return c, nil
+		}
+		path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), from, to)
+		if err != nil {
+			return nil, &lang.Error{Pos: pos, Msg: err.Error()}
+		}
+		c := &Conversion{ID: len(p.Convs), Value: v, Path: path, Pos: pos, Cause: cause}
+		p.Convs = append(p.Convs, c)
+		byKey[key] = c
+		return c, nil
+	}
+	for _, v := range p.Graph.Values {
+		ch := p.Choice[v]
+		if ch == nil {
+			continue
+		}
+		ch.ArgConv = make([]*Conversion, len(v.Args))
+		for i, a := range v.Args {
+			c, err := get(a, ch.Sig.In[i], v.Pos, v.Op)
+			if err != nil {
+				return err
+			}
+			ch.ArgConv[i] = c
+		}
+	}
+	for _, o := range p.Graph.Outputs {
+		op := &OutputPlan{Output: o, Placement: p.Placement[o.Value]}
+		if o.Placement != nil && len(o.Placement) == p.Mesh.NumAxes() {
+			c, err := get(o.Value, o.Placement, o.Pos, "output "+o.Name)
+			if err != nil {
+				return err
+			}
+			op.Conv, op.Placement = c, o.Placement
+		}
+		p.Outputs = append(p.Outputs, op)
+	}
+	return nil
+}

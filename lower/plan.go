@@ -1,0 +1,203 @@
+// Package lower turns a checked graph into per-device programs.
+//
+// Lowering is a list of passes (Passes) run in order over a Plan:
+//
+//	infer   give every value a placement: sources and to() keep the declared
+//	        one; every op takes, among the nd signatures its rule allows, the
+//	        one whose input conversions cost least under the link model
+//	        (ties: fewer conversions, fewer partial outputs, more splitting)
+//	boxing  insert a conversion wherever an op's chosen input placement
+//	        differs from its argument's placement, and for output/to(); each
+//	        is a shortest path of single-axis steps (sbp.Planner) and
+//	        remembers the source position that caused it
+//	spmd    emit one program per device: the same instruction list with
+//	        that device's local shapes and shard offsets, slots for values
+//	        and step results, and the slots each instruction frees last
+//	memory  simulate each program's allocations: per-device peak bytes
+//
+// Results live in side tables on the Plan (placements, choices,
+// conversions), never on the graph. With Options.Verify a verifier checks
+// the plan's invariants after every pass; Options.DumpAfter prints the plan
+// after the named pass (or "all").
+package lower
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Options configure lowering.
+type Options struct {
+	Mesh      *mesh.Mesh     // overrides the graph's mesh (the single-device reference run)
+	Topo      *mesh.Topology // link model; nil = mesh.DefaultLink on every axis
+	Verify    bool           // run the verifier after every pass
+	DumpAfter string         // pass name or "all"
+	Dump      io.Writer      // where dumps go
+	// Force fixes the placement of source values by name, overriding the
+	// declaration (the brute-force validator uses it).
+	Force map[string]sbp.NdSBP
+}
+
+// Plan is a lowered program.
+type Plan struct {
+	Graph   *lang.Graph
+	Mesh    *mesh.Mesh
+	Planner *sbp.Planner
+	Opts    Options
+
+	Placement map[*lang.Value]sbp.NdSBP
+	Choice    map[*lang.Value]*Choice
+	Convs     []*Conversion
+	Outputs   []*OutputPlan
+	Programs  []*Program
+	Peak      []int64 // per-device peak bytes (memory pass)
+
+	done map[string]bool
+}
+
+// Choice is the signature inference picked for an op.
+type Choice struct {
+	Sig        sbp.NdSig
+	Time       float64 // modelled seconds of the conversions it needs
+	Candidates int     // how many nd signatures were valid
+	ArgConv    []*Conversion
+}
+
+// Conversion is one inserted boxing: Value converted along Path.
+type Conversion struct {
+	ID    int
+	Value *lang.Value
+	Path  *sbp.Path
+	Pos   lang.Pos // the source position that needs it
+	Cause string   // what needs it, e.g. "matmul", "output y", "to"
+}
+
+// OutputPlan is how an output is delivered.
+type OutputPlan struct {
+	Output    *lang.Output
+	Conv      *Conversion // nil when no conversion is needed
+	Placement sbp.NdSBP
+}
+
+// Pass is one lowering pass.
+type Pass struct {
+	Name     string
+	Run      func(*Plan) error
+	Requires []string
+}
+
+// Passes is the pass list, in order.
+var Passes = []Pass{
+	{Name: "infer", Run: inferPlacements},
+	{Name: "boxing", Run: insertBoxing, Requires: []string{"infer"}},
+	{Name: "spmd", Run: buildPrograms, Requires: []string{"boxing"}},
+	{Name: "memory", Run: simulateMemory, Requires: []string{"spmd"}},
+}
+
+func init() {
+	seen := map[string]bool{}
+	for _, p := range Passes {
+		for _, r := range p.Requires {
+			if !seen[r] {
+				panic(fmt.Sprintf("lower: pass %s requires %s, which does not run before it", p.Name, r))
+			}
+		}
+		seen[p.Name] = true
+	}
+}
+
+// Lower runs every pass over g.
+func Lower(g *lang.Graph, opts Options) (*Plan, error) {
+	m := g.Mesh
+	if opts.Mesh != nil {
+		m = opts.Mesh
+	}
+	if m == nil {
+		return nil, fmt.Errorf("the program has no mesh")
+	}
+	if opts.Topo == nil {
+		opts.Topo = mesh.Uniform(m, mesh.DefaultLink)
+	}
+	p := &Plan{
+		Graph: g, Mesh: m, Planner: sbp.NewPlanner(m, opts.Topo), Opts: opts,
+		Placement: map[*lang.Value]sbp.NdSBP{}, Choice: map[*lang.Value]*Choice{},
+		done: map[string]bool{},
+	}
+	for _, pass := range Passes {
+		if err := runPass(p, pass); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func runPass(p *Plan, pass Pass) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error in lowering pass %s: %v", pass.Name, r)
+		}
+	}()
+	if err := pass.Run(p); err != nil {
+		return err
+	}
+	p.done[pass.Name] = true
+	if p.Opts.Verify {
+		if err := Verify(p); err != nil {
+			return fmt.Errorf("verifier after pass %s: %w", pass.Name, err)
+		}
+	}
+	if p.Opts.Dump != nil && (p.Opts.DumpAfter == pass.Name || p.Opts.DumpAfter == "all") {
+		fmt.Fprintf(p.Opts.Dump, "=== after %s ===\n%s", pass.Name, p.Dump())
+	}
+	return nil
+}
+
+// Dump prints the plan as far as the passes have run.
+func (p *Plan) Dump() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "mesh %s = %s\n", p.Mesh.Name, p.Mesh)
+	for _, v := range p.Graph.Values {
+		var args []string
+		for i, a := range v.Args {
+			s := fmt.Sprintf("%%%d", a.ID)
+			if c := p.Choice[v]; c != nil && c.ArgConv != nil && c.ArgConv[i] != nil {
+				s = fmt.Sprintf("%%%d~c%d", a.ID, c.ArgConv[i].ID)
+			}
+			args = append(args, s)
+		}
+		fmt.Fprintf(&b, "%%%d = %s(%s) : %s", v.ID, v.Op, strings.Join(args, ", "), v.Type)
+		if pl, ok := p.Placement[v]; ok {
+			fmt.Fprintf(&b, " %s", pl)
+		}
+		if v.Name != "" {
+			fmt.Fprintf(&b, "  # %s", v.Name)
+		}
+		b.WriteByte('\n')
+	}
+	for _, c := range p.Convs {
+		fmt.Fprintf(&b, "c%d: %%%d %s -> %s for %s at %s\n", c.ID, c.Value.ID, c.Path.From, c.Path.To, c.Cause, lang.FormatPos(c.Pos))
+		for _, s := range c.Path.Steps {
+			fmt.Fprintf(&b, "    %s  bytes=%.0f time=%.3gs\n", s.Describe(p.Mesh), s.Bytes, s.Time)
+		}
+	}
+	for _, o := range p.Outputs {
+		fmt.Fprintf(&b, "output %s %s\n", o.Output.Name, o.Placement)
+	}
+	if p.done["spmd"] {
+		for _, prog := range p.Programs {
+			if prog.Device > 0 {
+				break
+			}
+			fmt.Fprintf(&b, "program for device 0 (%d slots):\n%s", prog.NumSlots, prog.Dump())
+		}
+	}
+	if p.done["memory"] {
+		fmt.Fprintf(&b, "peak bytes per device: %v\n", p.Peak)
+	}
+	return b.String()
+}

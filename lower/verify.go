@@ -1,0 +1,157 @@
+package lower
+
+import (
+	"fmt"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Verify checks the invariants of the passes that have run so far:
+//   - infer: every value has a placement with one entry per mesh axis, split
+//     dims in range, integer values never partial; every op's chosen
+//     signature is one its rule produces.
+//   - boxing: every conversion starts at its value's placement, ends where
+//     its consumer needs, and is a chain of legal one-axis steps.
+//   - spmd: every device runs the same instruction sequence, reads only
+//     slots already written, and its local shapes are its layout blocks.
+func Verify(p *Plan) error {
+	n := p.Mesh.NumAxes()
+	if p.done["infer"] {
+		for _, v := range p.Graph.Values {
+			pl, ok := p.Placement[v]
+			if !ok {
+				return fmt.Errorf("%s has no placement", v.Label())
+			}
+			if len(pl) != n {
+				return fmt.Errorf("%s has placement %s on a %d-axis mesh", v.Label(), pl, n)
+			}
+			for _, e := range pl {
+				if e.IsS() && e.Dim >= v.Type.Rank() {
+					return fmt.Errorf("%s of rank %d has placement %s", v.Label(), v.Type.Rank(), pl)
+				}
+			}
+			if v.Type.DType.IsInt() && pl.HasPartial() {
+				return fmt.Errorf("integer value %s is partial", v.Label())
+			}
+			if ch := p.Choice[v]; ch != nil && v.Op != "to" {
+				if err := verifySig(p, v, ch.Sig); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if p.done["boxing"] {
+		for _, v := range p.Graph.Values {
+			ch := p.Choice[v]
+			if ch == nil {
+				continue
+			}
+			for i, a := range v.Args {
+				c := ch.ArgConv[i]
+				if c == nil {
+					if !p.Placement[a].Equal(ch.Sig.In[i]) {
+						return fmt.Errorf("%s arg %d: placement %s but the signature needs %s and no conversion was inserted", v.Label(), i, p.Placement[a], ch.Sig.In[i])
+					}
+					continue
+				}
+				if err := verifyConv(p, c, p.Placement[a], ch.Sig.In[i]); err != nil {
+					return err
+				}
+			}
+		}
+		for _, o := range p.Outputs {
+			if o.Conv != nil {
+				if err := verifyConv(p, o.Conv, p.Placement[o.Output.Value], o.Placement); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if p.done["spmd"] {
+		if len(p.Programs) != p.Mesh.Size() {
+			return fmt.Errorf("%d programs for %d devices", len(p.Programs), p.Mesh.Size())
+		}
+		ref := p.Programs[0]
+		for _, prog := range p.Programs {
+			if len(prog.Instrs) != len(ref.Instrs) {
+				return fmt.Errorf("device %d has %d instructions, device 0 has %d", prog.Device, len(prog.Instrs), len(ref.Instrs))
+			}
+			written := make([]bool, prog.NumSlots)
+			for i, in := range prog.Instrs {
+				r := ref.Instrs[i]
+				if in.Kind != r.Kind || in.Value != r.Value || in.Step != r.Step {
+					return fmt.Errorf("device %d instruction %d (%s) differs from device 0's (%s)", prog.Device, i, in.Name(), r.Name())
+				}
+				for _, a := range in.Args {
+					if !written[a] {
+						return fmt.Errorf("device %d instruction %d (%s) reads slot %d before it is written", prog.Device, i, in.Name(), a)
+					}
+				}
+				written[in.Out] = true
+				want := sbp.Layout(p.Mesh, in.Value.Type.Shape, outPlacement(p, &in), prog.Device).Len
+				if lang.ShapeString(want) != lang.ShapeString(in.Shape) {
+					return fmt.Errorf("device %d instruction %d (%s): local shape %v, layout says %v", prog.Device, i, in.Name(), in.Shape, want)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func outPlacement(p *Plan, in *Instr) sbp.NdSBP {
+	if in.Kind == Box {
+		return in.Step.To
+	}
+	return p.Placement[in.Value]
+}
+
+func verifySig(p *Plan, v *lang.Value, s sbp.NdSig) error {
+	rule, ok := sbp.Lookup(v.Op)
+	if !ok {
+		return fmt.Errorf("%s: op %s has no rule", v.Label(), v.Op)
+	}
+	one := rule.Sigs(Desc(v))
+	for a := 0; a < p.Mesh.NumAxes(); a++ {
+		found := false
+		for _, o := range one {
+			match := o.Out == s.Out[a]
+			for i := range o.In {
+				match = match && o.In[i] == s.In[i][a]
+			}
+			if match {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("%s: signature on axis %d is not one of %s's rules", v.Label(), a, v.Op)
+		}
+	}
+	return nil
+}
+
+func verifyConv(p *Plan, c *Conversion, from, to sbp.NdSBP) error {
+	if !c.Path.From.Equal(from) || !c.Path.To.Equal(to) {
+		return fmt.Errorf("conversion c%d goes %s → %s, needed %s → %s", c.ID, c.Path.From, c.Path.To, from, to)
+	}
+	cur := from
+	for _, st := range c.Path.Steps {
+		if !st.From.Equal(cur) {
+			return fmt.Errorf("conversion c%d: step starts at %s, not %s", c.ID, st.From, cur)
+		}
+		if !sbp.Legal(cur, st.Axis, st.To[st.Axis]) {
+			return fmt.Errorf("conversion c%d: illegal step %s", c.ID, st.Describe(p.Mesh))
+		}
+		for a := range cur {
+			if a != st.Axis && cur[a] != st.To[a] {
+				return fmt.Errorf("conversion c%d: step %s changes more than one axis", c.ID, st.Describe(p.Mesh))
+			}
+		}
+		cur = st.To
+	}
+	if !cur.Equal(to) {
+		return fmt.Errorf("conversion c%d ends at %s, not %s", c.ID, cur, to)
+	}
+	return nil
+}

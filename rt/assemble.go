@@ -1,0 +1,77 @@
+package rt
+
+import (
+	"fmt"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Assemble rebuilds a logical tensor from every device's block: split
+// blocks go to their offsets, replicas are read once (from coordinate 0 on
+// each B axis), and partial blocks are summed (or maxed). This is a
+// host-side read for delivering outputs, not a collective.
+func Assemble(m *mesh.Mesh, t lang.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor, error) {
+	out := NewTensor(t.DType, t.Shape)
+	sum, mx := false, false
+	for _, e := range pl {
+		if e.IsP() {
+			if e.Reduce == sbp.Max {
+				mx = true
+			} else {
+				sum = true
+			}
+		}
+	}
+	if sum && mx {
+		return nil, fmt.Errorf("cannot assemble a tensor partial by both sum and max (%s)", pl)
+	}
+	if mx {
+		fillNegInf(out)
+	}
+	for d := 0; d < m.Size(); d++ {
+		coord := m.Coord(d)
+		skip := false
+		for a, e := range pl {
+			if e.IsB() && coord[a] != 0 {
+				skip = true
+			}
+		}
+		if skip {
+			continue
+		}
+		b := sbp.Layout(m, t.Shape, pl, d)
+		part := parts[d]
+		if !sameShape(part.Shape, b.Len) {
+			return nil, fmt.Errorf("device %d holds %v, its block is %v", d, part.Shape, b.Len)
+		}
+		if !sum && !mx {
+			CopyBlock(out, b.Off, part, make([]int, len(b.Len)), b.Len)
+			continue
+		}
+		region := Extract(out, b.Off, b.Len)
+		op := OpSum
+		if mx {
+			op = OpMax
+		}
+		if err := accumulate(region, part, op); err != nil {
+			return nil, err
+		}
+		CopyBlock(out, b.Off, region, make([]int, len(b.Len)), b.Len)
+	}
+	return out, nil
+}
+
+// Scatter cuts a logical tensor into the block device dev holds under pl
+// (partial placements: one device of each partial group holds the value).
+func Scatter(m *mesh.Mesh, full *Tensor, pl sbp.NdSBP, dev int) *Tensor {
+	b := sbp.Layout(m, full.Shape, pl, dev)
+	coord := m.Coord(dev)
+	for _, a := range b.Partial {
+		if pl[a].Reduce == sbp.Sum && coord[a] != 0 {
+			return NewTensor(full.DType, b.Len)
+		}
+	}
+	return Extract(full, b.Off, b.Len)
+}

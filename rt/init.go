@@ -1,0 +1,135 @@
+package rt
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sync"
+
+	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Random initialisation is a pure function of (seed, tensor name, global
+// element index): every device computes exactly the elements of its own
+// block, and every mesh and placement sees the same logical tensor.
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// uniform01 returns a float in (0, 1].
+func uniform01(key, i uint64) float64 {
+	return (float64(splitmix(key^splitmix(i))>>11) + 1) / (1 << 53)
+}
+
+func initKey(seed uint64, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return splitmix(seed ^ h.Sum64())
+}
+
+// InitValue is element i of a random initialiser.
+func InitValue(init *lang.Init, key uint64, i int) float64 {
+	switch init.Kind {
+	case "zeros":
+		return 0
+	case "ones":
+		return 1
+	case "uniform":
+		return init.A + (init.B-init.A)*(uniform01(key, uint64(2*i))-1.0/(1<<53))
+	case "normal":
+		u1, u2 := uniform01(key, uint64(2*i)), uniform01(key, uint64(2*i+1))
+		return init.A + init.B*math.Sqrt(-2*math.Log(u1))*math.Cos(2*math.Pi*u2)
+	}
+	panic("rt: unknown initialiser " + init.Kind)
+}
+
+// npyCache shares loaded files between the devices of a run.
+type npyCache struct {
+	mu    sync.Mutex
+	files map[string]*Tensor
+}
+
+func (c *npyCache) load(path string) (*Tensor, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.files[path]; ok {
+		return t, nil
+	}
+	h, data, err := npy.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	t := FromSlice(h.Shape, data)
+	if c.files == nil {
+		c.files = map[string]*Tensor{}
+	}
+	c.files[path] = t
+	return t, nil
+}
+
+// materialise builds device dev's block of a source value.
+func materialise(v *lang.Value, m *mesh.Mesh, pl sbp.NdSBP, dev int, seed uint64, cache *npyCache) (*Tensor, error) {
+	b := sbp.Layout(m, v.Type.Shape, pl, dev)
+	coord := m.Coord(dev)
+	zero := false // partial sources: one device of each partial group holds the value
+	for _, a := range b.Partial {
+		if pl[a].Reduce == sbp.Sum && coord[a] != 0 {
+			zero = true
+		}
+	}
+	out := NewTensor(v.Type.DType, b.Len)
+	if zero {
+		return out, nil
+	}
+	init := v.Attrs.Init
+	if init.Kind == "load" {
+		full, err := cache.load(init.Path)
+		if err != nil {
+			return nil, fmt.Errorf("load(%q): %v", init.Src, err)
+		}
+		if full.DType != v.Type.DType || !sameShape(full.Shape, v.Type.Shape) {
+			return nil, fmt.Errorf("load(%q): file now holds %s%v, declared %s", init.Src, full.DType, full.Shape, v.Type)
+		}
+		CopyBlock(out, make([]int, len(b.Len)), full, b.Off, b.Len)
+		return out, nil
+	}
+	key := initKey(seed, v.Name)
+	gst := strides(v.Type.Shape)
+	n := out.Numel()
+	vals := make([]float64, n)
+	idx := make([]int, len(b.Len))
+	for k := 0; k < n; k++ {
+		g := 0
+		for d := range idx {
+			g += (b.Off[d] + idx[d]) * gst[d]
+		}
+		vals[k] = InitValue(init, key, g)
+		for d := len(idx) - 1; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < b.Len[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	switch d := out.Data.(type) {
+	case []int32:
+		for i, x := range vals {
+			d[i] = int32(x)
+		}
+	case []int64:
+		for i, x := range vals {
+			d[i] = int64(x)
+		}
+	default:
+		storeFloat64s(out, vals)
+	}
+	return out, nil
+}

@@ -1,0 +1,269 @@
+package rt
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// CPU is the reference backend: the definition of every op. Kernels see a
+// device's local blocks; global facts a kernel needs (the global count a
+// mean divides by, the vocab offset of an embedding shard) come from the
+// value's type and the blocks' offsets.
+type CPU struct {
+	BLAS BLAS
+}
+
+// OpCall is one kernel invocation.
+type OpCall struct {
+	Value *lang.Value
+	Args  []*Tensor
+	In    []sbp.Block // the arguments' blocks
+	Out   sbp.Block   // the result's block
+}
+
+// Compute runs v's kernel on local tensors.
+func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
+	v := call.Value
+	a := call.Args
+	switch v.Op {
+	case "const":
+		t := NewTensor(v.Type.DType, nil)
+		setScalar(t, v.Attrs.Scalar)
+		return t, nil
+	case "add", "sub", "mul", "div":
+		return binary(v.Op, a[0], a[1])
+	case "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid":
+		return unary(v.Op, a[0]), nil
+	case "matmul":
+		return c.matmul(a[0], a[1])
+	case "softmax", "log_softmax":
+		return softmax(a[0], v.Attrs.Axis, v.Op == "log_softmax"), nil
+	case "layernorm":
+		return layernorm(a[0], a[1], a[2], v.Attrs.Eps), nil
+	case "sum", "mean", "max":
+		return reduce(v, a[0]), nil
+	case "transpose":
+		return transpose(a[0], v.Attrs.Perm), nil
+	case "reshape":
+		if a[0].Numel() != numel(call.Out.Len) {
+			return nil, fmt.Errorf("reshape: local block of %d elements cannot become %v", a[0].Numel(), call.Out.Len)
+		}
+		return &Tensor{DType: a[0].DType, Shape: append([]int{}, call.Out.Len...), Data: a[0].Data}, nil
+	case "concat":
+		return ConcatDim(a, v.Attrs.Axis), nil
+	case "slice":
+		off := make([]int, len(a[0].Shape))
+		off[v.Attrs.Axis] = v.Attrs.Start
+		count := append([]int{}, a[0].Shape...)
+		count[v.Attrs.Axis] = v.Attrs.End - v.Attrs.Start
+		return Extract(a[0], off, count), nil
+	case "embedding":
+		return embedding(a[0], a[1], call.In[0].Off[0], v.Args[0].Type.Shape[0])
+	case "cross_entropy":
+		return crossEntropy(a[0], a[1], v.Args[0].Type.Shape[0])
+	case "mse":
+		return mse(a[0], a[1], v.Args[0].Type.Numel())
+	}
+	return nil, fmt.Errorf("no CPU kernel for op %s", v.Op)
+}
+
+func setScalar(t *Tensor, f float64) {
+	switch d := t.Data.(type) {
+	case []float32:
+		d[0] = float32(f)
+	case []float64:
+		d[0] = f
+	case []int32:
+		d[0] = int32(f)
+	case []int64:
+		d[0] = int64(f)
+	}
+}
+
+// floatsOf dispatches a float kernel on a tensor's element type.
+func floatsOf[R any](t *Tensor, f32 func([]float32) R, f64 func([]float64) R) R {
+	if d, ok := t.Data.([]float32); ok {
+		return f32(d)
+	}
+	return f64(t.Data.([]float64))
+}
+
+func binary(op string, x, y *Tensor) (*Tensor, error) {
+	shape, ok := lang.Broadcast(x.Shape, y.Shape)
+	if !ok {
+		return nil, fmt.Errorf("local shapes %v and %v do not broadcast", x.Shape, y.Shape)
+	}
+	out := NewTensor(x.DType, shape)
+	switch d := out.Data.(type) {
+	case []float32:
+		binaryKernel(op, d, shape, x.Data.([]float32), x.Shape, y.Data.([]float32), y.Shape)
+	case []float64:
+		binaryKernel(op, d, shape, x.Data.([]float64), x.Shape, y.Data.([]float64), y.Shape)
+	}
+	return out, nil
+}
+
+func binaryFn[T Float](op string) func(a, b T) T {
+	switch op {
+	case "add":
+		return func(a, b T) T { return a + b }
+	case "sub":
+		return func(a, b T) T { return a - b }
+	case "mul":
+		return func(a, b T) T { return a * b }
+	}
+	return func(a, b T) T { return a / b }
+}
+
+// broadcastStrides gives the strides of an operand viewed with the output's
+// shape: 0 along broadcast dims.
+func broadcastStrides(in, out []int) []int {
+	st := strides(in)
+	bs := make([]int, len(out))
+	for i := range out {
+		j := i - (len(out) - len(in))
+		if j >= 0 && in[j] != 1 {
+			bs[i] = st[j]
+		}
+	}
+	return bs
+}
+
+func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y []T, ys []int) {
+	f := binaryFn[T](op)
+	n := len(out)
+	if n == 0 {
+		return
+	}
+	switch {
+	case sameShape(xs, ys):
+		for i := range out {
+			out[i] = f(x[i], y[i])
+		}
+		return
+	case len(y) == 1 && sameShape(xs, shape):
+		s := y[0]
+		for i := range out {
+			out[i] = f(x[i], s)
+		}
+		return
+	case len(x) == 1 && sameShape(ys, shape):
+		s := x[0]
+		for i := range out {
+			out[i] = f(s, y[i])
+		}
+		return
+	}
+	r := len(shape)
+	xst, yst := broadcastStrides(xs, shape), broadcastStrides(ys, shape)
+	idx := make([]int, r)
+	xi, yi := 0, 0
+	for i := 0; i < n; i++ {
+		out[i] = f(x[xi], y[yi])
+		for k := r - 1; k >= 0; k-- {
+			idx[k]++
+			xi += xst[k]
+			yi += yst[k]
+			if idx[k] < shape[k] {
+				break
+			}
+			xi -= xst[k] * idx[k]
+			yi -= yst[k] * idx[k]
+			idx[k] = 0
+		}
+	}
+}
+
+// GELU is the exact form PyTorch uses by default: x·Φ(x) = ½x(1 + erf(x/√2)).
+func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+func unaryFn(op string) func(float64) float64 {
+	switch op {
+	case "neg":
+		return func(x float64) float64 { return -x }
+	case "exp":
+		return math.Exp
+	case "log":
+		return math.Log
+	case "sqrt":
+		return math.Sqrt
+	case "tanh":
+		return math.Tanh
+	case "relu":
+		return func(x float64) float64 { return math.Max(x, 0) }
+	case "gelu":
+		return gelu
+	}
+	return func(x float64) float64 { return 1 / (1 + math.Exp(-x)) } // sigmoid
+}
+
+func unary(op string, x *Tensor) *Tensor {
+	out := NewTensor(x.DType, x.Shape)
+	f := unaryFn(op)
+	switch d := out.Data.(type) {
+	case []float32:
+		for i, v := range x.Data.([]float32) {
+			d[i] = float32(f(float64(v)))
+		}
+	case []float64:
+		for i, v := range x.Data.([]float64) {
+			d[i] = f(v)
+		}
+	}
+	return out
+}
+
+// matmul multiplies the last two dims, batch dims broadcast NumPy-style
+// (the checker only admits equal or missing batch dims). When B has no batch
+// dims, A's batch folds into its rows and one GEMM does all of it.
+func (c *CPU) matmul(a, b *Tensor) (*Tensor, error) {
+	ra, rb := len(a.Shape), len(b.Shape)
+	m, k, n := a.Shape[ra-2], a.Shape[ra-1], b.Shape[rb-1]
+	if b.Shape[rb-2] != k {
+		return nil, fmt.Errorf("local inner dims differ: %v @ %v", a.Shape, b.Shape)
+	}
+	ab, bb := a.Shape[:ra-2], b.Shape[:rb-2]
+	batch, ok := lang.Broadcast(ab, bb)
+	if !ok {
+		return nil, fmt.Errorf("local batch dims differ: %v @ %v", a.Shape, b.Shape)
+	}
+	out := NewTensor(a.DType, append(append([]int{}, batch...), m, n))
+	nb := numel(batch)
+	if m == 0 || n == 0 || nb == 0 {
+		return out, nil
+	}
+	if k == 0 {
+		return out, nil
+	}
+	as, bs := broadcastStrides(ab, batch), broadcastStrides(bb, batch)
+	rows := m
+	if rb == 2 {
+		rows, nb = m*numel(ab), 1 // fold A's batch into rows
+	}
+	idx := make([]int, len(batch))
+	for i := 0; i < nb; i++ {
+		ao, bo := 0, 0
+		for d := range idx {
+			ao += idx[d] * as[d]
+			bo += idx[d] * bs[d]
+		}
+		ao, bo, co := ao*m*k, bo*k*n, i*m*n
+		switch od := out.Data.(type) {
+		case []float32:
+			c.BLAS.Sgemm(rows, n, k, a.Data.([]float32)[ao:], k, b.Data.([]float32)[bo:], n, od[co:], n)
+		case []float64:
+			c.BLAS.Dgemm(rows, n, k, a.Data.([]float64)[ao:], k, b.Data.([]float64)[bo:], n, od[co:], n)
+		}
+		for d := len(idx) - 1; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < batch[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,257 @@
+package rt
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/meshrun/meshrun/lang"
+)
+
+// Reductions and row-wise ops accumulate in float64 and round once.
+
+// axisView splits a shape around axis: outer × n × inner.
+func axisView(shape []int, axis int) (outer, n, inner int) {
+	outer, inner = 1, 1
+	for i, d := range shape {
+		switch {
+		case i < axis:
+			outer *= d
+		case i > axis:
+			inner *= d
+		}
+	}
+	return outer, shape[axis], inner
+}
+
+func softmax(x *Tensor, axis int, logOut bool) *Tensor {
+	out := NewTensor(x.DType, x.Shape)
+	outer, n, inner := axisView(x.Shape, axis)
+	in, o := x.Float64s(), make([]float64, x.Numel())
+	for a := 0; a < outer; a++ {
+		for c := 0; c < inner; c++ {
+			base := a*n*inner + c
+			mx := math.Inf(-1)
+			for i := 0; i < n; i++ {
+				mx = math.Max(mx, in[base+i*inner])
+			}
+			s := 0.0
+			for i := 0; i < n; i++ {
+				s += math.Exp(in[base+i*inner] - mx)
+			}
+			for i := 0; i < n; i++ {
+				v := in[base+i*inner] - mx
+				if logOut {
+					o[base+i*inner] = v - math.Log(s)
+				} else {
+					o[base+i*inner] = math.Exp(v) / s
+				}
+			}
+		}
+	}
+	storeFloat64s(out, o)
+	return out
+}
+
+// storeFloat64s writes float64 values into a float tensor, rounding once.
+func storeFloat64s(t *Tensor, v []float64) {
+	switch d := t.Data.(type) {
+	case []float32:
+		for i, x := range v {
+			d[i] = float32(x)
+		}
+	case []float64:
+		copy(d, v)
+	}
+}
+
+// layernorm over the last dim: (x - mean)/sqrt(var + eps)·gamma + beta with
+// the biased variance, as PyTorch computes it.
+func layernorm(x, g, b *Tensor, eps float64) *Tensor {
+	out := NewTensor(x.DType, x.Shape)
+	h := x.Shape[len(x.Shape)-1]
+	in, gv, bv := x.Float64s(), g.Float64s(), b.Float64s()
+	o := make([]float64, len(in))
+	for r := 0; h > 0 && r < len(in)/h; r++ {
+		row := in[r*h : (r+1)*h]
+		mean := 0.0
+		for _, v := range row {
+			mean += v
+		}
+		mean /= float64(h)
+		vr := 0.0
+		for _, v := range row {
+			vr += (v - mean) * (v - mean)
+		}
+		vr /= float64(h)
+		inv := 1 / math.Sqrt(vr+eps)
+		for i, v := range row {
+			o[r*h+i] = (v-mean)*inv*gv[i] + bv[i]
+		}
+	}
+	storeFloat64s(out, o)
+	return out
+}
+
+// reduce computes sum, mean or max along Attrs.Axis (-1: all dims). mean
+// divides by the global count from the value's type, so a split input gives
+// the right partial.
+func reduce(v *lang.Value, x *Tensor) *Tensor {
+	in := x.Float64s()
+	axis := v.Attrs.Axis
+	var outShape []int
+	outer, n, inner := 1, len(in), 1
+	globalN := v.Args[0].Type.Numel()
+	if axis >= 0 {
+		outer, n, inner = axisView(x.Shape, axis)
+		outShape = append(append([]int{}, x.Shape[:axis]...), x.Shape[axis+1:]...)
+		globalN = v.Args[0].Type.Shape[axis]
+	}
+	o := make([]float64, outer*inner)
+	for a := 0; a < outer; a++ {
+		for c := 0; c < inner; c++ {
+			acc := 0.0
+			if v.Op == "max" {
+				acc = math.Inf(-1)
+			}
+			for i := 0; i < n; i++ {
+				e := in[a*n*inner+i*inner+c]
+				if v.Op == "max" {
+					acc = math.Max(acc, e)
+				} else {
+					acc += e
+				}
+			}
+			if v.Op == "mean" {
+				acc /= float64(globalN)
+			}
+			o[a*inner+c] = acc
+		}
+	}
+	out := NewTensor(x.DType, outShape)
+	storeFloat64s(out, o)
+	return out
+}
+
+func transpose(x *Tensor, perm []int) *Tensor {
+	r := len(perm)
+	shape := make([]int, r)
+	for i, p := range perm {
+		shape[i] = x.Shape[p]
+	}
+	out := NewTensor(x.DType, shape)
+	n := out.Numel()
+	if n == 0 {
+		return out
+	}
+	ist := strides(x.Shape)
+	src := make([]int, r) // stride in x of each output dim
+	for i, p := range perm {
+		src[i] = ist[p]
+	}
+	switch d := out.Data.(type) {
+	case []float32:
+		permute(d, x.Data.([]float32), shape, src)
+	case []float64:
+		permute(d, x.Data.([]float64), shape, src)
+	case []int32:
+		permute(d, x.Data.([]int32), shape, src)
+	case []int64:
+		permute(d, x.Data.([]int64), shape, src)
+	}
+	return out
+}
+
+func permute[T Num](out, in []T, shape, src []int) {
+	r := len(shape)
+	idx := make([]int, r)
+	si := 0
+	for i := range out {
+		out[i] = in[si]
+		for k := r - 1; k >= 0; k-- {
+			idx[k]++
+			si += src[k]
+			if idx[k] < shape[k] {
+				break
+			}
+			si -= src[k] * idx[k]
+			idx[k] = 0
+		}
+	}
+}
+
+func indices(t *Tensor) []int64 {
+	switch d := t.Data.(type) {
+	case []int32:
+		out := make([]int64, len(d))
+		for i, v := range d {
+			out[i] = int64(v)
+		}
+		return out
+	case []int64:
+		return d
+	}
+	return nil
+}
+
+// embedding looks rows of the local table block up; vocabOff is the first
+// vocab row this device holds. Indices outside the local rows give zero
+// rows (the vocab-parallel partial); outside the global table, an error.
+func embedding(w, idx *Tensor, vocabOff, vocab int) (*Tensor, error) {
+	rows, h := w.Shape[0], w.Shape[1]
+	ix := indices(idx)
+	out := NewTensor(w.DType, append(append([]int{}, idx.Shape...), h))
+	for i, id := range ix {
+		if id < 0 || id >= int64(vocab) {
+			return nil, fmt.Errorf("embedding index %d out of range [0, %d)", id, vocab)
+		}
+		r := int(id) - vocabOff
+		if r < 0 || r >= rows {
+			continue
+		}
+		CopyBlock(out, []int{i * h}, flat(w), []int{r * h}, []int{h})
+	}
+	return out, nil
+}
+
+func flat(t *Tensor) *Tensor {
+	return &Tensor{DType: t.DType, Shape: []int{t.Numel()}, Data: t.Data}
+}
+
+// crossEntropy is the mean over the global batch of logsumexp(row) -
+// row[label]; a row split gives each device the sum of its rows / N.
+func crossEntropy(logits, labels *Tensor, globalN int) (*Tensor, error) {
+	n, c := logits.Shape[0], logits.Shape[1]
+	in := logits.Float64s()
+	lab := indices(labels)
+	total := 0.0
+	for r := 0; r < n; r++ {
+		row := in[r*c : (r+1)*c]
+		if lab[r] < 0 || lab[r] >= int64(c) {
+			return nil, fmt.Errorf("cross_entropy label %d out of range [0, %d)", lab[r], c)
+		}
+		mx := math.Inf(-1)
+		for _, v := range row {
+			mx = math.Max(mx, v)
+		}
+		s := 0.0
+		for _, v := range row {
+			s += math.Exp(v - mx)
+		}
+		total += mx + math.Log(s) - row[lab[r]]
+	}
+	out := NewTensor(logits.DType, nil)
+	setScalar(out, total/float64(globalN))
+	return out, nil
+}
+
+func mse(a, b *Tensor, globalN int) (*Tensor, error) {
+	x, y := a.Float64s(), b.Float64s()
+	s := 0.0
+	for i := range x {
+		d := x[i] - y[i]
+		s += d * d
+	}
+	out := NewTensor(a.DType, nil)
+	setScalar(out, s/float64(globalN))
+	return out, nil
+}

@@ -1,0 +1,223 @@
+package rt
+
+import (
+	"fmt"
+
+	"github.com/meshrun/meshrun/lang"
+)
+
+// Tensor is a dense, row-major array in one device's memory. Data is
+// []float32, []float64, []int32 or []int64 according to DType.
+type Tensor struct {
+	DType lang.DType
+	Shape []int
+	Data  any
+}
+
+// Num is every element type the CPU backend stores.
+type Num interface {
+	~float32 | ~float64 | ~int32 | ~int64
+}
+
+// Float is the float element types.
+type Float interface {
+	~float32 | ~float64
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// NewTensor allocates a zero tensor.
+func NewTensor(dt lang.DType, shape []int) *Tensor {
+	n := numel(shape)
+	t := &Tensor{DType: dt, Shape: append([]int{}, shape...)}
+	switch dt {
+	case lang.F32:
+		t.Data = make([]float32, n)
+	case lang.F64:
+		t.Data = make([]float64, n)
+	case lang.I32:
+		t.Data = make([]int32, n)
+	case lang.I64:
+		t.Data = make([]int64, n)
+	default:
+		panic(fmt.Sprintf("rt: unsupported dtype %s", dt))
+	}
+	return t
+}
+
+// FromSlice wraps data with a shape.
+func FromSlice(shape []int, data any) *Tensor {
+	var dt lang.DType
+	switch data.(type) {
+	case []float32:
+		dt = lang.F32
+	case []float64:
+		dt = lang.F64
+	case []int32:
+		dt = lang.I32
+	case []int64:
+		dt = lang.I64
+	default:
+		panic(fmt.Sprintf("rt: unsupported data %T", data))
+	}
+	return &Tensor{DType: dt, Shape: append([]int{}, shape...), Data: data}
+}
+
+// Numel is the element count.
+func (t *Tensor) Numel() int { return numel(t.Shape) }
+
+// Bytes is the storage size.
+func (t *Tensor) Bytes() int64 { return int64(t.Numel() * t.DType.Size()) }
+
+// Float64s returns the elements converted to float64 (for comparisons and printing).
+func (t *Tensor) Float64s() []float64 {
+	out := make([]float64, t.Numel())
+	switch d := t.Data.(type) {
+	case []float32:
+		for i, v := range d {
+			out[i] = float64(v)
+		}
+	case []float64:
+		copy(out, d)
+	case []int32:
+		for i, v := range d {
+			out[i] = float64(v)
+		}
+	case []int64:
+		for i, v := range d {
+			out[i] = float64(v)
+		}
+	}
+	return out
+}
+
+// Clone deep-copies a tensor.
+func (t *Tensor) Clone() *Tensor {
+	c := NewTensor(t.DType, t.Shape)
+	switch d := t.Data.(type) {
+	case []float32:
+		copy(c.Data.([]float32), d)
+	case []float64:
+		copy(c.Data.([]float64), d)
+	case []int32:
+		copy(c.Data.([]int32), d)
+	case []int64:
+		copy(c.Data.([]int64), d)
+	}
+	return c
+}
+
+// strides of a row-major shape.
+func strides(shape []int) []int {
+	s := make([]int, len(shape))
+	acc := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		s[i] = acc
+		acc *= shape[i]
+	}
+	return s
+}
+
+// copyBlock copies a box of size count from src (shape ss, starting at
+// soff) to dst (shape ds, starting at doff).
+func copyBlock[T Num](dst []T, ds, doff []int, src []T, ss, soff []int, count []int) {
+	if numel(count) == 0 {
+		return
+	}
+	r := len(count)
+	if r == 0 {
+		dst[0] = src[0]
+		return
+	}
+	dstr, sstr := strides(ds), strides(ss)
+	inner := count[r-1]
+	idx := make([]int, r-1)
+	for {
+		di, si := doff[r-1], soff[r-1]
+		for k := 0; k < r-1; k++ {
+			di += (doff[k] + idx[k]) * dstr[k]
+			si += (soff[k] + idx[k]) * sstr[k]
+		}
+		copy(dst[di:di+inner], src[si:si+inner])
+		k := r - 2
+		for ; k >= 0; k-- {
+			idx[k]++
+			if idx[k] < count[k] {
+				break
+			}
+			idx[k] = 0
+		}
+		if k < 0 {
+			return
+		}
+	}
+}
+
+// CopyBlock copies a box between tensors of the same dtype.
+func CopyBlock(dst *Tensor, doff []int, src *Tensor, soff []int, count []int) {
+	switch d := dst.Data.(type) {
+	case []float32:
+		copyBlock(d, dst.Shape, doff, src.Data.([]float32), src.Shape, soff, count)
+	case []float64:
+		copyBlock(d, dst.Shape, doff, src.Data.([]float64), src.Shape, soff, count)
+	case []int32:
+		copyBlock(d, dst.Shape, doff, src.Data.([]int32), src.Shape, soff, count)
+	case []int64:
+		copyBlock(d, dst.Shape, doff, src.Data.([]int64), src.Shape, soff, count)
+	}
+}
+
+// Extract returns the box [off, off+count) of t as a new tensor.
+func Extract(t *Tensor, off, count []int) *Tensor {
+	out := NewTensor(t.DType, count)
+	CopyBlock(out, make([]int, len(count)), t, off, count)
+	return out
+}
+
+// SplitDim cuts t along dim into pieces of the given lengths.
+func SplitDim(t *Tensor, dim int, lens []int) []*Tensor {
+	out := make([]*Tensor, len(lens))
+	off := make([]int, len(t.Shape))
+	for i, l := range lens {
+		count := append([]int{}, t.Shape...)
+		count[dim] = l
+		out[i] = Extract(t, off, count)
+		off[dim] += l
+	}
+	return out
+}
+
+// ConcatDim joins tensors along dim.
+func ConcatDim(ts []*Tensor, dim int) *Tensor {
+	shape := append([]int{}, ts[0].Shape...)
+	shape[dim] = 0
+	for _, t := range ts {
+		shape[dim] += t.Shape[dim]
+	}
+	out := NewTensor(ts[0].DType, shape)
+	off := make([]int, len(shape))
+	for _, t := range ts {
+		CopyBlock(out, off, t, make([]int, len(shape)), t.Shape)
+		off[dim] += t.Shape[dim]
+	}
+	return out
+}
+
+// sameShape reports equal shapes.
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,242 @@
+package sbp
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/meshrun/meshrun/mesh"
+)
+
+// Collective names the data movement of one boxing step.
+type Collective string
+
+const (
+	AllGather     Collective = "all_gather"     // S(i) → B
+	AllReduce     Collective = "all_reduce"     // P → B
+	ReduceScatter Collective = "reduce_scatter" // P → S(i)
+	AllToAll      Collective = "all_to_all"     // S(i) → S(j)
+	LocalSlice    Collective = "slice"          // B → S(i), no communication
+	LocalPartial  Collective = "make_partial"   // B → P and S(i) → P, no communication
+)
+
+// Communicates reports whether the step sends data between devices.
+func (c Collective) Communicates() bool {
+	return c != LocalSlice && c != LocalPartial
+}
+
+// Step is one single-axis conversion.
+type Step struct {
+	Axis     int
+	From, To NdSBP
+	Kind     Collective
+	Reduce   Reduce  // of the partial values reduced or made
+	Bytes    float64 // bytes sent by the busiest device (the model's figure)
+	Time     float64 // modelled seconds
+}
+
+// Path is a whole conversion: steps applied in order.
+type Path struct {
+	From, To NdSBP
+	Steps    []Step
+	Bytes    float64
+	Time     float64
+}
+
+// Describe renders the steps, e.g. "all_gather over tp {S(0), S(1)} → {S(0), B}".
+func (s Step) Describe(m *mesh.Mesh) string {
+	return fmt.Sprintf("%s over %s %s → %s", s.Kind, m.Axes[s.Axis].Name, s.From, s.To)
+}
+
+// StepKind is the boxing table: which collective converts x to y on one axis.
+// ok is false when no single step does (P(sum) ↔ P(max)).
+func StepKind(x, y SBP) (c Collective, red Reduce, ok bool) {
+	switch {
+	case x == y:
+		return "", 0, false
+	case x.IsS() && y.IsB():
+		return AllGather, 0, true
+	case x.IsP() && y.IsB():
+		return AllReduce, x.Reduce, true
+	case x.IsP() && y.IsS():
+		return ReduceScatter, x.Reduce, true
+	case x.IsS() && y.IsS():
+		return AllToAll, 0, true
+	case x.IsB() && y.IsS():
+		return LocalSlice, 0, true
+	case (x.IsB() || x.IsS()) && y.IsP():
+		return LocalPartial, y.Reduce, true
+	}
+	return "", 0, false
+}
+
+// Legal reports whether axis a of placement cur can change to y in one step.
+// A device's block is split by axes in order, so an axis may only change how
+// it splits dim d when no later axis also splits d: otherwise the later
+// axis's sub-blocks would interleave and the step's result would not be a
+// block of any placement.
+func Legal(cur NdSBP, a int, y SBP) bool {
+	later := func(d int) bool {
+		for b := a + 1; b < len(cur); b++ {
+			if cur[b].IsS() && cur[b].Dim == d {
+				return true
+			}
+		}
+		return false
+	}
+	x := cur[a]
+	if x.IsS() && later(x.Dim) {
+		return false
+	}
+	if y.IsS() && later(y.Dim) {
+		return false
+	}
+	return true
+}
+
+// StepCost prices a step with the alpha-beta-gamma model. G is the bytes of
+// the block the group holds together (the device block with the axis's split
+// removed); p the group size.
+func StepCost(m *mesh.Mesh, topo *mesh.Topology, shape []int, elem int, cur NdSBP, a int, kind Collective) (bytes, secs float64) {
+	p := float64(m.Axes[a].Size)
+	if p == 1 || !kind.Communicates() {
+		return 0, 0
+	}
+	l := topo.Link(a)
+	grp := cur.Clone()
+	grp[a] = B
+	G := float64(MaxLocalNumel(m, shape, grp) * elem)
+	L := float64(MaxLocalNumel(m, shape, cur) * elem)
+	f := (p - 1) / p
+	switch kind {
+	case AllGather:
+		bytes = f * G
+		secs = (p-1)*l.Alpha + bytes*l.Beta
+	case ReduceScatter:
+		bytes = f * G
+		secs = (p-1)*l.Alpha + bytes*(l.Beta+l.Gamma)
+	case AllReduce:
+		bytes = 2 * f * G
+		secs = 2*(p-1)*l.Alpha + bytes*l.Beta + f*G*l.Gamma
+	case AllToAll:
+		bytes = f * L
+		secs = (p-1)*l.Alpha + bytes*l.Beta
+	}
+	return bytes, secs
+}
+
+// Planner finds cheapest conversions and remembers them.
+type Planner struct {
+	Mesh  *mesh.Mesh
+	Topo  *mesh.Topology
+	cache map[string]*Path
+}
+
+// NewPlanner makes a planner for a mesh and its links.
+func NewPlanner(m *mesh.Mesh, topo *mesh.Topology) *Planner {
+	if topo == nil {
+		topo = mesh.Uniform(m, mesh.DefaultLink)
+	}
+	return &Planner{Mesh: m, Topo: topo, cache: map[string]*Path{}}
+}
+
+// Plan returns the cheapest sequence of single-axis steps from one placement
+// to another: Dijkstra over placements, where the per-axis values considered
+// are B and the values that appear in either end (other values never help).
+// Ties go to fewer steps, then to the first found in axis order.
+func (pl *Planner) Plan(shape []int, elem int, from, to NdSBP) (*Path, error) {
+	key := fmt.Sprint(shape, elem, from, to)
+	if p, ok := pl.cache[key]; ok {
+		return p, nil
+	}
+	p, err := pl.plan(shape, elem, from, to)
+	if err == nil {
+		pl.cache[key] = p
+	}
+	return p, err
+}
+
+type node struct {
+	state NdSBP
+	time  float64
+	steps int
+	prev  int
+	step  Step
+	done  bool
+}
+
+func (pl *Planner) plan(shape []int, elem int, from, to NdSBP) (*Path, error) {
+	m := pl.Mesh
+	if len(from) != m.NumAxes() || len(to) != m.NumAxes() {
+		return nil, fmt.Errorf("placement %s or %s does not match mesh %s", from, to, m)
+	}
+	vals := []SBP{B}
+	add := func(s SBP) {
+		for _, v := range vals {
+			if v == s {
+				return
+			}
+		}
+		vals = append(vals, s)
+	}
+	for _, s := range append(from.Clone(), to...) {
+		add(s)
+	}
+	nodes := []*node{{state: from.Clone(), prev: -1}}
+	index := map[string]int{from.String(): 0}
+	for {
+		best := -1
+		for i, n := range nodes {
+			if n.done {
+				continue
+			}
+			if best < 0 || n.time < nodes[best].time || (n.time == nodes[best].time && n.steps < nodes[best].steps) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil, fmt.Errorf("no boxing path from %s to %s", from, to)
+		}
+		cur := nodes[best]
+		cur.done = true
+		if cur.state.Equal(to) {
+			path := &Path{From: from.Clone(), To: to.Clone(), Time: cur.time}
+			for i := best; nodes[i].prev >= 0; i = nodes[i].prev {
+				path.Steps = append([]Step{nodes[i].step}, path.Steps...)
+				path.Bytes += nodes[i].step.Bytes
+			}
+			return path, nil
+		}
+		for a := 0; a < m.NumAxes(); a++ {
+			for _, y := range vals {
+				kind, red, ok := StepKind(cur.state[a], y)
+				if !ok || !Legal(cur.state, a, y) {
+					continue
+				}
+				bytes, secs := StepCost(m, pl.Topo, shape, elem, cur.state, a, kind)
+				next := cur.state.Clone()
+				next[a] = y
+				st := Step{Axis: a, From: cur.state.Clone(), To: next, Kind: kind, Reduce: red, Bytes: bytes, Time: secs}
+				k := next.String()
+				t := cur.time + secs
+				if i, seen := index[k]; seen {
+					n := nodes[i]
+					if !n.done && (t < n.time || (t == n.time && cur.steps+1 < n.steps)) {
+						n.time, n.steps, n.prev, n.step = t, cur.steps+1, best, st
+					}
+					continue
+				}
+				index[k] = len(nodes)
+				nodes = append(nodes, &node{state: next, time: t, steps: cur.steps + 1, prev: best, step: st})
+			}
+		}
+	}
+}
+
+// Describe renders a path as its steps joined by "; ".
+func (p *Path) Describe(m *mesh.Mesh) string {
+	parts := make([]string, len(p.Steps))
+	for i, s := range p.Steps {
+		parts[i] = s.Describe(m)
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,51 @@
+package sbp
+
+import "github.com/meshrun/meshrun/mesh"
+
+// Block is the part of a logical tensor that one device holds: Off[i] and
+// Len[i] per tensor dim. Partial lists the mesh axes over which the device's
+// values are partial.
+type Block struct {
+	Off, Len []int
+	Partial  []int
+}
+
+// Numel is the number of elements in the block.
+func (b Block) Numel() int {
+	n := 1
+	for _, l := range b.Len {
+		n *= l
+	}
+	return n
+}
+
+// Layout returns the block of a tensor of the given global shape that device
+// dev of m holds under placement p. Mesh axes split in order: axis 0 first,
+// then each later axis splits what the earlier ones left (the hierarchical
+// layout of nd-SBP).
+func Layout(m *mesh.Mesh, shape []int, p NdSBP, dev int) Block {
+	coord := m.Coord(dev)
+	b := Block{Off: make([]int, len(shape)), Len: append([]int(nil), shape...)}
+	for a, s := range p {
+		switch s.Kind {
+		case Split:
+			off, l := mesh.Split(b.Len[s.Dim], m.Axes[a].Size, coord[a])
+			b.Off[s.Dim] += off
+			b.Len[s.Dim] = l
+		case Partial:
+			b.Partial = append(b.Partial, a)
+		}
+	}
+	return b
+}
+
+// LocalShape is the shape of the block a device holds.
+func LocalShape(m *mesh.Mesh, shape []int, p NdSBP, dev int) []int {
+	return Layout(m, shape, p, dev).Len
+}
+
+// MaxLocalNumel is the largest block over all devices. Shard 0 of a balanced
+// split is never smaller than any other, so device 0 holds the largest block.
+func MaxLocalNumel(m *mesh.Mesh, shape []int, p NdSBP) int {
+	return Layout(m, shape, p, 0).Numel()
+}

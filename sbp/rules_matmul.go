@@ -1,0 +1,40 @@
+package sbp
+
+// Matmul Y[..., m, n] = A[..., m, k] · B[..., k, n], with batch dims. B may
+// have fewer batch dims than A (a shared weight); batch dims it has must
+// match A's trailing batch dims. The rules follow from the einsum form:
+// a split batch dim splits everything that has it, a split free dim (m or n)
+// splits that side's output, a split contracting dim on both sides gives a
+// partial sum, and one partial operand against a replicated one stays partial.
+
+func init() {
+	register("matmul", Rule{Sigs: matmulSigs}, "matmul")
+}
+
+func matmulSigs(d *OpDesc) []Sig {
+	a, b := d.In[0], d.In[1]
+	ra, rb, ro := len(a), len(b), len(d.Out)
+	var out []Sig
+	// batch dims of the output
+	for j := 0; j < ro-2; j++ {
+		ka := j - (ro - ra)
+		kb := j - (ro - rb)
+		sa, sb := B, B
+		if ka >= 0 {
+			sa = S(ka)
+		}
+		if kb >= 0 && kb < rb-2 {
+			sb = S(kb)
+		}
+		out = append(out, Sig{In: []SBP{sa, sb}, Out: S(j), Why: "batch dim split: each device multiplies its own batches"})
+	}
+	out = append(out,
+		Sig{In: []SBP{S(ra - 2), B}, Out: S(ro - 2), Why: "rows of A split: each device computes its rows of Y"},
+		Sig{In: []SBP{B, S(rb - 1)}, Out: S(ro - 1), Why: "columns of B split: each device computes its columns of Y"},
+		Sig{In: []SBP{S(ra - 1), S(rb - 2)}, Out: P, Why: "contracting dim split on both sides: each device holds a partial sum"},
+		Sig{In: []SBP{P, B}, Out: P, Why: "matmul is linear in A: partial A gives partial Y"},
+		Sig{In: []SBP{B, P}, Out: P, Why: "matmul is linear in B: partial B gives partial Y"},
+		Sig{In: []SBP{B, B}, Out: B, Why: "replicated in, replicated out"},
+	)
+	return out
+}
