@@ -121,15 +121,11 @@ func errorf(pos Pos, format string, args ...any) *Error {
 // didYouMean returns ` (did you mean "x"?)` for the closest candidate
 // within a small edit distance, or "".
 func didYouMean(name string, candidates []string) string {
-	best, bestD := "", 3
-	if len(name) <= 2 {
-		bestD = 2
-	}
+	limit := max(1, len(name)/3)
+	best, bestD := "", limit+1
 	for _, c := range candidates {
-		if d := editDistance(name, c); d < bestD || (d == bestD && best != "" && c < best && d < 3) {
-			if d < bestD {
-				best, bestD = c, d
-			}
+		if d := editDistance(name, c); d < bestD || (d == bestD && c < best) {
+			best, bestD = c, d
 		}
 	}
 	if best == "" {

@@ -1,0 +1,394 @@
+// Package cli implements the meshrun subcommands. It is separate from
+// cmd/meshrun so tests can drive every command in-process and check its
+// output and exit code.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/rt"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // a run failed, or check found a mismatch
+	ExitUsage   = 2 // bad usage or a compile error
+)
+
+const usage = `meshrun — placements over a device mesh, checked against one device
+
+usage:
+  meshrun run FILE [flags]       run the program on the mesh's virtual devices
+  meshrun check FILE [flags]     run on the mesh and on one device; compare every output
+  meshrun explain FILE [flags]   placements, inserted collectives, bytes, costs, memory
+  meshrun repl [flags]           interactive sharding experiments
+  meshrun grammar                print the grammar (EBNF, generated from the parser)
+
+Run 'meshrun COMMAND --help' for a command's flags.
+Exit codes: 0 ok, 1 run or check failure, 2 usage or compile error.
+`
+
+// Main runs one command line and returns the exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	env := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	switch args[0] {
+	case "run":
+		return env.run(args[1:])
+	case "check":
+		return env.check(args[1:])
+	case "explain":
+		return env.explain(args[1:])
+	case "repl":
+		return env.repl(args[1:])
+	case "grammar":
+		fmt.Fprintln(stdout, lang.Grammar())
+		return ExitOK
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "meshrun: unknown command %q\n\n%s", args[0], usage)
+	return ExitUsage
+}
+
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// common are the flags every program-taking command has.
+type common struct {
+	devices   int
+	seed      uint64
+	timeout   time.Duration
+	alphaUs   float64
+	bandwidth float64
+	links     string
+	verify    bool
+	dumpAfter string
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.IntVar(&c.devices, "devices", 64, "virtual CPU devices available; a larger mesh is an error")
+	fs.Uint64Var(&c.seed, "seed", 0, "seed of the random initialisers")
+	fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long a collective waits for its peers")
+	fs.Float64Var(&c.alphaUs, "alpha", mesh.DefaultLink.Alpha*1e6, "link latency in microseconds (cost model)")
+	fs.Float64Var(&c.bandwidth, "bandwidth", 1/mesh.DefaultLink.Beta/1e9, "link bandwidth in GB/s (cost model)")
+	fs.StringVar(&c.links, "link", "", "per-axis links, e.g. 'dp=25:12.5,tp=5:100' (alpha us : GB/s)")
+	fs.BoolVar(&c.verify, "verify", false, "run the plan verifier after every lowering pass")
+	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass (infer, boxing, spmd, memory, all)")
+}
+
+// topology builds the link model of a mesh from the flags.
+func (c *common) topology(m *mesh.Mesh) (*mesh.Topology, error) {
+	def := mesh.Link{Alpha: c.alphaUs * 1e-6, Beta: 1 / (c.bandwidth * 1e9), Gamma: mesh.DefaultLink.Gamma}
+	if c.bandwidth <= 0 || c.alphaUs < 0 {
+		return nil, fmt.Errorf("--alpha must be >= 0 and --bandwidth > 0")
+	}
+	t := mesh.Uniform(m, def)
+	if c.links == "" {
+		return t, nil
+	}
+	for _, part := range strings.Split(c.links, ",") {
+		name, spec, ok := strings.Cut(part, "=")
+		a := m.AxisIndex(strings.TrimSpace(name))
+		if !ok || a < 0 {
+			return nil, fmt.Errorf("--link %q: unknown mesh axis %q", c.links, name)
+		}
+		var alpha, bw float64
+		if _, err := fmt.Sscanf(spec, "%g:%g", &alpha, &bw); err != nil || bw <= 0 || alpha < 0 {
+			return nil, fmt.Errorf("--link %q: want AXIS=ALPHA_US:GBPS", part)
+		}
+		t.Links[a] = mesh.Link{Alpha: alpha * 1e-6, Beta: 1 / (bw * 1e9), Gamma: def.Gamma}
+	}
+	return t, nil
+}
+
+// parse parses flags that may come before or after positional arguments.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: meshrun %s\n\nflags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// compile checks and lowers a file, printing diagnostics on failure.
+func (e *env) compile(path string, c *common) (*lower.Plan, int) {
+	g, sources, err := lang.CheckFile(path, lang.CheckOptions{Devices: c.devices})
+	if err != nil {
+		e.diag(err, sources)
+		return nil, ExitUsage
+	}
+	topo, err := c.topology(g.Mesh)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "meshrun:", err)
+		return nil, ExitUsage
+	}
+	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter}
+	if c.dumpAfter != "" {
+		opts.Dump = e.stdout
+	}
+	p, err := lower.Lower(g, opts)
+	if err != nil {
+		e.diag(err, g.Sources)
+		return nil, ExitUsage
+	}
+	return p, ExitOK
+}
+
+func (e *env) diag(err error, sources map[string][]byte) {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
+		return
+	}
+	fmt.Fprint(e.stderr, lang.Render(err, sources))
+}
+
+// reference lowers the same graph onto one device.
+func reference(p *lower.Plan) (*lower.Plan, error) {
+	return lower.Lower(p.Graph, lower.Options{Mesh: p.Mesh.Single()})
+}
+
+func (e *env) execute(p *lower.Plan, c *common) (*rt.Result, int) {
+	res, err := rt.Run(context.Background(), p, rt.Options{Seed: c.seed, Timeout: c.timeout})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "meshrun: run failed on mesh %s: %v\n", p.Mesh, err)
+		return nil, ExitFailure
+	}
+	return res, ExitOK
+}
+
+func (e *env) run(args []string) int {
+	var c common
+	fs := newFlags(e, "run", "run FILE [--seed N] [--out DIR] [--trace FILE]")
+	c.register(fs)
+	out := fs.String("out", "", "write every output as DIR/NAME.npy (the whole logical tensor)")
+	trace := fs.String("trace", "", "write the per-device timeline as Chrome trace JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return ExitUsage
+	}
+	p, code := e.compile(pos[0], &c)
+	if p == nil {
+		return code
+	}
+	res, code := e.execute(p, &c)
+	if res == nil {
+		return code
+	}
+	for i, name := range res.Names {
+		t := res.Outputs[i]
+		fmt.Fprintf(e.stdout, "%s : %s%s %s = %s\n", name, t.DType, lang.ShapeString(t.Shape), p.Outputs[i].Placement, preview(t))
+	}
+	var peak int64
+	for _, d := range res.Devices {
+		peak = max(peak, d.Peak)
+	}
+	fmt.Fprintf(e.stdout, "ran on %d devices %s in %v; peak %s per device\n", p.Mesh.Size(), p.Mesh, res.Wall.Round(time.Microsecond), lower.HumanBytes(float64(peak)))
+	if *out != "" {
+		if err := writeOutputs(*out, res); err != nil {
+			fmt.Fprintln(e.stderr, "meshrun:", err)
+			return ExitFailure
+		}
+	}
+	if *trace != "" {
+		if err := writeTrace(*trace, p, res); err != nil {
+			fmt.Fprintln(e.stderr, "meshrun:", err)
+			return ExitFailure
+		}
+	}
+	return ExitOK
+}
+
+func writeOutputs(dir string, res *rt.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i, name := range res.Names {
+		t := res.Outputs[i]
+		if err := npy.WriteFile(filepath.Join(dir, name+".npy"), t.Shape, t.Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeTrace(path string, p *lower.Plan, res *rt.Result) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := rt.WriteChromeTrace(f, p.Mesh, res); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// preview prints the first few elements.
+func preview(t *rt.Tensor) string {
+	v := t.Float64s()
+	n := min(len(v), 6)
+	parts := make([]string, n)
+	for i := 0; i < n; i++ {
+		parts[i] = fmt.Sprintf("%.6g", v[i])
+	}
+	s := "[" + strings.Join(parts, " ")
+	if len(v) > n {
+		s += fmt.Sprintf(" … (%d values)", len(v))
+	}
+	return s + "]"
+}
+
+func (e *env) check(args []string) int {
+	var c common
+	fs := newFlags(e, "check", "check FILE [--rtol R] [--atol A]")
+	c.register(fs)
+	rtol := fs.Float64("rtol", -1, "relative tolerance (default 1e-4 for f32, 1e-9 for f64)")
+	atol := fs.Float64("atol", -1, "absolute tolerance (default 1e-5 for f32, 1e-12 for f64)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return ExitUsage
+	}
+	p, code := e.compile(pos[0], &c)
+	if p == nil {
+		return code
+	}
+	ref, err := reference(p)
+	if err != nil {
+		fmt.Fprint(e.stderr, lang.Render(err, p.Graph.Sources))
+		return ExitUsage
+	}
+	got, code := e.execute(p, &c)
+	if got == nil {
+		return code
+	}
+	want, code := e.execute(ref, &c)
+	if want == nil {
+		return code
+	}
+	ok := true
+	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", pos[0], p.Mesh, p.Mesh.Size())
+	for i, name := range want.Names {
+		r, a := tolerances(want.Outputs[i].DType.String(), *rtol, *atol)
+		d := rt.CompareTensors(got.Output(name), want.Outputs[i], r, a)
+		status := "ok"
+		if !d.OK {
+			status, ok = "MISMATCH", false
+		}
+		fmt.Fprintf(e.stdout, "  %-12s %-8s max abs err %.3g  max rel err %.3g  (rtol %g, atol %g)\n", name, status, d.MaxAbs, d.MaxRel, r, a)
+	}
+	if len(want.Names) == 0 {
+		fmt.Fprintln(e.stdout, "  (the program has no outputs to compare)")
+	}
+	if !ok {
+		fmt.Fprintln(e.stdout, "FAIL: the sharded run differs from the single-device run")
+		return ExitFailure
+	}
+	fmt.Fprintln(e.stdout, "PASS: every output equals the single-device run")
+	return ExitOK
+}
+
+func tolerances(dtype string, rtol, atol float64) (float64, float64) {
+	r, a := 1e-4, 1e-5
+	if dtype == "f64" {
+		r, a = 1e-9, 1e-12
+	}
+	if dtype == "i32" || dtype == "i64" {
+		r, a = 0, 0
+	}
+	if rtol >= 0 {
+		r = rtol
+	}
+	if atol >= 0 {
+		a = atol
+	}
+	return r, a
+}
+
+func (e *env) explain(args []string) int {
+	var c common
+	fs := newFlags(e, "explain", "explain FILE [--json]")
+	c.register(fs)
+	asJSON := fs.Bool("json", false, "print the report as one JSON document (schema in spec.md)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return ExitUsage
+	}
+	p, code := e.compile(pos[0], &c)
+	if p == nil {
+		return code
+	}
+	r := lower.Explain(p)
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintln(e.stderr, "meshrun:", err)
+			return ExitFailure
+		}
+		return ExitOK
+	}
+	fmt.Fprint(e.stdout, r.Text())
+	return ExitOK
+}
+
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	return ExitUsage
+}

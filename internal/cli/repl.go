@@ -1,0 +1,306 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/rt"
+	"github.com/meshrun/meshrun/sbp"
+	"golang.org/x/term"
+)
+
+const replHelp = `Type statements of the .mesh language, or an expression to evaluate.
+Start with a mesh, then declare tensors:
+  mesh M = [dp=2, tp=2]
+  param W : f32[8, 8] {B, S(1)} = normal(0, 1)
+  input x : f32[4, 8] {S(0), B} = ones
+  x @ W
+Each result shows its placement, its local shape per device, the collectives
+the compiler inserted for it, and its value. A statement may span lines;
+an empty line ends it.
+commands:
+  :layout NAME   draw which device holds which block of NAME
+  :explain       the explain report of everything defined so far
+  :names         the tensors defined so far, with their placements
+  :reset         forget everything
+  :help          this text
+  :quit          leave (also Ctrl-D)
+`
+
+// session is one REPL: a checker that accumulates the program, re-lowered
+// and re-run after every statement so results are always those of the
+// whole program.
+type session struct {
+	out     io.Writer
+	c       *common
+	checker *lang.Checker
+	n       int
+}
+
+func (e *env) repl(args []string) int {
+	var c common
+	fs := newFlags(e, "repl", "repl [--devices N] [--seed N]")
+	c.register(fs)
+	if _, err := parse(fs, args); err != nil {
+		return flagExit(err)
+	}
+	s := &session{c: &c}
+	s.reset()
+	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return s.interactive(f, e.stdout)
+	}
+	s.out = e.stdout
+	sc := bufio.NewScanner(e.stdin)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var buf []string
+	for sc.Scan() {
+		if s.feed(&buf, sc.Text()) {
+			return ExitOK
+		}
+	}
+	if len(buf) > 0 {
+		s.eval(strings.Join(buf, "\n"), true)
+	}
+	return ExitOK
+}
+
+// interactive runs the REPL on a terminal with line editing and history
+// (golang.org/x/term).
+func (s *session) interactive(f *os.File, w io.Writer) int {
+	old, err := term.MakeRaw(int(f.Fd()))
+	if err != nil {
+		fmt.Fprintln(w, "meshrun: cannot use the terminal:", err)
+		return ExitFailure
+	}
+	defer term.Restore(int(f.Fd()), old)
+	t := term.NewTerminal(struct {
+		io.Reader
+		io.Writer
+	}{f, w}, "meshrun> ")
+	s.out = t
+	fmt.Fprintln(t, "meshrun REPL — :help for help, :quit to leave")
+	var buf []string
+	for {
+		if len(buf) > 0 {
+			t.SetPrompt("     ... ")
+		} else {
+			t.SetPrompt("meshrun> ")
+		}
+		line, err := t.ReadLine()
+		if err != nil {
+			return ExitOK
+		}
+		if s.feed(&buf, line) {
+			return ExitOK
+		}
+	}
+}
+
+func (s *session) reset() {
+	s.checker = lang.NewChecker("<repl>", nil, lang.CheckOptions{Devices: s.c.devices, AllowExprStmt: true, Dir: "."})
+}
+
+// feed takes one line; it returns true when the session should end.
+func (s *session) feed(buf *[]string, line string) bool {
+	trimmed := strings.TrimSpace(line)
+	if len(*buf) == 0 && strings.HasPrefix(trimmed, ":") {
+		return s.command(trimmed)
+	}
+	if trimmed == "" {
+		if len(*buf) > 0 {
+			s.eval(strings.Join(*buf, "\n"), true)
+			*buf = nil
+		}
+		return false
+	}
+	*buf = append(*buf, line)
+	if s.eval(strings.Join(*buf, "\n"), false) {
+		*buf = nil
+	}
+	return false
+}
+
+// eval parses and runs src. Unless final, an input that ends too early is
+// left for more lines (it returns false).
+func (s *session) eval(src string, final bool) bool {
+	s.n++
+	name := fmt.Sprintf("<repl:%d>", s.n)
+	f, err := lang.Parse(name, []byte(src))
+	if err != nil {
+		if !final && strings.Contains(err.Error(), "unexpected end of file") {
+			s.n--
+			return false
+		}
+		fmt.Fprint(s.out, lang.Render(err, map[string][]byte{name: []byte(src)}))
+		return true
+	}
+	for _, st := range f.Stmts {
+		if err := s.checker.Stmt(st, []byte(src)); err != nil {
+			fmt.Fprint(s.out, lang.Render(err, s.checker.Graph().Sources))
+			return true
+		}
+		s.show(st, name)
+	}
+	return true
+}
+
+func (s *session) show(st *lang.Stmt, file string) {
+	names := s.checker.Names()
+	switch {
+	case st.Mesh != nil:
+		m := s.checker.Graph().Mesh
+		fmt.Fprintf(s.out, "mesh %s = %s: %d devices\n", m.Name, m, m.Size())
+	case st.Def != nil:
+		fmt.Fprintf(s.out, "defined %s(%s)\n", st.Def.Name, strings.Join(st.Def.Params, ", "))
+	case st.Use != nil:
+		fmt.Fprintf(s.out, "using module %s\n", st.Use.Module)
+	case st.Output != nil:
+		fmt.Fprintf(s.out, "%s marked as output\n", st.Output.Name)
+	case st.Tensor != nil:
+		s.showValue(names[st.Tensor.Name], st.Tensor.Name, file)
+	case st.Assign != nil:
+		s.showValue(names[st.Assign.Name], st.Assign.Name, file)
+	case st.Expr != nil:
+		s.showValue(s.checker.Last, "", file)
+	}
+}
+
+// lowerWith lowers the program so far, with v as an extra output.
+func (s *session) lowerWith(v *lang.Value) (*lower.Plan, error) {
+	g := *s.checker.Graph()
+	g.Outputs = nil
+	if v != nil {
+		g.Outputs = []*lang.Output{{Name: "_", Value: v}}
+	}
+	return lower.Lower(&g, lower.Options{})
+}
+
+func (s *session) showValue(v *lang.Value, name, file string) {
+	if v == nil {
+		return
+	}
+	if name == "" {
+		name = v.Label()
+	}
+	p, err := s.lowerWith(v)
+	if err != nil {
+		fmt.Fprint(s.out, lang.Render(err, s.checker.Graph().Sources))
+		return
+	}
+	pl := p.Placement[v]
+	fmt.Fprintf(s.out, "%s : %s %s\n", name, v.Type, pl)
+	shapes := map[string][]int{}
+	var keys []string
+	for d := 0; d < p.Mesh.Size(); d++ {
+		k := lang.ShapeString(sbp.LocalShape(p.Mesh, v.Type.Shape, pl, d))
+		if _, ok := shapes[k]; !ok {
+			keys = append(keys, k)
+		}
+		shapes[k] = append(shapes[k], d)
+	}
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s on d%s", k, rangeListInts(shapes[k])))
+	}
+	fmt.Fprintf(s.out, "  local: %s\n", strings.Join(parts, "; "))
+	n := 0
+	for _, c := range p.Convs {
+		if c.Pos.Filename != file {
+			continue
+		}
+		for _, st := range c.Path.Steps {
+			n++
+			fmt.Fprintf(s.out, "  inserted: %s of %s over %s %s → %s, %s per device, %.2f us (for %s)\n",
+				st.Kind, c.Value.Label(), p.Mesh.Axes[st.Axis].Name, st.From, st.To, lower.HumanBytes(st.Bytes), st.Time*1e6, c.Cause)
+		}
+	}
+	if n == 0 && v.Op != "input" && v.Op != "param" {
+		fmt.Fprintln(s.out, "  inserted: no collectives")
+	}
+	res, err := rt.Run(context.Background(), p, rt.Options{Seed: s.c.seed, Timeout: s.c.timeout})
+	if err != nil {
+		fmt.Fprintf(s.out, "  run failed: %v\n", err)
+		return
+	}
+	fmt.Fprintf(s.out, "  value: %s\n", preview(res.Outputs[0]))
+}
+
+func rangeListInts(ds []int) string {
+	var parts []string
+	for i := 0; i < len(ds); {
+		j := i
+		for j+1 < len(ds) && ds[j+1] == ds[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, fmt.Sprint(ds[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ds[i], ds[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",d")
+}
+
+// command runs a ':' command; it returns true to end the session.
+func (s *session) command(line string) bool {
+	cmd, arg, _ := strings.Cut(line, " ")
+	arg = strings.TrimSpace(arg)
+	switch cmd {
+	case ":quit", ":q", ":exit":
+		return true
+	case ":help", ":h":
+		fmt.Fprint(s.out, replHelp)
+	case ":reset":
+		s.reset()
+		fmt.Fprintln(s.out, "forgot everything")
+	case ":names":
+		p, err := s.lowerWith(nil)
+		if err != nil {
+			fmt.Fprint(s.out, lang.Render(err, s.checker.Graph().Sources))
+			return false
+		}
+		names := s.checker.Names()
+		var keys []string
+		for k := range names {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(s.out, "  %s : %s %s\n", k, names[k].Type, p.Placement[names[k]])
+		}
+	case ":layout":
+		v, ok := s.checker.Names()[arg]
+		if !ok {
+			fmt.Fprintf(s.out, ":layout: unknown name %q\n", arg)
+			return false
+		}
+		p, err := s.lowerWith(v)
+		if err != nil {
+			fmt.Fprint(s.out, lang.Render(err, s.checker.Graph().Sources))
+			return false
+		}
+		fmt.Fprintf(s.out, "%s: %s", arg, sbp.Draw(p.Mesh, v.Type.Shape, p.Placement[v]))
+	case ":explain":
+		if s.checker.Graph().Mesh == nil {
+			fmt.Fprintln(s.out, ":explain: declare a mesh first")
+			return false
+		}
+		p, err := s.lowerWith(nil)
+		if err != nil {
+			fmt.Fprint(s.out, lang.Render(err, s.checker.Graph().Sources))
+			return false
+		}
+		fmt.Fprint(s.out, lower.Explain(p).Text())
+	default:
+		fmt.Fprintf(s.out, "unknown command %s (:help lists them)\n", cmd)
+	}
+	return false
+}

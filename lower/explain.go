@@ -1,0 +1,360 @@
+package lower
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Report is what `meshrun explain` shows, as data (its JSON form is the
+// --json output; spec.md documents the schema).
+type Report struct {
+	Mesh        MeshReport         `json:"mesh"`
+	Ops         []OpReport         `json:"ops"`
+	Collectives []CollectiveReport `json:"collectives"`
+	Outputs     []OutputReport     `json:"outputs"`
+	Memory      []MemoryReport     `json:"memory"`
+	Totals      TotalsReport       `json:"totals"`
+}
+
+type MeshReport struct {
+	Name    string       `json:"name"`
+	Devices int          `json:"devices"`
+	Axes    []AxisReport `json:"axes"`
+}
+
+type AxisReport struct {
+	Name       string  `json:"name"`
+	Size       int     `json:"size"`
+	AlphaUs    float64 `json:"alpha_us"`
+	GBPerSec   float64 `json:"bandwidth_gb_s"`
+	ReduceGBps float64 `json:"reduce_gb_s"`
+}
+
+type ArgReport struct {
+	Value     string `json:"value"`
+	Placement string `json:"placement"`
+	Converted string `json:"converted_to,omitempty"`
+	Local     []int  `json:"local_shape"`
+}
+
+type OpReport struct {
+	ID          int         `json:"id"`
+	Op          string      `json:"op"`
+	Value       string      `json:"value"`
+	Where       string      `json:"where"`
+	Line        int         `json:"line"`
+	Shape       []int       `json:"shape"`
+	DType       string      `json:"dtype"`
+	Inputs      []ArgReport `json:"inputs"`
+	Placement   string      `json:"placement"`
+	Local       []int       `json:"local_shape"`
+	LocalShapes [][]int     `json:"local_shapes_distinct"`
+	CalledFrom  []string    `json:"called_from,omitempty"`
+	Why         []string    `json:"why,omitempty"`
+	Candidates  int         `json:"candidates"`
+}
+
+type CollectiveReport struct {
+	Index       int     `json:"index"`
+	Kind        string  `json:"kind"`
+	Axis        string  `json:"axis"`
+	GroupSize   int     `json:"group_size"`
+	Value       string  `json:"value"`
+	From        string  `json:"from"`
+	To          string  `json:"to"`
+	Communicate bool    `json:"communicates"`
+	Bytes       float64 `json:"bytes_per_device"`
+	TimeUs      float64 `json:"time_us"`
+	Formula     string  `json:"formula"`
+	Cause       string  `json:"cause"`
+	Where       string  `json:"where"`
+	Line        int     `json:"line"`
+	Source      string  `json:"source"`
+}
+
+type OutputReport struct {
+	Name      string `json:"name"`
+	Placement string `json:"placement"`
+	Shape     []int  `json:"shape"`
+}
+
+type MemoryReport struct {
+	Device    int    `json:"device"`
+	Coord     string `json:"coord"`
+	PeakBytes int64  `json:"peak_bytes"`
+}
+
+type TotalsReport struct {
+	Collectives  int            `json:"collectives"`
+	LocalSteps   int            `json:"local_steps"`
+	Bytes        float64        `json:"bytes_per_device"`
+	TimeUs       float64        `json:"time_us"`
+	MaxPeakBytes int64          `json:"max_peak_bytes"`
+	ByKind       map[string]int `json:"by_kind"`
+}
+
+// Formula is the cost formula of a collective on one axis (algorithms.md).
+func Formula(k sbp.Collective) string {
+	switch k {
+	case sbp.AllGather:
+		return "(p-1)/p·G bytes, (p-1)α + (p-1)/p·G·β"
+	case sbp.ReduceScatter:
+		return "(p-1)/p·G bytes, (p-1)α + (p-1)/p·G·(β+γ)"
+	case sbp.AllReduce:
+		return "2(p-1)/p·G bytes, 2(p-1)α + 2(p-1)/p·G·β + (p-1)/p·G·γ"
+	case sbp.AllToAll:
+		return "(p-1)/p·L bytes, (p-1)α + (p-1)/p·L·β"
+	}
+	return "local, no communication"
+}
+
+// Explain builds the report of a lowered plan.
+func Explain(p *Plan) *Report {
+	m := p.Mesh
+	r := &Report{Mesh: MeshReport{Name: m.Name, Devices: m.Size()}, Totals: TotalsReport{ByKind: map[string]int{}}}
+	for i, a := range m.Axes {
+		l := p.Planner.Topo.Link(i)
+		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: l.Alpha * 1e6, GBPerSec: 1 / l.Beta / 1e9, ReduceGBps: 1 / l.Gamma / 1e9})
+	}
+	for _, v := range p.Graph.Values {
+		pl := p.Placement[v]
+		op := OpReport{ID: v.ID, Op: v.Op, Value: v.Label(), Where: lang.FormatPos(v.Pos), Line: v.Pos.Line, CalledFrom: callSites(v), Shape: v.Type.Shape, DType: v.Type.DType.String(),
+			Placement: pl.String(), Local: sbp.LocalShape(m, v.Type.Shape, pl, 0), LocalShapes: distinctShapes(p, v.Type.Shape, pl)}
+		if ch := p.Choice[v]; ch != nil {
+			op.Candidates = ch.Candidates
+			if v.Op != "to" {
+				op.Why = dedupe(ch.Sig.Why)
+			}
+			for i, a := range v.Args {
+				ar := ArgReport{Value: a.Label(), Placement: p.Placement[a].String(), Local: sbp.LocalShape(m, a.Type.Shape, ch.Sig.In[i], 0)}
+				if ch.ArgConv[i] != nil {
+					ar.Converted = ch.Sig.In[i].String()
+				}
+				op.Inputs = append(op.Inputs, ar)
+			}
+		}
+		r.Ops = append(r.Ops, op)
+	}
+	for _, c := range p.Convs {
+		for _, st := range c.Path.Steps {
+			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,
+				Value: c.Value.Label(), From: st.From.String(), To: st.To.String(), Communicate: st.Kind.Communicates(),
+				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: lang.FormatPos(c.Pos), Line: c.Pos.Line,
+				Source: sourceLine(p.Graph.Sources[c.Pos.Filename], c.Pos.Line)}
+			r.Collectives = append(r.Collectives, cr)
+			if cr.Communicate {
+				r.Totals.Collectives++
+			} else {
+				r.Totals.LocalSteps++
+			}
+			r.Totals.ByKind[cr.Kind]++
+			r.Totals.Bytes += st.Bytes
+			r.Totals.TimeUs += st.Time * 1e6
+		}
+	}
+	for _, o := range p.Outputs {
+		r.Outputs = append(r.Outputs, OutputReport{Name: o.Output.Name, Placement: o.Placement.String(), Shape: o.Output.Value.Type.Shape})
+	}
+	for d, peak := range p.Peak {
+		r.Memory = append(r.Memory, MemoryReport{Device: d, Coord: m.CoordString(d), PeakBytes: peak})
+		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
+	}
+	return r
+}
+
+func callSites(v *lang.Value) []string {
+	var out []string
+	for _, c := range v.Calls {
+		out = append(out, lang.FormatPos(c))
+	}
+	return out
+}
+
+func distinctShapes(p *Plan, shape []int, pl sbp.NdSBP) [][]int {
+	seen := map[string]bool{}
+	var out [][]int
+	for d := 0; d < p.Mesh.Size(); d++ {
+		s := sbp.LocalShape(p.Mesh, shape, pl, d)
+		k := fmt.Sprint(s)
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func dedupe(ss []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// sourceLine returns a line of code without its comment.
+func sourceLine(src []byte, line int) string {
+	lines := strings.Split(string(src), "\n")
+	if line < 1 || line > len(lines) {
+		return ""
+	}
+	l := lines[line-1]
+	inStr := false
+	for i, r := range l {
+		switch {
+		case r == '"':
+			inStr = !inStr
+		case r == '#' && !inStr:
+			l = l[:i]
+		}
+		if len(l) <= i {
+			break
+		}
+	}
+	return strings.TrimSpace(l)
+}
+
+// HumanBytes renders 98304 as "96.0 KiB".
+func HumanBytes(b float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for b >= 1024 && i < len(units)-1 {
+		b /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", b)
+	}
+	return fmt.Sprintf("%.1f %s", b, units[i])
+}
+
+// Text renders the report for a terminal.
+func (r *Report) Text() string {
+	var b strings.Builder
+	var axes []string
+	for _, a := range r.Mesh.Axes {
+		axes = append(axes, fmt.Sprintf("%s=%d", a.Name, a.Size))
+	}
+	fmt.Fprintf(&b, "mesh %s = [%s]  (%d devices)\n", r.Mesh.Name, strings.Join(axes, ", "), r.Mesh.Devices)
+	for _, a := range r.Mesh.Axes {
+		fmt.Fprintf(&b, "  link %-4s alpha %.1f us, %.0f GB/s\n", a.Name, a.AlphaUs, a.GBPerSec)
+	}
+	b.WriteString("\nops (placement per mesh axis; local shape on device 0)\n")
+	tw := newTable("where", "value", "op", "inputs", "output", "local")
+	for _, o := range r.Ops {
+		var ins []string
+		for _, a := range o.Inputs {
+			s := a.Value + a.Placement
+			if a.Converted != "" {
+				s += "→" + a.Converted
+			}
+			ins = append(ins, s)
+		}
+		local := lang.ShapeString(o.Local)
+		if len(o.LocalShapes) > 1 {
+			local += fmt.Sprintf(" (+%d other shapes: uneven)", len(o.LocalShapes)-1)
+		}
+		where := shortWhere(o.Where)
+		for _, c := range o.CalledFrom {
+			where += " ← " + c[strings.LastIndex(c, ".mesh:")+6:]
+		}
+		tw.row(where, o.Value, o.Op, strings.Join(ins, " "), o.Placement, local)
+	}
+	b.WriteString(tw.String())
+	b.WriteString("\ncollectives inserted by the compiler\n")
+	if len(r.Collectives) == 0 {
+		b.WriteString("  none: every op found its inputs where it needed them\n")
+	} else {
+		tw := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
+		for _, c := range r.Collectives {
+			tw.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
+				fmt.Sprintf("%s at %s: %s", c.Cause, shortWhere(c.Where), c.Source))
+		}
+		b.WriteString(tw.String())
+		kinds := map[string]bool{}
+		b.WriteString("  formulas (p = group size, G = bytes the group holds, L = local bytes):\n")
+		for _, c := range r.Collectives {
+			if !kinds[c.Kind] {
+				kinds[c.Kind] = true
+				fmt.Fprintf(&b, "    %-14s %s\n", c.Kind, c.Formula)
+			}
+		}
+	}
+	b.WriteString("\npeak memory per device (tensors held, from the plan)\n")
+	groups := map[int64][]int{}
+	var peaks []int64
+	for _, m := range r.Memory {
+		if _, ok := groups[m.PeakBytes]; !ok {
+			peaks = append(peaks, m.PeakBytes)
+		}
+		groups[m.PeakBytes] = append(groups[m.PeakBytes], m.Device)
+	}
+	sort.Slice(peaks, func(i, j int) bool { return peaks[i] > peaks[j] })
+	for _, pk := range peaks {
+		fmt.Fprintf(&b, "  %-10s devices %s\n", HumanBytes(float64(pk)), rangeList(groups[pk]))
+	}
+	fmt.Fprintf(&b, "\ntotals: %d collective steps (%d local), %s sent per device, %.2f us modelled, peak %s\n",
+		r.Totals.Collectives, r.Totals.LocalSteps, HumanBytes(r.Totals.Bytes), r.Totals.TimeUs, HumanBytes(float64(r.Totals.MaxPeakBytes)))
+	return b.String()
+}
+
+// shortWhere drops the directory of a file:line:col.
+func shortWhere(w string) string {
+	if i := strings.LastIndex(w, "/"); i >= 0 {
+		return w[i+1:]
+	}
+	return w
+}
+
+func rangeList(ds []int) string {
+	var parts []string
+	for i := 0; i < len(ds); {
+		j := i
+		for j+1 < len(ds) && ds[j+1] == ds[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, fmt.Sprint(ds[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ds[i], ds[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// table is a tiny column aligner.
+type table struct{ rows [][]string }
+
+func newTable(head ...string) *table { return &table{rows: [][]string{head}} }
+
+func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) String() string {
+	w := make([]int, len(t.rows[0]))
+	for _, r := range t.rows {
+		for i, c := range r {
+			w[i] = max(w[i], len([]rune(c)))
+		}
+	}
+	var b strings.Builder
+	for _, r := range t.rows {
+		b.WriteString(" ")
+		for i, c := range r {
+			b.WriteString(" " + c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", w[i]-len([]rune(c))))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

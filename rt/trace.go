@@ -1,0 +1,37 @@
+package rt
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/meshrun/meshrun/mesh"
+)
+
+// WriteChromeTrace writes the per-device timelines in the Chrome trace
+// event format (load it in Perfetto or chrome://tracing): one track per
+// device, one complete event per instruction.
+func WriteChromeTrace(w io.Writer, m *mesh.Mesh, res *Result) error {
+	type ev struct {
+		Name string         `json:"name"`
+		Cat  string         `json:"cat"`
+		Ph   string         `json:"ph"`
+		Ts   float64        `json:"ts"`
+		Dur  float64        `json:"dur,omitempty"`
+		Pid  int            `json:"pid"`
+		Tid  int            `json:"tid"`
+		Args map[string]any `json:"args,omitempty"`
+	}
+	var evs []ev
+	for _, d := range res.Devices {
+		evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 0, Tid: d.Device, Args: map[string]any{"name": "device " + m.CoordString(d.Device)}})
+		for _, e := range d.Events {
+			args := map[string]any{"where": e.Where}
+			if e.Bytes > 0 {
+				args["bytes_sent"] = e.Bytes
+			}
+			evs = append(evs, ev{Name: e.Name, Cat: e.Kind, Ph: "X", Ts: float64(e.Start.Nanoseconds()) / 1e3, Dur: float64(e.Dur.Nanoseconds()) / 1e3, Pid: 0, Tid: d.Device, Args: args})
+		}
+	}
+	enc := json.NewEncoder(w)
+	return enc.Encode(map[string]any{"traceEvents": evs, "displayTimeUnit": "ns"})
+}
