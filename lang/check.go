@@ -481,8 +481,8 @@ func (c *Checker) init(d *TensorDecl, t Type) (*Init, bool) {
 	}
 	switch call.Name {
 	case "normal", "uniform":
-		if t.DType.IsInt() {
-			c.errorf(call.Pos, "%s initialises float tensors only", call.Name)
+		if t.DType.IsInt() && call.Name == "normal" {
+			c.errorf(call.Pos, "normal initialises float tensors only (uniform(lo, hi) draws integers in [lo, hi))")
 			return nil, false
 		}
 		a, ok := nums(2)

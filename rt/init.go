@@ -122,11 +122,11 @@ func materialise(v *lang.Value, m *mesh.Mesh, pl sbp.NdSBP, dev int, seed uint64
 	switch d := out.Data.(type) {
 	case []int32:
 		for i, x := range vals {
-			d[i] = int32(x)
+			d[i] = int32(math.Floor(x))
 		}
 	case []int64:
 		for i, x := range vals {
-			d[i] = int64(x)
+			d[i] = int64(math.Floor(x))
 		}
 	default:
 		storeFloat64s(out, vals)

@@ -4,7 +4,6 @@
 package main
 
 import (
-
 	"os"
 
 	"github.com/meshrun/meshrun/internal/cli"

@@ -1,0 +1,200 @@
+package rt
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runGroup runs f on every member of a p-device group concurrently.
+func runGroup(t *testing.T, p int, f func(ctx context.Context, g Group, c Collectives) (*Tensor, error)) []*Tensor {
+	t.Helper()
+	tr := NewChanTransport(p)
+	c := Ring{T: tr}
+	devs := make([]int, p)
+	for i := range devs {
+		devs[i] = i
+	}
+	out := make([]*Tensor, p)
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for r := 0; r < p; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out[r], errs[r] = f(ctx, Group{Devices: devs, Rank: r}, c)
+		}(r)
+	}
+	wg.Wait()
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
+	return out
+}
+
+func randTensor(r *rand.Rand, shape []int) *Tensor {
+	t := NewTensor(2, shape) // f64
+	d := t.Data.([]float64)
+	for i := range d {
+		d[i] = float64(r.Intn(100) - 50) // integers: sums are exact in any order
+	}
+	return t
+}
+
+var collectiveSizes = []struct{ p, rows int }{{1, 3}, {2, 4}, {2, 5}, {3, 7}, {4, 4}, {4, 3}, {5, 11}, {8, 13}, {3, 1}}
+
+func TestAllGatherMatchesConcat(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	for _, sz := range collectiveSizes {
+		for dim := 0; dim < 2; dim++ {
+			full := randTensor(r, []int{sz.rows, 3})
+			if dim == 1 {
+				full = randTensor(r, []int{3, sz.rows})
+			}
+			lens := balanced(sz.rows, sz.p)
+			blocks := SplitDim(full, dim, lens)
+			out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
+				return c.AllGather(ctx, g, blocks[g.Rank], dim, lens)
+			})
+			for _, o := range out {
+				require.Equal(t, full.Data, o.Data, "p=%d rows=%d dim=%d", sz.p, sz.rows, dim)
+			}
+		}
+	}
+}
+
+func TestReduceScatterAndAllReduceMatchSum(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	for _, sz := range collectiveSizes {
+		inputs := make([]*Tensor, sz.p)
+		sum := NewTensor(2, []int{sz.rows, 2})
+		mx := NewTensor(2, []int{sz.rows, 2})
+		fillNegInf(mx)
+		for i := range inputs {
+			inputs[i] = randTensor(r, []int{sz.rows, 2})
+			require.NoError(t, accumulate(sum, inputs[i], OpSum))
+			require.NoError(t, accumulate(mx, inputs[i], OpMax))
+		}
+		lens := balanced(sz.rows, sz.p)
+		want := SplitDim(sum, 0, lens)
+		out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
+			return c.ReduceScatter(ctx, g, inputs[g.Rank], 0, lens, OpSum)
+		})
+		for i, o := range out {
+			require.Equal(t, want[i].Data, o.Data, "reduce-scatter p=%d rows=%d rank %d", sz.p, sz.rows, i)
+		}
+		for _, op := range []ReduceOp{OpSum, OpMax} {
+			out = runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
+				return c.AllReduce(ctx, g, inputs[g.Rank], op)
+			})
+			ref := sum
+			if op == OpMax {
+				ref = mx
+			}
+			for i, o := range out {
+				require.Equal(t, ref.Data, o.Data, "all-reduce op %d p=%d rows=%d rank %d", op, sz.p, sz.rows, i)
+				require.Equal(t, ref.Shape, o.Shape)
+			}
+		}
+	}
+}
+
+func TestAllToAllTransposesBlocks(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	for _, sz := range collectiveSizes {
+		// logical [rows, cols]: rank i holds rows block i; afterwards column block i.
+		cols := sz.rows + 1
+		full := randTensor(r, []int{sz.rows, cols})
+		rl, cl := balanced(sz.rows, sz.p), balanced(cols, sz.p)
+		rowBlocks := SplitDim(full, 0, rl)
+		colBlocks := SplitDim(full, 1, cl)
+		out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
+			return c.AllToAll(ctx, g, rowBlocks[g.Rank], 1, cl, 0)
+		})
+		for i, o := range out {
+			require.Equal(t, colBlocks[i].Data, o.Data, "p=%d rank %d", sz.p, i)
+		}
+	}
+}
+
+func TestBroadcastFromEveryRoot(t *testing.T) {
+	r := rand.New(rand.NewSource(4))
+	for _, sz := range collectiveSizes {
+		for root := 0; root < sz.p; root++ {
+			x := randTensor(r, []int{sz.rows})
+			out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
+				var in *Tensor
+				if g.Rank == root {
+					in = x
+				}
+				return c.Broadcast(ctx, g, in, root)
+			})
+			for _, o := range out {
+				require.Equal(t, x.Data, o.Data)
+			}
+		}
+	}
+}
+
+func TestSendRecv(t *testing.T) {
+	x := randTensor(rand.New(rand.NewSource(5)), []int{4})
+	out := runGroup(t, 2, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
+		if g.Rank == 0 {
+			return x, c.Send(ctx, 0, 1, x)
+		}
+		return c.Recv(ctx, 1, 0)
+	})
+	require.Equal(t, x.Data, out[1].Data)
+}
+
+func TestRingBytesMatchModel(t *testing.T) {
+	// Each rank of a ring all-reduce sends 2(p-1)/p of the data.
+	for _, p := range []int{2, 4, 8} {
+		n := 8 * p
+		tr := NewChanTransport(p)
+		var wg sync.WaitGroup
+		for r := 0; r < p; r++ {
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				devs := make([]int, p)
+				for i := range devs {
+					devs[i] = i
+				}
+				_, err := Ring{T: tr}.AllReduce(context.Background(), Group{Devices: devs, Rank: r}, NewTensor(2, []int{n}), OpSum)
+				require.NoError(t, err)
+			}(r)
+		}
+		wg.Wait()
+		for r := 0; r < p; r++ {
+			require.Equal(t, int64(2*(p-1)*n/p*8), tr.BytesSent(r), "p=%d", p)
+		}
+	}
+}
+
+func TestCollectiveTimesOutNamingDeviceOpAndLine(t *testing.T) {
+	p := compile(t, `mesh M = [tp=4]
+param W : f32[8, 8] {S(1)} = normal(0, 1)
+y = to(W, {B})
+output y
+`)
+	start := time.Now()
+	_, err := Run(context.Background(), p, Options{Timeout: 200 * time.Millisecond, stall: func(d int) bool { return d == 2 }})
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 5*time.Second)
+	var re *RunError
+	require.True(t, errors.As(err, &re), "%v", err)
+	require.True(t, errors.Is(err, ErrPeerTimeout), "%v", err)
+	msg := err.Error()
+	require.Contains(t, msg, "t.mesh:3:5")
+	require.Contains(t, msg, "all_gather over tp of W")
+	require.Regexp(t, `device [013] \(tp=[013]\)`, msg)
+	require.Contains(t, msg, "timed out after 200ms")
+}

@@ -1,0 +1,293 @@
+package sbp_test
+
+// The brute-force validator. For every op on small shapes (uneven ones and
+// shards of size zero included) it checks:
+//
+//  1. TestRulesAgainstReference — every signature a rule offers, on meshes
+//     of 2, 3 and 4 devices and on 2×2: each device runs the kernel on its
+//     blocks exactly as the signature places them, the blocks are assembled
+//     under the signature's output placement, and the result must equal
+//     the single-device kernel. A wrong rule fails here, naming itself.
+//  2. TestEveryInputPlacement — the whole pipeline (inference, boxing,
+//     runtime) for every combination of input placements: the sharded run
+//     must equal the single-device run. A missing rule fails here (lowering
+//     errors), as does any op without a rule (TestEveryOpHasARule).
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/rt"
+	"github.com/meshrun/meshrun/sbp"
+	"github.com/stretchr/testify/require"
+)
+
+// opCase is a small program whose last statement applies the op under test
+// to the declared inputs.
+type opCase struct {
+	name string
+	src  string
+}
+
+var opCases = []opCase{
+	{"matmul", "input a : f64[5, 6] = normal(0, 1)\ninput b : f64[6, 3] = normal(0, 1)\ny = a @ b"},
+	{"matmul_batched_shared", "input a : f64[2, 3, 4] = normal(0, 1)\ninput b : f64[4, 5] = normal(0, 1)\ny = a @ b"},
+	{"matmul_batched", "input a : f64[3, 2, 4] = normal(0, 1)\ninput b : f64[3, 4, 3] = normal(0, 1)\ny = a @ b"},
+	{"add", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = a + b"},
+	{"add_broadcast", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = normal(0, 1)\ny = a + b"},
+	{"sub_broadcast_col", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 1] = normal(0, 1)\ny = a - b"},
+	{"mul", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = a * b"},
+	{"mul_scalar", "input a : f64[3, 5] = normal(0, 1)\ny = a * 2.5"},
+	{"div", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = uniform(1, 2)\ny = a / b"},
+	{"div_broadcast", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = uniform(1, 2)\ny = a / b"},
+	{"neg", "input a : f64[3, 5] = normal(0, 1)\ny = -a"},
+	{"exp", "input a : f64[3, 5] = normal(0, 1)\ny = exp(a)"},
+	{"log", "input a : f64[3, 5] = uniform(0.5, 2)\ny = log(a)"},
+	{"sqrt", "input a : f64[3, 5] = uniform(0.5, 2)\ny = sqrt(a)"},
+	{"tanh", "input a : f64[3, 5] = normal(0, 1)\ny = tanh(a)"},
+	{"relu", "input a : f64[3, 5] = normal(0, 1)\ny = relu(a)"},
+	{"gelu", "input a : f64[3, 5] = normal(0, 1)\ny = gelu(a)"},
+	{"sigmoid", "input a : f64[3, 5] = normal(0, 1)\ny = sigmoid(a)"},
+	{"softmax_1", "input a : f64[3, 5] = normal(0, 1)\ny = softmax(a, axis=1)"},
+	{"softmax_0", "input a : f64[3, 5] = normal(0, 1)\ny = softmax(a, 0)"},
+	{"log_softmax", "input a : f64[3, 5] = normal(0, 1)\ny = log_softmax(a, axis=-1)"},
+	{"layernorm", "input a : f64[3, 5] = normal(0, 1)\ninput g : f64[5] = normal(1, 0.1)\ninput b : f64[5] = normal(0, 0.1)\ny = layernorm(a, g, b)"},
+	{"sum_0", "input a : f64[3, 5] = normal(0, 1)\ny = sum(a, axis=0)"},
+	{"sum_1", "input a : f64[3, 5] = normal(0, 1)\ny = sum(a, axis=1)"},
+	{"sum_all", "input a : f64[3, 5] = normal(0, 1)\ny = sum(a)"},
+	{"mean_0", "input a : f64[3, 5] = normal(0, 1)\ny = mean(a, axis=0)"},
+	{"mean_all", "input a : f64[3, 5] = normal(0, 1)\ny = mean(a)"},
+	{"mean_3d", "input a : f64[2, 3, 5] = normal(0, 1)\ny = mean(a, axis=1)"},
+	{"max_1", "input a : f64[3, 5] = normal(0, 1)\ny = max(a, axis=1)"},
+	{"max_all", "input a : f64[3, 5] = normal(0, 1)\ny = max(a)"},
+	{"transpose", "input a : f64[3, 5] = normal(0, 1)\ny = transpose(a)"},
+	{"permute", "input a : f64[2, 3, 4] = normal(0, 1)\ny = permute(a, 2, 0, 1)"},
+	{"reshape_split", "input a : f64[4, 6] = normal(0, 1)\ny = reshape(a, 2, 2, 6)"},
+	{"reshape_flatten", "input a : f64[4, 6] = normal(0, 1)\ny = reshape(a, 24)"},
+	{"reshape_merge", "input a : f64[2, 3, 4] = normal(0, 1)\ny = reshape(a, 6, 4)"},
+	{"reshape_uneven", "input a : f64[3, 4] = normal(0, 1)\ny = reshape(a, 3, 2, 2)"},
+	{"concat_0", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[2, 5] = normal(0, 1)\ny = concat(a, b, axis=0)"},
+	{"concat_1", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 2] = normal(0, 1)\ny = concat(a, b, axis=1)"},
+	{"slice_1", "input a : f64[5, 6] = normal(0, 1)\ny = slice(a, 1, 1, 4)"},
+	{"slice_0", "input a : f64[5, 6] = normal(0, 1)\ny = slice(a, 0, 2, 5)"},
+	{"embedding", "input W : f64[7, 4] = normal(0, 1)\ninput i : i64[3, 2] = uniform(0, 7)\ny = embedding(W, i)"},
+	{"embedding_i32", "input W : f64[5, 3] = normal(0, 1)\ninput i : i32[5] = uniform(0, 5)\ny = embedding(W, i)"},
+	{"cross_entropy", "input a : f64[5, 4] = normal(0, 1)\ninput t : i64[5] = uniform(0, 4)\ny = cross_entropy(a, t)"},
+	{"mse", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = mse(a, b)"},
+}
+
+var meshes = []*mesh.Mesh{
+	mesh.New("M", mesh.Axis{Name: "x", Size: 2}),
+	mesh.New("M", mesh.Axis{Name: "x", Size: 3}),
+	mesh.New("M", mesh.Axis{Name: "x", Size: 4}),
+	mesh.New("M", mesh.Axis{Name: "x", Size: 2}, mesh.Axis{Name: "y", Size: 2}),
+}
+
+func meshDecl(m *mesh.Mesh) string {
+	var parts []string
+	for _, a := range m.Axes {
+		parts = append(parts, fmt.Sprintf("%s=%d", a.Name, a.Size))
+	}
+	return "mesh M = [" + strings.Join(parts, ", ") + "]\n"
+}
+
+func checkCase(t *testing.T, c opCase, m *mesh.Mesh) *lang.Graph {
+	src := meshDecl(m) + c.src + "\noutput y\n"
+	g, err := lang.CheckSource(c.name+".mesh", []byte(src), lang.CheckOptions{})
+	require.NoError(t, err, "%s", src)
+	return g
+}
+
+func TestEveryOpHasARule(t *testing.T) {
+	for _, op := range lang.BuiltinOps() {
+		_, ok := sbp.Lookup(op)
+		require.True(t, ok, "op %s has no placement rule", op)
+	}
+	covered := map[string]bool{}
+	for _, c := range opCases {
+		g := checkCase(t, c, meshes[0])
+		for _, v := range g.Values {
+			covered[v.Op] = true
+		}
+	}
+	for _, op := range lang.BuiltinOps() {
+		require.True(t, covered[op], "the validator has no case for op %s", op)
+	}
+}
+
+// logical makes deterministic logical inputs for the op's arguments.
+func logical(t *testing.T, v *lang.Value, seed int64) []*rt.Tensor {
+	r := rand.New(rand.NewSource(seed))
+	var out []*rt.Tensor
+	for _, a := range v.Args {
+		x := rt.NewTensor(a.Type.DType, a.Type.Shape)
+		switch d := x.Data.(type) {
+		case []float64:
+			for i := range d {
+				switch {
+				case a.Op == "const":
+					d[i] = a.Attrs.Scalar
+				case a.Attrs.Init != nil && a.Attrs.Init.Kind == "uniform":
+					d[i] = a.Attrs.Init.A + (a.Attrs.Init.B-a.Attrs.Init.A)*r.Float64()
+				default:
+					d[i] = r.NormFloat64()
+				}
+			}
+		case []int64:
+			for i := range d {
+				d[i] = int64(r.Intn(int(a.Attrs.Init.B)))
+			}
+		case []int32:
+			for i := range d {
+				d[i] = int32(r.Intn(int(a.Attrs.Init.B)))
+			}
+		default:
+			t.Fatalf("validator inputs: unsupported %s", a.Type)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+func TestRulesAgainstReference(t *testing.T) {
+	cpu := &rt.CPU{BLAS: rt.GonumBLAS{}}
+	checked := 0
+	defer func() { t.Logf("%d signatures checked", checked) }()
+	for _, c := range opCases {
+		for _, m := range meshes {
+			g := checkCase(t, c, m)
+			v := g.Outputs[0].Value
+			rule, ok := sbp.Lookup(v.Op)
+			require.True(t, ok, "missing rule for %s", v.Op)
+			args := logical(t, v, 1)
+			one := mesh.New("M", m.Single().Axes...)
+			want, err := cpu.Compute(&rt.OpCall{Value: v, Args: args, In: blocksFor(one, v, sbp.NdSig{In: broadcasts(len(args), m.NumAxes())}, 0), Out: sbp.Layout(one, v.Type.Shape, sbp.Broadcasts(m.NumAxes()), 0)})
+			require.NoError(t, err)
+			sigs, err := sbp.NdSigs(rule, lower.Desc(v), m)
+			require.NoError(t, err)
+			for _, s := range sigs {
+				if !intsNeverPartial(v, s) {
+					continue
+				}
+				name := fmt.Sprintf("%s on %s: %v -> %s", c.name, m, s.In, s.Out)
+				parts := make([]*rt.Tensor, m.Size())
+				for d := 0; d < m.Size(); d++ {
+					local := make([]*rt.Tensor, len(args))
+					for i := range args {
+						local[i] = rt.Scatter(m, args[i], s.In[i], d)
+					}
+					out, err := cpu.Compute(&rt.OpCall{Value: v, Args: local, In: blocksFor(m, v, s, d), Out: sbp.Layout(m, v.Type.Shape, s.Out, d)})
+					require.NoError(t, err, name)
+					parts[d] = out
+				}
+				got, err := rt.Assemble(m, v.Type, s.Out, parts)
+				require.NoError(t, err, name)
+				diff := rt.CompareTensors(got, want, 1e-9, 1e-12)
+				checked++
+				require.True(t, diff.OK, "wrong rule: %s (why: %v): max abs err %g", name, s.Why, diff.MaxAbs)
+			}
+		}
+	}
+}
+
+func broadcasts(n, axes int) []sbp.NdSBP {
+	out := make([]sbp.NdSBP, n)
+	for i := range out {
+		out[i] = sbp.Broadcasts(axes)
+	}
+	return out
+}
+
+func blocksFor(m *mesh.Mesh, v *lang.Value, s sbp.NdSig, dev int) []sbp.Block {
+	var out []sbp.Block
+	for i, a := range v.Args {
+		out = append(out, sbp.Layout(m, a.Type.Shape, s.In[i], dev))
+	}
+	return out
+}
+
+func intsNeverPartial(v *lang.Value, s sbp.NdSig) bool {
+	for i, a := range v.Args {
+		if a.Type.DType.IsInt() && s.In[i].HasPartial() {
+			return false
+		}
+	}
+	return true
+}
+
+// placements lists every nd placement of a tensor of the given rank.
+func placements(rank, axes int, partial bool) []sbp.NdSBP {
+	var one []sbp.SBP
+	one = append(one, sbp.B)
+	for d := 0; d < rank; d++ {
+		one = append(one, sbp.S(d))
+	}
+	if partial {
+		one = append(one, sbp.P)
+	}
+	out := []sbp.NdSBP{{}}
+	for a := 0; a < axes; a++ {
+		var next []sbp.NdSBP
+		for _, p := range out {
+			for _, s := range one {
+				next = append(next, append(p.Clone(), s))
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+func TestEveryInputPlacement(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brute force over every input placement")
+	}
+	ctx := context.Background()
+	runs := 0
+	defer func() { t.Logf("%d sharded runs checked", runs) }()
+	for _, c := range opCases {
+		for _, m := range meshes {
+			g := checkCase(t, c, m)
+			ref, err := lower.Lower(g, lower.Options{Mesh: m.Single()})
+			require.NoError(t, err)
+			want, err := rt.Run(ctx, ref, rt.Options{Backend: &rt.CPU{BLAS: rt.GonumBLAS{}}})
+			require.NoError(t, err)
+			var sources []*lang.Value
+			for _, v := range g.Values {
+				if v.IsSource() {
+					sources = append(sources, v)
+				}
+			}
+			combos := []map[string]sbp.NdSBP{{}}
+			for _, s := range sources {
+				var next []map[string]sbp.NdSBP
+				for _, combo := range combos {
+					for _, p := range placements(s.Type.Rank(), m.NumAxes(), s.Type.DType.IsFloat()) {
+						c2 := map[string]sbp.NdSBP{s.Name: p}
+						for k, v := range combo {
+							c2[k] = v
+						}
+						next = append(next, c2)
+					}
+				}
+				combos = next
+			}
+			for _, force := range combos {
+				name := fmt.Sprintf("%s on %s with %v", c.name, m, force)
+				p, err := lower.Lower(g, lower.Options{Force: force, Verify: true})
+				require.NoError(t, err, name)
+				got, err := rt.Run(ctx, p, rt.Options{Backend: &rt.CPU{BLAS: rt.GonumBLAS{}}})
+				require.NoError(t, err, name)
+				runs++
+				diff := rt.CompareTensors(got.Outputs[0], want.Outputs[0], 1e-9, 1e-12)
+				require.True(t, diff.OK, "%s: sharded differs from single device by %g", name, diff.MaxAbs)
+			}
+		}
+	}
+}
