@@ -34,6 +34,7 @@ type Checker struct {
 	globals map[string]*Value
 	funcs   map[string]*FuncDef
 	modules map[string]map[string]*FuncDef
+	broken  map[string]bool // names whose definition failed
 	scope   map[string]operand // innermost function scope, nil at top level
 	fn      string             // name of the function being expanded
 	calls   []Pos
@@ -53,6 +54,7 @@ func NewChecker(file string, src []byte, opts CheckOptions) *Checker {
 		globals: map[string]*Value{},
 		funcs:   map[string]*FuncDef{},
 		modules: map[string]map[string]*FuncDef{},
+		broken:  map[string]bool{},
 	}
 }
 
@@ -127,17 +129,18 @@ type snapshot struct {
 	globals         map[string]*Value
 	funcs           map[string]*FuncDef
 	modules         map[string]map[string]*FuncDef
+	broken          map[string]bool
 	mesh            *mesh.Mesh
 }
 
 func (c *Checker) snapshot() snapshot {
-	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.globals), maps.Clone(c.funcs), maps.Clone(c.modules), c.g.Mesh}
+	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.globals), maps.Clone(c.funcs), maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh}
 }
 
 func (c *Checker) restore(s snapshot) {
 	c.g.Values = c.g.Values[:s.values]
 	c.g.Outputs = c.g.Outputs[:s.outputs]
-	c.globals, c.funcs, c.modules, c.g.Mesh = s.globals, s.funcs, s.modules, s.mesh
+	c.globals, c.funcs, c.modules, c.broken, c.g.Mesh = s.globals, s.funcs, s.modules, s.broken, s.mesh
 }
 
 func (c *Checker) result() error {
@@ -212,8 +215,10 @@ func (c *Checker) stmt(s *Stmt) {
 			if !op.bad {
 				c.errorf(a.Value.Pos, "only tensors can be named at top level")
 			}
+			c.broken[a.Name] = true // already reported: later uses stay quiet
 			return
 		}
+		delete(c.broken, a.Name)
 		if old, ok := c.globals[a.Name]; ok && old.IsSource() {
 			c.errorf(a.Pos, "%s is declared as %s at %s and cannot be reassigned", a.Name, old.Op, FormatPos(old.Pos))
 			return

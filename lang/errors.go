@@ -124,7 +124,7 @@ func didYouMean(name string, candidates []string) string {
 	limit := max(1, len(name)/3)
 	best, bestD := "", limit+1
 	for _, c := range candidates {
-		if d := editDistance(name, c); d < bestD || (d == bestD && c < best) {
+		if d := editDistance(name, c); d < len(name) && (d < bestD || (d == bestD && c < best)) {
 			best, bestD = c, d
 		}
 	}

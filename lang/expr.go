@@ -84,6 +84,9 @@ func (c *Checker) lookup(pos Pos, name string) operand {
 	if v, ok := c.globals[name]; ok {
 		return operand{v: v}
 	}
+	if c.broken[name] {
+		return operand{bad: true}
+	}
 	c.errorf(pos, "unknown name %q%s", name, didYouMean(name, c.names()))
 	return operand{bad: true}
 }

@@ -1,8 +1,12 @@
 package lang
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/alecthomas/participle/v2"
 	"github.com/alecthomas/participle/v2/lexer"
@@ -13,6 +17,7 @@ var meshLexer = lexer.MustSimple([]lexer.SimpleRule{
 	{Name: "String", Pattern: `"(\\.|[^"\\\n])*"`},
 	{Name: "Float", Pattern: `\d+\.\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|\d+[eE][-+]?\d+`},
 	{Name: "Int", Pattern: `\d+`},
+	{Name: "Keyword", Pattern: `\b(mesh|use|input|param|def|output|return)\b`},
 	{Name: "Ident", Pattern: `[A-Za-z_][A-Za-z0-9_]*`},
 	{Name: "Punct", Pattern: `[-+*/@(){}\[\],:=.]`},
 	{Name: "Whitespace", Pattern: `\s+`},
@@ -34,7 +39,7 @@ func Parse(filename string, src []byte) (*File, error) {
 	if err != nil {
 		var perr participle.Error
 		if errors.As(err, &perr) {
-			return nil, ErrorList{{Pos: perr.Position(), Msg: cleanParseMessage(perr.Message())}}
+			return nil, ErrorList{{Pos: backToText(src, perr.Position()), Msg: cleanParseMessage(perr.Message())}}
 		}
 		return nil, ErrorList{{Pos: lexer.Position{Filename: filename, Line: 1, Column: 1}, Msg: err.Error()}}
 	}
@@ -53,7 +58,36 @@ func ParseExpr(filename string, src []byte) (*Expr, error) {
 	return f.Stmts[0].Expr, nil
 }
 
+// backToText moves a position that points past the last token (an error at
+// the end of the file) back to just after the last non-blank character, so
+// the caret lands on the line that is unfinished.
+func backToText(src []byte, p lexer.Position) lexer.Position {
+	if p.Offset < len(bytes.TrimRight(src, " \t\r\n")) {
+		return p
+	}
+	text := bytes.TrimRight(src, " \t\r\n")
+	line := 1 + bytes.Count(text, []byte("\n"))
+	col := len(text) - bytes.LastIndexByte(text, '\n')
+	p.Line, p.Column, p.Offset = line, col+1, len(text)
+	return p
+}
+
+// cleanParseMessage words participle's messages for users: the end of
+// input is named as such, and an "(expected ...)" hint is kept only when it
+// names a single token rather than a piece of grammar.
 func cleanParseMessage(m string) string {
 	m = strings.ReplaceAll(m, `unexpected token "<EOF>"`, "unexpected end of file")
+	if rest, ok := strings.CutPrefix(strings.TrimPrefix(m, "lexer: "), "invalid input text "); ok {
+		if q, err := strconv.Unquote(rest); err == nil && q != "" {
+			r, _ := utf8.DecodeRuneInString(q)
+			return fmt.Sprintf("unexpected character %q", r)
+		}
+	}
+	if i := strings.Index(m, " (expected "); i >= 0 {
+		hint := strings.TrimSuffix(m[i+len(" (expected "):], ")")
+		if strings.ContainsAny(hint, " *?|") {
+			m = m[:i]
+		}
+	}
 	return m
 }
