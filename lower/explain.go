@@ -59,21 +59,22 @@ type OpReport struct {
 }
 
 type CollectiveReport struct {
-	Index       int     `json:"index"`
-	Kind        string  `json:"kind"`
-	Axis        string  `json:"axis"`
-	GroupSize   int     `json:"group_size"`
-	Value       string  `json:"value"`
-	From        string  `json:"from"`
-	To          string  `json:"to"`
-	Communicate bool    `json:"communicates"`
-	Bytes       float64 `json:"bytes_per_device"`
-	TimeUs      float64 `json:"time_us"`
-	Formula     string  `json:"formula"`
-	Cause       string  `json:"cause"`
-	Where       string  `json:"where"`
-	Line        int     `json:"line"`
-	Source      string  `json:"source"`
+	Index       int      `json:"index"`
+	Kind        string   `json:"kind"`
+	Axis        string   `json:"axis"`
+	GroupSize   int      `json:"group_size"`
+	Value       string   `json:"value"`
+	From        string   `json:"from"`
+	To          string   `json:"to"`
+	Communicate bool     `json:"communicates"`
+	Bytes       float64  `json:"bytes_per_device"`
+	TimeUs      float64  `json:"time_us"`
+	Formula     string   `json:"formula"`
+	Cause       string   `json:"cause"`
+	Where       string   `json:"where"`
+	Line        int      `json:"line"`
+	CalledFrom  []string `json:"called_from,omitempty"`
+	Source      string   `json:"source"`
 }
 
 type OutputReport struct {
@@ -143,7 +144,7 @@ func Explain(p *Plan) *Report {
 		for _, st := range c.Path.Steps {
 			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,
 				Value: c.Value.Label(), From: st.From.String(), To: st.To.String(), Communicate: st.Kind.Communicates(),
-				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: lang.FormatPos(c.Pos), Line: c.Pos.Line,
+				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: lang.FormatPos(c.Pos), Line: c.Pos.Line, CalledFrom: formatAll(c.Calls),
 				Source: sourceLine(p.Graph.Sources[c.Pos.Filename], c.Pos.Line)}
 			r.Collectives = append(r.Collectives, cr)
 			if cr.Communicate {
@@ -166,12 +167,26 @@ func Explain(p *Plan) *Report {
 	return r
 }
 
-func callSites(v *lang.Value) []string {
+func callSites(v *lang.Value) []string { return formatAll(v.Calls) }
+
+func formatAll(ps []lang.Pos) []string {
 	var out []string
-	for _, c := range v.Calls {
+	for _, c := range ps {
 		out = append(out, lang.FormatPos(c))
 	}
 	return out
+}
+
+// via renders a call chain as " ← 34:5 ← 12:1" (line:col in the caller's file).
+func via(calls []string) string {
+	s := ""
+	for _, c := range calls {
+		if i := strings.LastIndex(c, ".mesh:"); i >= 0 {
+			c = c[i+6:]
+		}
+		s += " ← " + c
+	}
+	return s
 }
 
 func distinctShapes(p *Plan, shape []int, pl sbp.NdSBP) [][]int {
@@ -262,10 +277,7 @@ func (r *Report) Text() string {
 		if len(o.LocalShapes) > 1 {
 			local += fmt.Sprintf(" (+%d other shapes: uneven)", len(o.LocalShapes)-1)
 		}
-		where := shortWhere(o.Where)
-		for _, c := range o.CalledFrom {
-			where += " ← " + c[strings.LastIndex(c, ".mesh:")+6:]
-		}
+		where := shortWhere(o.Where) + via(o.CalledFrom)
 		tw.row(where, o.Value, o.Op, strings.Join(ins, " "), o.Placement, local)
 	}
 	b.WriteString(tw.String())
@@ -276,7 +288,7 @@ func (r *Report) Text() string {
 		tw := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
 		for _, c := range r.Collectives {
 			tw.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
-				fmt.Sprintf("%s at %s: %s", c.Cause, shortWhere(c.Where), c.Source))
+				fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
 		}
 		b.WriteString(tw.String())
 		kinds := map[string]bool{}

@@ -25,7 +25,7 @@ type sigScore struct {
 }
 
 func (a sigScore) less(b sigScore) bool {
-	if a.time != b.time {
+	if !sbp.SameCost(a.time, b.time) {
 		return a.time < b.time
 	}
 	if a.convs != b.convs {
@@ -159,7 +159,7 @@ func argTypes(v *lang.Value) string {
 // Identical conversions of one value are shared.
 func insertBoxing(p *Plan) error {
 	byKey := map[string]*Conversion{}
-	get := func(v *lang.Value, to sbp.NdSBP, pos lang.Pos, cause string) (*Conversion, error) {
+	get := func(v *lang.Value, to sbp.NdSBP, pos lang.Pos, calls []lang.Pos, cause string) (*Conversion, error) {
 		from := p.Placement[v]
 		if from.Equal(to) {
 			return nil, nil
@@ -172,7 +172,7 @@ func insertBoxing(p *Plan) error {
 		if err != nil {
 			return nil, &lang.Error{Pos: pos, Msg: err.Error()}
 		}
-		c := &Conversion{ID: len(p.Convs), Value: v, Path: path, Pos: pos, Cause: cause}
+		c := &Conversion{ID: len(p.Convs), Value: v, Path: path, Pos: pos, Calls: calls, Cause: cause}
 		p.Convs = append(p.Convs, c)
 		byKey[key] = c
 		return c, nil
@@ -184,7 +184,7 @@ func insertBoxing(p *Plan) error {
 		}
 		ch.ArgConv = make([]*Conversion, len(v.Args))
 		for i, a := range v.Args {
-			c, err := get(a, ch.Sig.In[i], v.Pos, v.Op)
+			c, err := get(a, ch.Sig.In[i], v.Pos, v.Calls, v.Op)
 			if err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ func insertBoxing(p *Plan) error {
 	for _, o := range p.Graph.Outputs {
 		op := &OutputPlan{Output: o, Placement: p.Placement[o.Value]}
 		if o.Placement != nil && len(o.Placement) == p.Mesh.NumAxes() {
-			c, err := get(o.Value, o.Placement, o.Pos, "output "+o.Name)
+			c, err := get(o.Value, o.Placement, o.Pos, nil, "output "+o.Name)
 			if err != nil {
 				return err
 			}

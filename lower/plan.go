@@ -73,8 +73,9 @@ type Conversion struct {
 	ID    int
 	Value *lang.Value
 	Path  *sbp.Path
-	Pos   lang.Pos // the source position that needs it
-	Cause string   // what needs it, e.g. "matmul", "output y", "to"
+	Pos   lang.Pos   // the source position that needs it
+	Calls []lang.Pos // call sites of the functions Pos is inside, innermost first
+	Cause string     // what needs it, e.g. "matmul", "output y", "to"
 }
 
 // OutputPlan is how an output is delivered.

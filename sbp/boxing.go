@@ -189,7 +189,7 @@ func (pl *Planner) plan(shape []int, elem int, from, to NdSBP) (*Path, error) {
 			if n.done {
 				continue
 			}
-			if best < 0 || n.time < nodes[best].time || (n.time == nodes[best].time && n.steps < nodes[best].steps) {
+			if best < 0 || Cheaper(n.time, nodes[best].time) || (SameCost(n.time, nodes[best].time) && n.steps < nodes[best].steps) {
 				best = i
 			}
 		}
@@ -220,7 +220,7 @@ func (pl *Planner) plan(shape []int, elem int, from, to NdSBP) (*Path, error) {
 				t := cur.time + secs
 				if i, seen := index[k]; seen {
 					n := nodes[i]
-					if !n.done && (t < n.time || (t == n.time && cur.steps+1 < n.steps)) {
+					if !n.done && (Cheaper(t, n.time) || (SameCost(t, n.time) && cur.steps+1 < n.steps)) {
 						n.time, n.steps, n.prev, n.step = t, cur.steps+1, best, st
 					}
 					continue
@@ -231,6 +231,20 @@ func (pl *Planner) plan(shape []int, elem int, from, to NdSBP) (*Path, error) {
 		}
 	}
 }
+
+// SameCost treats modelled times within a relative 1e-9 as equal, so that
+// float rounding never decides between plans the model prices the same
+// (an all-reduce and a reduce-scatter followed by an all-gather).
+func SameCost(a, b float64) bool {
+	d := a - b
+	if d < 0 {
+		d = -d
+	}
+	return d <= 1e-9*max(a, b, 1e-30)
+}
+
+// Cheaper reports a < b beyond rounding.
+func Cheaper(a, b float64) bool { return a < b && !SameCost(a, b) }
 
 // Describe renders a path as its steps joined by "; ".
 func (p *Path) Describe(m *mesh.Mesh) string {
