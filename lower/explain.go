@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -119,7 +120,7 @@ func Explain(p *Plan) *Report {
 	r := &Report{Mesh: MeshReport{Name: m.Name, Devices: m.Size()}, Totals: TotalsReport{ByKind: map[string]int{}}}
 	for i, a := range m.Axes {
 		l := p.Planner.Topo.Link(i)
-		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: l.Alpha * 1e6, GBPerSec: 1 / l.Beta / 1e9, ReduceGBps: 1 / l.Gamma / 1e9})
+		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: round6(l.Alpha * 1e6), GBPerSec: round6(1 / l.Beta / 1e9), ReduceGBps: round6(1 / l.Gamma / 1e9)})
 	}
 	for _, v := range p.Graph.Values {
 		pl := p.Placement[v]
@@ -166,6 +167,9 @@ func Explain(p *Plan) *Report {
 	}
 	return r
 }
+
+// round6 drops float noise from unit conversions (50.00000000000001 → 50).
+func round6(x float64) float64 { return math.Round(x*1e6) / 1e6 }
 
 func callSites(v *lang.Value) []string { return formatAll(v.Calls) }
 

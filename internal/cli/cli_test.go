@@ -1,0 +1,259 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/rt"
+	"github.com/stretchr/testify/require"
+)
+
+func meshrun(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func writeFile(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(p, []byte(src), 0o644))
+	return p
+}
+
+func TestCheckPassesOnEveryExample(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/*.mesh")
+	require.GreaterOrEqual(t, len(files), 6)
+	for _, f := range files {
+		code, out, errs := meshrun(t, "", "check", f)
+		require.Equal(t, ExitOK, code, "%s\n%s%s", f, out, errs)
+		require.Contains(t, out, "PASS")
+	}
+}
+
+func TestRunWritesWholeLogicalOutputs(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := meshrun(t, "", "run", "../../examples/megatron_mlp.mesh", "--out", dir, "--seed", "3")
+	require.Equal(t, ExitOK, code, errs)
+	require.Contains(t, out, "y : f32[64, 512] {S(0), B}")
+	h, data, err := npy.ReadFile(filepath.Join(dir, "y.npy"))
+	require.NoError(t, err)
+	require.Equal(t, []int{64, 512}, h.Shape)
+	// the same program on one device, by the same path, gives the same file
+	single := writeFile(t, dir, "single.mesh", strings.Replace(readExample(t, "megatron_mlp"), "mesh M = [dp=2, tp=4]", "mesh M = [dp=1, tp=1]", 1))
+	require.NoError(t, os.Symlink(mustAbs(t, "../../examples/x.npy"), filepath.Join(dir, "x.npy")))
+	dir2 := filepath.Join(dir, "single")
+	code, _, errs = meshrun(t, "", "run", single, "--out", dir2, "--seed", "3")
+	require.Equal(t, ExitOK, code, errs)
+	_, data2, err := npy.ReadFile(filepath.Join(dir2, "y.npy"))
+	require.NoError(t, err)
+	d := rt.CompareTensors(rt.FromSlice(h.Shape, data), rt.FromSlice(h.Shape, data2), 1e-4, 1e-5)
+	require.True(t, d.OK, "max abs err %g", d.MaxAbs)
+}
+
+func readExample(t *testing.T, name string) string {
+	b, err := os.ReadFile("../../examples/" + name + ".mesh")
+	require.NoError(t, err)
+	return string(b)
+}
+
+func mustAbs(t *testing.T, p string) string {
+	a, err := filepath.Abs(p)
+	require.NoError(t, err)
+	return a
+}
+
+func TestRunWritesAChromeTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	code, _, errs := meshrun(t, "", "run", "../../examples/megatron_mlp.mesh", "--trace", path)
+	require.Equal(t, ExitOK, code, errs)
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Cat  string         `json:"cat"`
+			Ph   string         `json:"ph"`
+			Tid  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &doc))
+	comm := 0
+	for _, e := range doc.TraceEvents {
+		if e.Cat == "comm" {
+			comm++
+			require.Equal(t, float64(98304), e.Args["bytes_sent"])
+		}
+	}
+	require.Equal(t, 8, comm, "one all-reduce on each of 8 devices")
+}
+
+func TestExplainJSON(t *testing.T) {
+	code, out, errs := meshrun(t, "", "explain", "--json", "../../examples/megatron_mlp.mesh")
+	require.Equal(t, ExitOK, code, errs)
+	var r struct {
+		Collectives []struct {
+			Kind  string  `json:"kind"`
+			Axis  string  `json:"axis"`
+			Bytes float64 `json:"bytes_per_device"`
+			Line  int     `json:"line"`
+		} `json:"collectives"`
+		Memory []struct {
+			PeakBytes int64 `json:"peak_bytes"`
+		} `json:"memory"`
+		Ops []struct {
+			Op        string `json:"op"`
+			Placement string `json:"placement"`
+		} `json:"ops"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.Len(t, r.Collectives, 1)
+	require.Equal(t, "all_reduce", r.Collectives[0].Kind)
+	require.Equal(t, "tp", r.Collectives[0].Axis)
+	require.Equal(t, 14, r.Collectives[0].Line)
+	require.Len(t, r.Memory, 8)
+	require.Contains(t, out, `"kind": "all_reduce"`)
+}
+
+func TestExplainText(t *testing.T) {
+	code, out, _ := meshrun(t, "", "explain", "../../examples/megatron_mlp.mesh")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "all_reduce")
+	require.Contains(t, out, "96.0 KiB")
+	require.Contains(t, out, "output y at megatron_mlp.mesh:14:1")
+	require.Contains(t, out, "2(p-1)/p·G")
+}
+
+func TestCompileErrorExitsTwoWithCaret(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "bad.mesh", "mesh M = [dp=2]\ninput x : f32[4, 3] {S(2)} = zeros\n")
+	code, _, errs := meshrun(t, "", "check", p)
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errs, "bad.mesh:2:22: S(2) splits dim 2 but the tensor has rank 2\n    input x : f32[4, 3] {S(2)} = zeros\n                         ^\n")
+}
+
+func TestMeshLargerThanDevices(t *testing.T) {
+	code, _, errs := meshrun(t, "", "run", "../../examples/megatron_mlp.mesh", "--devices", "4")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errs, "needs 8 devices but only 4 are available (--devices)")
+}
+
+func TestRunTimeFaultNamesDeviceOpAndLine(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "idx.npy"))
+	require.NoError(t, err)
+	require.NoError(t, npy.Write(f, []int{4}, []int64{0, 1, 2, 9}))
+	f.Close()
+	p := writeFile(t, dir, "emb.mesh", "mesh M = [dp=2]\nparam W : f32[5, 3] = normal(0, 1)\ninput i : i64[4] {S(0)} = load(\"idx.npy\")\ny = embedding(W, i)\noutput y\n")
+	code, _, errs := meshrun(t, "", "run", p)
+	require.Equal(t, ExitFailure, code)
+	require.Contains(t, errs, "emb.mesh:4:5: device 1 (dp=1): embedding (y): embedding index 9 out of range [0, 5)")
+}
+
+func TestCheckMismatchExitsOne(t *testing.T) {
+	testHookSharded = func(r *rt.Result) { r.Outputs[0].Data.([]float32)[7] += 1 }
+	defer func() { testHookSharded = nil }()
+	code, out, _ := meshrun(t, "", "check", "../../examples/megatron_mlp.mesh")
+	require.Equal(t, ExitFailure, code)
+	require.Contains(t, out, "MISMATCH")
+	require.Contains(t, out, "FAIL")
+}
+
+func TestUsageAndHelp(t *testing.T) {
+	code, _, _ := meshrun(t, "")
+	require.Equal(t, ExitUsage, code)
+	code, _, _ = meshrun(t, "", "frob")
+	require.Equal(t, ExitUsage, code)
+	code, out, _ := meshrun(t, "", "--help")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "meshrun explain FILE")
+	for _, cmd := range []string{"run", "check", "explain", "repl"} {
+		code, _, errs := meshrun(t, "", cmd, "--help")
+		require.Equal(t, ExitOK, code, cmd)
+		require.Contains(t, errs, "usage: meshrun "+cmd, cmd)
+	}
+	code, _, _ = meshrun(t, "", "run")
+	require.Equal(t, ExitUsage, code)
+	code, _, _ = meshrun(t, "", "run", "--bogus", "x.mesh")
+	require.Equal(t, ExitUsage, code)
+	code, _, errs := meshrun(t, "", "run", "/nonexistent/x.mesh")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errs, "no such file")
+	code, out, _ = meshrun(t, "", "grammar")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "MeshDecl =")
+}
+
+func TestLinkFlagChangesTheCostModel(t *testing.T) {
+	_, fast, _ := meshrun(t, "", "explain", "--json", "../../examples/megatron_mlp.mesh")
+	_, slow, _ := meshrun(t, "", "explain", "--json", "--link", "tp=50:1", "../../examples/megatron_mlp.mesh")
+	require.NotEqual(t, fast, slow)
+	require.Contains(t, slow, `"alpha_us": 50`)
+	code, _, errs := meshrun(t, "", "explain", "--link", "zz=1:1", "../../examples/megatron_mlp.mesh")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errs, "unknown mesh axis")
+}
+
+func TestREPLScripted(t *testing.T) {
+	script := strings.Join([]string{
+		"mesh M = [dp=2, tp=2]",
+		"param W : f32[8, 8] {B, S(1)} = normal(0, 1)",
+		"input x : f32[4, 8] {S(0), B} = ones",
+		"y = x @ W",
+		"z = to(y, {B, B})",
+		"sum(y, axis=1)",
+		":layout y",
+		":layout s",
+		"bad = foo(x)",
+		"q = x @",
+		"    W",
+		"",
+		"r = (x +",
+		"",
+		":names",
+		":explain",
+		":nope",
+		"def f(a) {",
+		"  return a * 2",
+		"}",
+		"f(x)",
+		":quit",
+		"never = 1",
+	}, "\n")
+	code, out, _ := meshrun(t, script, "repl")
+	require.Equal(t, ExitOK, code)
+	for _, want := range []string{
+		"mesh M = [dp=2, tp=2]: 4 devices",
+		"y : f32[4, 8] {S(0), S(1)}",
+		"local: [2, 4] on d0-3",
+		"inserted: all_gather of y over dp {S(0), S(1)} → {B, S(1)}",
+		"sum#4 : f32[4] {S(0), P}",
+		"rows 0:2  d0        d1",
+		":layout: unknown name \"s\"",
+		"unknown function \"foo\"",
+		"q : f32[4, 8] {S(0), S(1)}",
+		"unexpected end of file",
+		"  W : f32[8, 8] {B, S(1)}",
+		"collectives inserted by the compiler",
+		"unknown command :nope",
+		"defined f(a)",
+		"mul#",
+	} {
+		require.Contains(t, out, want)
+	}
+	require.NotContains(t, out, "never")
+	// the value of x @ W with x all ones is the column sums of W, on every row
+	require.Regexp(t, `value: \[`, out)
+}
+
+func TestREPLPartialDrawnDistinctly(t *testing.T) {
+	script := "mesh M = [a=2, b=2]\ninput x : f32[4, 4] {S(1), B} = ones\ns = sum(x, axis=1)\n:layout s\n"
+	_, out, _ := meshrun(t, script, "repl")
+	require.Contains(t, out, "d0=d1 + d2=d3")
+}
