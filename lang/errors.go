@@ -74,6 +74,9 @@ func (l ErrorList) Sort() ErrorList {
 // then the source line and a caret under the column. sources maps file
 // names to their text; a file not in it is printed without the excerpt.
 func Render(err error, sources map[string][]byte) string {
+	if err == nil {
+		return ""
+	}
 	var list ErrorList
 	switch e := err.(type) {
 	case ErrorList:

@@ -22,8 +22,9 @@ import (
 
 // Header is what a .npy file says about its array.
 type Header struct {
-	Descr string // '<f4', '<f8', '<i4', '<i8'
-	Shape []int
+	Descr   string // '<f4', '<f8', '<i4', '<i8'
+	Shape   []int
+	Fortran bool // column-major data; ReadFile returns it in C order
 }
 
 var magic = []byte("\x93NUMPY")
@@ -74,10 +75,7 @@ func ReadHeader(r io.Reader) (*Header, error) {
 	if d == nil || f == nil || sh == nil {
 		return nil, fmt.Errorf("malformed .npy header %q", strings.TrimSpace(s))
 	}
-	if f[1] == "True" {
-		return nil, fmt.Errorf(".npy file is in Fortran order; only C order is supported")
-	}
-	hd := &Header{Descr: d[1], Shape: []int{}}
+	hd := &Header{Descr: d[1], Shape: []int{}, Fortran: f[1] == "True"}
 	for _, p := range strings.Split(sh[1], ",") {
 		p = strings.TrimSpace(p)
 		if p == "" {
@@ -161,7 +159,48 @@ func ReadFile(path string) (*Header, any, error) {
 	if err := binary.Read(r, binary.LittleEndian, data); err != nil {
 		return nil, nil, fmt.Errorf("%s: truncated data: %v", path, err)
 	}
+	if h.Fortran {
+		switch d := data.(type) {
+		case []float32:
+			data = fortranToC(d, h.Shape)
+		case []float64:
+			data = fortranToC(d, h.Shape)
+		case []int32:
+			data = fortranToC(d, h.Shape)
+		case []int64:
+			data = fortranToC(d, h.Shape)
+		}
+		h.Fortran = false
+	}
 	return h, data, nil
+}
+
+// fortranToC reorders column-major data into row-major order.
+func fortranToC[T any](in []T, shape []int) []T {
+	out := make([]T, len(in))
+	n := len(shape)
+	fstride := make([]int, n) // column-major strides
+	acc := 1
+	for i := 0; i < n; i++ {
+		fstride[i] = acc
+		acc *= shape[i]
+	}
+	idx := make([]int, n)
+	for i := range out {
+		src := 0
+		for k := 0; k < n; k++ {
+			src += idx[k] * fstride[k]
+		}
+		out[i] = in[src]
+		for k := n - 1; k >= 0; k-- {
+			idx[k]++
+			if idx[k] < shape[k] {
+				break
+			}
+			idx[k] = 0
+		}
+	}
+	return out
 }
 
 // Write encodes data ([]float32, []float64, []int32 or []int64) with shape
