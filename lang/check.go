@@ -34,7 +34,7 @@ type Checker struct {
 	globals map[string]*Value
 	funcs   map[string]*FuncDef
 	modules map[string]map[string]*FuncDef
-	broken  map[string]bool // names whose definition failed
+	broken  map[string]bool    // names whose definition failed
 	scope   map[string]operand // innermost function scope, nil at top level
 	fn      string             // name of the function being expanded
 	calls   []Pos

@@ -9,8 +9,8 @@ import (
 type Diff struct {
 	Name   string
 	MaxAbs float64
-	MaxRel float64
-	At     int // flat index of the worst element
+	MaxRel float64 // normwise: MaxAbs / max|want|
+	At     int     // flat index of the worst element
 	OK     bool
 }
 
@@ -39,6 +39,12 @@ func CompareTensors(got, want *Tensor, rtol, atol float64) Diff {
 		return d
 	}
 	gv, wv := got.Float64s(), want.Float64s()
+	scale := 0.0
+	for _, w := range wv {
+		if !math.IsNaN(w) {
+			scale = math.Max(scale, math.Abs(w))
+		}
+	}
 	for i := range gv {
 		diff := math.Abs(gv[i] - wv[i])
 		if math.IsNaN(gv[i]) != math.IsNaN(wv[i]) {
@@ -46,16 +52,15 @@ func CompareTensors(got, want *Tensor, rtol, atol float64) Diff {
 		} else if math.IsNaN(gv[i]) || gv[i] == wv[i] {
 			diff = 0
 		}
-		rel := diff / math.Max(math.Abs(wv[i]), 1e-300)
 		if diff > d.MaxAbs {
 			d.MaxAbs, d.At = diff, i
-		}
-		if diff > 0 && rel > d.MaxRel {
-			d.MaxRel = rel
 		}
 		if diff > atol+rtol*math.Abs(wv[i]) {
 			d.OK = false
 		}
+	}
+	if d.MaxAbs > 0 {
+		d.MaxRel = d.MaxAbs / math.Max(scale, 1e-300)
 	}
 	return d
 }

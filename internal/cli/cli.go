@@ -321,6 +321,7 @@ func (e *env) check(args []string) int {
 	}
 	ok := true
 	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", pos[0], p.Mesh, p.Mesh.Size())
+	fmt.Fprintf(e.stdout, "  collectives inserted: %s\n", summary(lower.Explain(p)))
 	for i, name := range want.Names {
 		r, a := tolerances(want.Outputs[i].DType.String(), *rtol, *atol)
 		d := rt.CompareTensors(got.Output(name), want.Outputs[i], r, a)
@@ -328,7 +329,7 @@ func (e *env) check(args []string) int {
 		if !d.OK {
 			status, ok = "MISMATCH", false
 		}
-		fmt.Fprintf(e.stdout, "  %-12s %-8s max abs err %.3g  max rel err %.3g  (rtol %g, atol %g)\n", name, status, d.MaxAbs, d.MaxRel, r, a)
+		fmt.Fprintf(e.stdout, "  %-12s %-8s max abs err %.3g  rel err %.3g (normwise)  (rtol %g, atol %g)\n", name, status, d.MaxAbs, d.MaxRel, r, a)
 	}
 	if len(want.Names) == 0 {
 		fmt.Fprintln(e.stdout, "  (the program has no outputs to compare)")
@@ -343,6 +344,28 @@ func (e *env) check(args []string) int {
 
 // testHookSharded lets tests tamper with a sharded result to see check fail.
 var testHookSharded func(*rt.Result)
+
+// summary lists the inserted steps by kind: "1 all_reduce (96.0 KiB per device)".
+func summary(r *lower.Report) string {
+	if len(r.Collectives) == 0 {
+		return "none"
+	}
+	var kinds []string
+	counts := map[string]int{}
+	bytes := map[string]float64{}
+	for _, c := range r.Collectives {
+		if counts[c.Kind] == 0 {
+			kinds = append(kinds, c.Kind)
+		}
+		counts[c.Kind]++
+		bytes[c.Kind] += c.Bytes
+	}
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s (%s per device)", counts[k], k, lower.HumanBytes(bytes[k])))
+	}
+	return strings.Join(parts, ", ") + " — details: meshrun explain"
+}
 
 func tolerances(dtype string, rtol, atol float64) (float64, float64) {
 	r, a := 1e-4, 1e-5
