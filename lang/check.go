@@ -39,12 +39,19 @@ type Checker struct {
 	fn      string             // name of the function being expanded
 	calls   []Pos
 	ret     *operand
+	// expansions counts inlined calls since the checker was made.
+	expansions int
 	// Last is the value of the last bare expression statement (REPL).
 	Last *Value
 }
 
-// maxCallDepth bounds function expansion, which is also how recursion is caught.
-const maxCallDepth = 64
+// maxCallDepth bounds function expansion, which is also how recursion is
+// caught; maxExpansions bounds its total work, which nesting alone does not
+// (f(f(x)) inside f doubles at every level).
+const (
+	maxCallDepth  = 64
+	maxExpansions = 100000
+)
 
 // NewChecker starts an empty program named file.
 func NewChecker(file string, src []byte, opts CheckOptions) *Checker {

@@ -1,0 +1,98 @@
+// Package bench holds meshrun's benchmarks. Each reports a ratio against a
+// reference measured in the same invocation (these machines are noisy);
+// none asserts a time. Run them with bench/run.sh, which also repeats them
+// with OpenBLAS when libopenblas.so.0 is present.
+package bench
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/rt"
+)
+
+// BenchmarkMatmulBackendVsRawBLAS times the backend's matmul kernel (the
+// op as the runtime calls it: allocation, dispatch, GEMM) and the raw BLAS
+// call on the same shapes, interleaved, and reports raw/backend time
+// ("backend_efficiency", goal ≥ 0.9).
+func BenchmarkMatmulBackendVsRawBLAS(b *testing.B) {
+	for _, sh := range [][3]int{{64, 512, 512}, {256, 256, 256}, {32, 512, 2048}} {
+		m, k, n := sh[0], sh[1], sh[2]
+		b.Run(lang.ShapeString(sh[:]), func(b *testing.B) {
+			blas := rt.DefaultBLAS()
+			cpu := &rt.CPU{BLAS: blas}
+			g, err := lang.CheckSource("b.mesh", []byte("mesh M = [a=1]\ninput x : f32["+itoa(m)+", "+itoa(k)+"] = normal(0, 1)\ninput w : f32["+itoa(k)+", "+itoa(n)+"] = normal(0, 1)\ny = x @ w\noutput y\n"), lang.CheckOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			v := g.Outputs[0].Value
+			x := rt.NewTensor(lang.F32, []int{m, k})
+			w := rt.NewTensor(lang.F32, []int{k, n})
+			for i, d := 0, x.Data.([]float32); i < len(d); i++ {
+				d[i] = float32(i%7) - 3
+			}
+			for i, d := 0, w.Data.([]float32); i < len(d); i++ {
+				d[i] = float32(i%5) - 2
+			}
+			c := make([]float32, m*n)
+			var tBackend, tRaw time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if _, err := cpu.Compute(&rt.OpCall{Value: v, Args: []*rt.Tensor{x, w}}); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				blas.Sgemm(m, n, k, x.Data.([]float32), k, w.Data.([]float32), n, c, n)
+				t2 := time.Now()
+				tBackend += t1.Sub(t0)
+				tRaw += t2.Sub(t1)
+			}
+			b.ReportMetric(float64(tRaw)/float64(tBackend), "backend_efficiency")
+			b.ReportMetric(2*float64(m*n*k)*float64(b.N)/tRaw.Seconds()/1e9, "raw_GFLOPs")
+			b.Logf("%s with %s: raw/backend = %.3f", lang.ShapeString(sh[:]), blas.Name(), float64(tRaw)/float64(tBackend))
+		})
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// BenchmarkMegatronMLPMeshVsOneDevice runs examples/megatron_mlp.mesh on
+// its 8 virtual devices and on 1 device (same global work), interleaved,
+// and reports mesh/single wall time ("mesh_over_single", goal ≤ 1.3).
+func BenchmarkMegatronMLPMeshVsOneDevice(b *testing.B) {
+	g, _, err := lang.CheckFile("../examples/megatron_mlp.mesh", lang.CheckOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mesh, err := lower.Lower(g, lower.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	single, err := lower.Lower(g, lower.Options{Mesh: g.Mesh.Single()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var tMesh, tSingle time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := rt.Run(ctx, mesh, rt.Options{}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := rt.Run(ctx, single, rt.Options{}); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		tMesh += t1.Sub(t0)
+		tSingle += t2.Sub(t1)
+	}
+	b.ReportMetric(float64(tMesh)/float64(tSingle), "mesh_over_single")
+	b.Logf("megatron_mlp with %s: 8 devices / 1 device = %.3f", rt.DefaultBLAS().Name(), float64(tMesh)/float64(tSingle))
+}
