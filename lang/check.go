@@ -50,7 +50,7 @@ type Checker struct {
 // (f(f(x)) inside f doubles at every level).
 const (
 	maxCallDepth  = 64
-	maxExpansions = 100000
+	maxExpansions = 10000
 )
 
 // NewChecker starts an empty program named file.

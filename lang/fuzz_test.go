@@ -66,7 +66,10 @@ func fuzzOne(t *testing.T, src, dir string) {
 			_ = lang.Render(err, map[string][]byte{"fuzz.mesh": []byte(src)})
 			return
 		}
-		// keep lowering cheap: skip programs whose tensors would be huge
+		// keep lowering cheap: skip huge programs and huge tensors
+		if len(g.Values) > 2000 {
+			return
+		}
 		for _, v := range g.Values {
 			if v.Type.Numel() > 1<<20 {
 				return
