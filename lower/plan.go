@@ -2,6 +2,8 @@
 //
 // Lowering is a list of passes (Passes) run in order over a Plan:
 //
+//	check   re-check the graph's structure; a missing op rule is reported
+//	        here, for every op at once, at the op's position
 //	infer   give every value a placement: sources and to() keep the declared
 //	        one; every op takes, among the nd signatures its rule allows, the
 //	        one whose input conversions cost least under the link model
@@ -94,7 +96,8 @@ type Pass struct {
 
 // Passes is the pass list, in order.
 var Passes = []Pass{
-	{Name: "infer", Run: inferPlacements},
+	{Name: "check", Run: checkGraph},
+	{Name: "infer", Run: inferPlacements, Requires: []string{"check"}},
 	{Name: "boxing", Run: insertBoxing, Requires: []string{"infer"}},
 	{Name: "spmd", Run: buildPrograms, Requires: []string{"boxing"}},
 	{Name: "memory", Run: simulateMemory, Requires: []string{"spmd"}},

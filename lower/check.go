@@ -1,0 +1,77 @@
+package lower
+
+import (
+	"fmt"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// checkGraph is the first pass: it re-checks the structure of the graph it
+// is given (which need not come from lang.Check — tests and tools build
+// graphs too): values in order with arguments before their users, sources
+// with an initialiser, declared placements that fit the mesh and the
+// tensor, outputs from this graph, and a placement rule for every op. Every
+// missing rule is reported at its op's position, all at once.
+func checkGraph(p *Plan) error {
+	g := p.Graph
+	n := p.Mesh.NumAxes()
+	index := map[*lang.Value]int{}
+	var errs lang.ErrorList
+	bad := func(v *lang.Value, format string, args ...any) {
+		errs = append(errs, &lang.Error{Pos: v.Pos, Msg: fmt.Sprintf(format, args...)})
+	}
+	for i, v := range g.Values {
+		for _, a := range v.Args {
+			j, ok := index[a]
+			if !ok || j >= i {
+				bad(v, "internal: %s uses %s before it is defined", v.Label(), a.Label())
+			}
+		}
+		index[v] = i
+		if v.Declared != nil && !fits(v.Declared, v.Type, n) {
+			bad(v, "placement %s does not fit %s on a %d-axis mesh", v.Declared, v.Type, n)
+		}
+		switch {
+		case v.IsSource():
+			if v.Attrs.Init == nil {
+				bad(v, "internal: %s %s has no initialiser", v.Op, v.Label())
+			}
+		case v.Op == "to":
+			if v.Declared == nil || len(v.Args) != 1 {
+				bad(v, "internal: to() without a placement")
+			}
+		default:
+			if _, ok := sbp.Lookup(v.Op); !ok {
+				bad(v, "op %s has no placement rule (this is a missing rule in package sbp)", v.Op)
+			}
+		}
+	}
+	for _, o := range g.Outputs {
+		if _, ok := index[o.Value]; !ok {
+			errs = append(errs, &lang.Error{Pos: o.Pos, Msg: "internal: output " + o.Name + " is not a value of this graph"})
+		}
+		if o.Placement != nil && !fits(o.Placement, o.Value.Type, n) {
+			errs = append(errs, &lang.Error{Pos: o.Pos, Msg: fmt.Sprintf("placement %s does not fit output %s", o.Placement, o.Name)})
+		}
+	}
+	if len(errs) > 0 {
+		return errs.Sort()
+	}
+	return nil
+}
+
+func fits(pl sbp.NdSBP, t lang.Type, axes int) bool {
+	if len(pl) != axes {
+		return false
+	}
+	for _, e := range pl {
+		if e.IsS() && e.Dim >= t.Rank() {
+			return false
+		}
+		if e.IsP() && t.DType.IsInt() {
+			return false
+		}
+	}
+	return true
+}

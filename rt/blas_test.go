@@ -1,0 +1,63 @@
+package rt
+
+import (
+	"math"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestOpenBLASAgreesWithGonum runs where libopenblas.so.0 can be loaded;
+// elsewhere it says why it skipped. MESHRUN_REQUIRE_OPENBLAS=1 turns the
+// skip into a failure.
+func TestOpenBLASAgreesWithGonum(t *testing.T) {
+	ob, err := LoadOpenBLAS()
+	if err != nil {
+		if os.Getenv("MESHRUN_REQUIRE_OPENBLAS") == "1" {
+			t.Fatalf("OpenBLAS required but not loadable: %v", err)
+		}
+		t.Skipf("OpenBLAS not available: %v", err)
+	}
+	for _, sh := range [][3]int{{1, 1, 1}, {3, 5, 7}, {64, 33, 17}, {128, 128, 128}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, b := make([]float64, m*k), make([]float64, k*n)
+		for i := range a {
+			a[i] = math.Sin(float64(i))
+		}
+		for i := range b {
+			b[i] = math.Cos(float64(i))
+		}
+		c1, c2 := make([]float64, m*n), make([]float64, m*n)
+		GonumBLAS{}.Dgemm(m, n, k, a, k, b, n, c1, n)
+		ob.Dgemm(m, n, k, a, k, b, n, c2, n)
+		for i := range c1 {
+			require.InDelta(t, c1[i], c2[i], 1e-10*float64(k), "dgemm %v at %d", sh, i)
+		}
+		af, bf := make([]float32, m*k), make([]float32, k*n)
+		for i := range af {
+			af[i] = float32(a[i])
+		}
+		for i := range bf {
+			bf[i] = float32(b[i])
+		}
+		s1, s2 := make([]float32, m*n), make([]float32, m*n)
+		GonumBLAS{}.Sgemm(m, n, k, af, k, bf, n, s1, n)
+		ob.Sgemm(m, n, k, af, k, bf, n, s2, n)
+		for i := range s1 {
+			require.InDelta(t, s1[i], s2[i], 1e-4*float64(k), "sgemm %v at %d", sh, i)
+		}
+	}
+	require.Equal(t, "openblas", ob.Name())
+}
+
+func TestMatmulWithEmptyShards(t *testing.T) {
+	cpu := &CPU{BLAS: GonumBLAS{}}
+	for _, sh := range [][3]int{{0, 3, 4}, {3, 0, 4}, {3, 4, 0}} {
+		a := NewTensor(2, []int{sh[0], sh[2]})
+		b := NewTensor(2, []int{sh[2], sh[1]})
+		out, err := cpu.matmul(a, b)
+		require.NoError(t, err)
+		require.Equal(t, []int{sh[0], sh[1]}, out.Shape)
+	}
+}
