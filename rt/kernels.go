@@ -51,7 +51,11 @@ func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
 		if a[0].Numel() != numel(call.Out.Len) {
 			return nil, fmt.Errorf("reshape: local block of %d elements cannot become %v", a[0].Numel(), call.Out.Len)
 		}
-		return &Tensor{DType: a[0].DType, Shape: append([]int{}, call.Out.Len...), Data: a[0].Data}, nil
+		// a copy, not a view: every slot owns its storage, so the memory
+		// accounting counts what is really held
+		t := a[0].Clone()
+		t.Shape = append([]int{}, call.Out.Len...)
+		return t, nil
 	case "concat":
 		return ConcatDim(a, v.Attrs.Axis), nil
 	case "slice":

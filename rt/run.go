@@ -310,7 +310,7 @@ func makePartial(x *Tensor, in *lower.Instr, op ReduceOp) *Tensor {
 	from := in.Step.From[in.Step.Axis]
 	if from.IsB() {
 		if op == OpMax || in.Rank == 0 {
-			return x
+			return x.Clone()
 		}
 		return NewTensor(x.DType, x.Shape)
 	}
