@@ -330,6 +330,11 @@ func shortWhere(w string) string {
 	return w
 }
 
+// DeviceRanges renders devices [0 1 2 5] as "d0-2,d5".
+func DeviceRanges(ds []int) string {
+	return "d" + strings.ReplaceAll(rangeList(ds), ",", ",d")
+}
+
 func rangeList(ds []int) string {
 	var parts []string
 	for i := 0; i < len(ds); {

@@ -147,6 +147,21 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
+// parseAndCompile parses a command's flags and its one FILE argument, then
+// compiles the file. A nil plan comes with the exit code to return.
+func (e *env) parseAndCompile(fs *flag.FlagSet, args []string, c *common) (string, *lower.Plan, int) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return "", nil, flagExit(err)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return "", nil, ExitUsage
+	}
+	p, code := e.compile(pos[0], c)
+	return pos[0], p, code
+}
+
 // compile checks and lowers a file, printing diagnostics on failure.
 func (e *env) compile(path string, c *common) (*lower.Plan, int) {
 	g, sources, err := lang.CheckFile(path, lang.CheckOptions{Devices: c.devices})
@@ -200,15 +215,7 @@ func (e *env) run(args []string) int {
 	c.register(fs)
 	out := fs.String("out", "", "write every output as DIR/NAME.npy (the whole logical tensor)")
 	trace := fs.String("trace", "", "write the per-device timeline as Chrome trace JSON")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return flagExit(err)
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return ExitUsage
-	}
-	p, code := e.compile(pos[0], &c)
+	_, p, code := e.parseAndCompile(fs, args, &c)
 	if p == nil {
 		return code
 	}
@@ -291,15 +298,7 @@ func (e *env) check(args []string) int {
 	c.register(fs)
 	rtol := fs.Float64("rtol", -1, "relative tolerance (default 1e-4 for f32, 1e-9 for f64)")
 	atol := fs.Float64("atol", -1, "absolute tolerance (default 1e-5 for f32, 1e-12 for f64)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return flagExit(err)
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return ExitUsage
-	}
-	p, code := e.compile(pos[0], &c)
+	file, p, code := e.parseAndCompile(fs, args, &c)
 	if p == nil {
 		return code
 	}
@@ -320,7 +319,7 @@ func (e *env) check(args []string) int {
 		testHookSharded(got)
 	}
 	ok := true
-	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", pos[0], p.Mesh, p.Mesh.Size())
+	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", file, p.Mesh, p.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives inserted: %s\n", summary(lower.Explain(p)))
 	for i, name := range want.Names {
 		r, a := tolerances(want.Outputs[i].DType.String(), *rtol, *atol)
@@ -389,15 +388,7 @@ func (e *env) explain(args []string) int {
 	fs := newFlags(e, "explain", "explain FILE [--json]")
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as one JSON document (schema in spec.md)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return flagExit(err)
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return ExitUsage
-	}
-	p, code := e.compile(pos[0], &c)
+	_, p, code := e.parseAndCompile(fs, args, &c)
 	if p == nil {
 		return code
 	}

@@ -207,7 +207,7 @@ func (s *session) showValue(v *lang.Value, name, file string) {
 	}
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s on d%s", k, rangeListInts(shapes[k])))
+		parts = append(parts, fmt.Sprintf("%s on %s", k, lower.DeviceRanges(shapes[k])))
 	}
 	fmt.Fprintf(s.out, "  local: %s\n", strings.Join(parts, "; "))
 	n := 0
@@ -230,23 +230,6 @@ func (s *session) showValue(v *lang.Value, name, file string) {
 		return
 	}
 	fmt.Fprintf(s.out, "  value: %s\n", preview(res.Outputs[0]))
-}
-
-func rangeListInts(ds []int) string {
-	var parts []string
-	for i := 0; i < len(ds); {
-		j := i
-		for j+1 < len(ds) && ds[j+1] == ds[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, fmt.Sprint(ds[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", ds[i], ds[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",d")
 }
 
 // command runs a ':' command; it returns true to end the session.
