@@ -33,6 +33,7 @@ func init() {
 		"concat": concatOp, "slice": sliceOp, "embedding": embeddingOp,
 		"cross_entropy": crossEntropyOp, "mse": mseOp, "to": toOp,
 	}
+	builtins["grad"] = gradOp // assigned apart: gradOp's helpers refer to builtins
 }
 
 // BuiltinOps lists the IR op names the builtins produce (for rule coverage tests).
@@ -56,6 +57,9 @@ func (c *Checker) apply(pos Pos, name string, args []operand, kw map[string]oper
 	for k := range b.kw {
 		c.errorf(pos, "%s has no argument %q", name, k)
 		return operand{bad: true}
+	}
+	if v.ID < len(c.g.Values) && c.g.Values[v.ID] == v {
+		return operand{v: v} // an existing value (grad returns an adjoint)
 	}
 	return operand{v: c.add(v)}
 }

@@ -41,6 +41,8 @@ type Checker struct {
 	ret     *operand
 	// expansions counts inlined calls since the checker was made.
 	expansions int
+	// grads caches the backward graph built for each differentiated scalar.
+	grads map[*Value]*adjoints
 	// Last is the value of the last bare expression statement (REPL).
 	Last *Value
 }
@@ -133,6 +135,7 @@ func (c *Checker) Stmt(s *Stmt, src []byte) error {
 
 type snapshot struct {
 	values, outputs int
+	grads           map[*Value]*adjoints
 	globals         map[string]*Value
 	funcs           map[string]*FuncDef
 	modules         map[string]map[string]*FuncDef
@@ -141,12 +144,13 @@ type snapshot struct {
 }
 
 func (c *Checker) snapshot() snapshot {
-	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.globals), maps.Clone(c.funcs), maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh}
+	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.grads), maps.Clone(c.globals), maps.Clone(c.funcs), maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh}
 }
 
 func (c *Checker) restore(s snapshot) {
 	c.g.Values = c.g.Values[:s.values]
 	c.g.Outputs = c.g.Outputs[:s.outputs]
+	c.grads = s.grads
 	c.globals, c.funcs, c.modules, c.broken, c.g.Mesh = s.globals, s.funcs, s.modules, s.broken, s.mesh
 }
 

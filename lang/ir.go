@@ -31,6 +31,9 @@ type Value struct {
 	Pos   Pos    // where it is computed
 	Calls []Pos  // call sites of the functions it was inlined through, innermost first
 
+	// Backward marks values autodiff created.
+	Backward bool
+
 	// Declared is the placement the program fixes for this value: on
 	// sources, and on to(x, {...}) conversions. Nil elsewhere.
 	Declared sbp.NdSBP

@@ -58,7 +58,33 @@ func checkGraph(p *Plan) error {
 	if len(errs) > 0 {
 		return errs.Sort()
 	}
+	p.Values = live(g, p.Opts.KeepDead)
 	return nil
+}
+
+// live lists the values the outputs depend on, in program order.
+func live(g *lang.Graph, all bool) []*lang.Value {
+	if all {
+		return g.Values
+	}
+	need := map[*lang.Value]bool{}
+	for _, o := range g.Outputs {
+		need[o.Value] = true
+	}
+	for i := len(g.Values) - 1; i >= 0; i-- {
+		if v := g.Values[i]; need[v] {
+			for _, a := range v.Args {
+				need[a] = true
+			}
+		}
+	}
+	var out []*lang.Value
+	for _, v := range g.Values {
+		if need[v] {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func fits(pl sbp.NdSBP, t lang.Type, axes int) bool {

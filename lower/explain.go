@@ -122,7 +122,7 @@ func Explain(p *Plan) *Report {
 		l := p.Planner.Topo.Link(i)
 		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: round6(l.Alpha * 1e6), GBPerSec: round6(1 / l.Beta / 1e9), ReduceGBps: round6(1 / l.Gamma / 1e9)})
 	}
-	for _, v := range p.Graph.Values {
+	for _, v := range p.Values {
 		pl := p.Placement[v]
 		op := OpReport{ID: v.ID, Op: v.Op, Value: v.Label(), Where: lang.FormatPos(v.Pos), Line: v.Pos.Line, CalledFrom: callSites(v), Shape: v.Type.Shape, DType: v.Type.DType.String(),
 			Placement: pl.String(), Local: sbp.LocalShape(m, v.Type.Shape, pl, 0), LocalShapes: distinctShapes(p, v.Type.Shape, pl)}

@@ -40,7 +40,7 @@ func (a sigScore) less(b sigScore) bool {
 func inferPlacements(p *Plan) error {
 	var errs lang.ErrorList
 	n := p.Mesh.NumAxes()
-	for _, v := range p.Graph.Values {
+	for _, v := range p.Values {
 		switch {
 		case v.IsSource():
 			pl := v.Declared
@@ -177,7 +177,7 @@ func insertBoxing(p *Plan) error {
 		byKey[key] = c
 		return c, nil
 	}
-	for _, v := range p.Graph.Values {
+	for _, v := range p.Values {
 		ch := p.Choice[v]
 		if ch == nil {
 			continue

@@ -3,7 +3,8 @@
 // Lowering is a list of passes (Passes) run in order over a Plan:
 //
 //	check   re-check the graph's structure; a missing op rule is reported
-//	        here, for every op at once, at the op's position
+//	        here, for every op at once, at the op's position; drop values
+//	        no output needs (dead code, e.g. unused adjoints)
 //	infer   give every value a placement: sources and to() keep the declared
 //	        one; every op takes, among the nd signatures its rule allows, the
 //	        one whose input conversions cost least under the link model
@@ -40,6 +41,8 @@ type Options struct {
 	Verify    bool           // run the verifier after every pass
 	DumpAfter string         // pass name or "all"
 	Dump      io.Writer      // where dumps go
+	// KeepDead keeps values no output needs (the REPL shows every name).
+	KeepDead bool
 	// Force fixes the placement of source values by name, overriding the
 	// declaration (the brute-force validator uses it).
 	Force map[string]sbp.NdSBP
@@ -51,6 +54,10 @@ type Plan struct {
 	Mesh    *mesh.Mesh
 	Planner *sbp.Planner
 	Opts    Options
+
+	// Values are the graph's values that reach an output, in order (the
+	// check pass drops the rest unless Options.KeepDead).
+	Values []*lang.Value
 
 	Placement map[*lang.Value]sbp.NdSBP
 	Choice    map[*lang.Value]*Choice
@@ -165,7 +172,7 @@ func runPass(p *Plan, pass Pass) (err error) {
 func (p *Plan) Dump() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "mesh %s = %s\n", p.Mesh.Name, p.Mesh)
-	for _, v := range p.Graph.Values {
+	for _, v := range p.Values {
 		var args []string
 		for i, a := range v.Args {
 			s := fmt.Sprintf("%%%d", a.ID)

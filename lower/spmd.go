@@ -97,7 +97,7 @@ func (p *Plan) program(dev int) *Program {
 		convSlot[c] = cur
 		return cur
 	}
-	for _, v := range p.Graph.Values {
+	for _, v := range p.Values {
 		if v.IsSource() {
 			out := newSlot(v.Type.DType)
 			b := layout(v, p.Placement[v])

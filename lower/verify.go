@@ -18,7 +18,7 @@ import (
 func Verify(p *Plan) error {
 	n := p.Mesh.NumAxes()
 	if p.done["infer"] {
-		for _, v := range p.Graph.Values {
+		for _, v := range p.Values {
 			pl, ok := p.Placement[v]
 			if !ok {
 				return fmt.Errorf("%s has no placement", v.Label())
@@ -42,7 +42,7 @@ func Verify(p *Plan) error {
 		}
 	}
 	if p.done["boxing"] {
-		for _, v := range p.Graph.Values {
+		for _, v := range p.Values {
 			ch := p.Choice[v]
 			if ch == nil {
 				continue

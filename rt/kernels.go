@@ -71,6 +71,9 @@ func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
 	case "mse":
 		return mse(a[0], a[1], v.Args[0].Type.Numel())
 	}
+	if t, ok, err := c.computeGrad(call); ok {
+		return t, err
+	}
 	return nil, fmt.Errorf("no CPU kernel for op %s", v.Op)
 }
 

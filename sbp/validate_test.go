@@ -80,6 +80,20 @@ var opCases = []opCase{
 	{"embedding_i32", "input W : f64[5, 3] = normal(0, 1)\ninput i : i32[5] = uniform(0, 5)\ny = embedding(W, i)"},
 	{"cross_entropy", "input a : f64[5, 4] = normal(0, 1)\ninput t : i64[5] = uniform(0, 4)\ny = cross_entropy(a, t)"},
 	{"mse", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = mse(a, b)"},
+	// gradient helper ops
+	{"relu_grad", "input a : f64[3, 5] = normal(0, 1)\ny = relu_grad(a)"},
+	{"gelu_grad", "input a : f64[3, 5] = normal(0, 1)\ny = gelu_grad(a)"},
+	{"softmax_grad", "input a : f64[3, 5] = uniform(0, 1)\ninput g : f64[3, 5] = normal(0, 1)\ny = softmax_grad(a, g, 1)"},
+	{"softmax_grad_0", "input a : f64[3, 5] = uniform(0, 1)\ninput g : f64[3, 5] = normal(0, 1)\ny = softmax_grad(a, g, axis=0)"},
+	{"normalize", "input a : f64[3, 5] = normal(0, 1)\ny = normalize(a)"},
+	{"normalize_grad", "input a : f64[2, 3, 5] = normal(0, 1)\ninput d : f64[2, 3, 5] = normal(0, 1)\ny = normalize_grad(a, d, eps=0.01)"},
+	{"max_grad", "input a : f64[3, 5] = normal(0, 1)\ninput m : f64[3] = normal(0, 1)\ninput g : f64[3] = normal(0, 1)\ny = max_grad(a, m, g, 1)"},
+	{"max_grad_all", "input a : f64[3, 5] = normal(0, 1)\ninput m : f64[] = normal(0, 1)\ninput g : f64[] = normal(0, 1)\ny = max_grad(a, m, g)"},
+	{"broadcast_to", "input a : f64[3, 1] = normal(0, 1)\ny = broadcast_to(a, 2, 3, 5)"},
+	{"broadcast_to_row", "input a : f64[5] = normal(0, 1)\ny = broadcast_to(a, 3, 5)"},
+	{"pad", "input a : f64[3, 5] = normal(0, 1)\ny = pad(a, 1, 2, 1)"},
+	{"embedding_grad", "input i : i64[3, 2] = uniform(0, 7)\ninput g : f64[3, 2, 4] = normal(0, 1)\ny = embedding_grad(i, g, 7)"},
+	{"cross_entropy_grad", "input a : f64[5, 4] = normal(0, 1)\ninput t : i64[5] = uniform(0, 4)\ninput g : f64[] = normal(0, 1)\ny = cross_entropy_grad(a, t, g)"},
 }
 
 var meshes = []*mesh.Mesh{
@@ -105,7 +119,8 @@ func checkCase(t *testing.T, c opCase, m *mesh.Mesh) *lang.Graph {
 }
 
 func TestEveryOpHasARule(t *testing.T) {
-	for _, op := range lang.BuiltinOps() {
+	all := append(lang.BuiltinOps(), lang.GradOps()...)
+	for _, op := range all {
 		_, ok := sbp.Lookup(op)
 		require.True(t, ok, "op %s has no placement rule", op)
 	}
@@ -116,8 +131,11 @@ func TestEveryOpHasARule(t *testing.T) {
 			covered[v.Op] = true
 		}
 	}
-	for _, op := range lang.BuiltinOps() {
+	for _, op := range all {
 		require.True(t, covered[op], "the validator has no case for op %s", op)
+	}
+	for _, op := range sbp.Ops() {
+		require.True(t, covered[op], "op %s has a rule but no validator case", op)
 	}
 }
 

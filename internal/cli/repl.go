@@ -179,7 +179,7 @@ func (s *session) lowerWith(v *lang.Value) (*lower.Plan, error) {
 	if v != nil {
 		g.Outputs = []*lang.Output{{Name: "_", Value: v}}
 	}
-	return lower.Lower(&g, lower.Options{})
+	return lower.Lower(&g, lower.Options{KeepDead: true})
 }
 
 func (s *session) showValue(v *lang.Value, name, file string) {

@@ -53,6 +53,15 @@ var ruleExamples = []ruleExample{
 	{"cross_entropy", "Y[] = cross_entropy(logits[n,c], labels[n])", sbp.OpDesc{In: [][]int{{4, 4}, {4}}, Out: []int{}}},
 	{"mse", "Y[] = mse(A[m,n], B[m,n])", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{}}},
 	{"const", "a number used as a tensor", sbp.OpDesc{Out: []int{}}},
+	{"relu_grad", "Y = relu_grad(A[m,n]) (also gelu_grad)", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}},
+	{"softmax_grad", "D[m,n] = softmax_grad(Y[m,n], G[m,n], axis=1)", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}, Axis: 1}},
+	{"normalize", "Y[m,n] = normalize(A[m,n])", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}},
+	{"normalize_grad", "D[m,n] = normalize_grad(X[m,n], G[m,n])", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}},
+	{"max_grad", "D[m,n] = max_grad(X[m,n], Y[m], G[m], 1)", sbp.OpDesc{In: [][]int{{4, 4}, {4}, {4}}, Out: []int{4, 4}, Axis: 1}},
+	{"broadcast_to", "Y[m,n] = broadcast_to(A[m,1], m, n)", sbp.OpDesc{In: [][]int{{4, 1}}, Out: []int{4, 4}}},
+	{"pad", "Y[m,n+i+j] = pad(A[m,n], 1, i, j)", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 7}, Axis: 1}},
+	{"embedding_grad", "D[v,h] = embedding_grad(idx[t], G[t,h], v)", sbp.OpDesc{In: [][]int{{4}, {4, 4}}, Out: []int{8, 4}}},
+	{"cross_entropy_grad", "D[n,c] = cross_entropy_grad(logits[n,c], labels[n], g[])", sbp.OpDesc{In: [][]int{{4, 4}, {4}, {}}, Out: []int{4, 4}}},
 }
 
 // Rules renders every op's one-axis signatures.
@@ -97,7 +106,7 @@ func Rules() string {
 // coveredBy: ops documented together with another op of the same rule.
 func coveredBy(op string) bool {
 	switch op {
-	case "sub", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid", "log_softmax", "mean":
+	case "sub", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid", "log_softmax", "mean", "gelu_grad":
 		return true
 	}
 	return false

@@ -1,0 +1,307 @@
+package lang
+
+import "fmt"
+
+// Reverse-mode autodiff, as a graph transformation in the checker.
+//
+// grad(y, x) asks for ∂y/∂x of a scalar y. The first request for a given y
+// builds the backward graph once: every value that y depends on and that
+// depends on some float source gets an adjoint, visited in reverse program
+// order, each op's vector-Jacobian product written with ordinary ops and
+// the gradient helper ops (builtins_grad.go). Backward values are ordinary
+// graph values — placement inference and boxing treat them like forward
+// ones, which is where the duality of backward placements comes from: the
+// gradient of a replicated parameter computed from split activations comes
+// out partial and is reduced by the boxing the consumer needs. Adjoints no
+// one uses are removed by lowering's dead-code pass.
+
+type adjoints struct {
+	of map[*Value]*Value
+}
+
+// gradOp implements the grad(y, x) builtin.
+func gradOp(c *Checker, b *binder) *Value {
+	if !c.nargs(b, 2, 2) {
+		return nil
+	}
+	y, x := b.args[0].v, b.args[1].v
+	if y == nil || x == nil {
+		return c.fail(b, "grad(y, x) takes two tensors")
+	}
+	if y.Type.Rank() != 0 || !y.Type.DType.IsFloat() {
+		return c.fail(b, "grad(y, x) needs a float scalar y, got %s", y.Type)
+	}
+	if !x.Type.DType.IsFloat() {
+		return c.fail(b, "grad(y, x): x must be a float tensor, got %s", x.Type)
+	}
+	adj, err := c.backward(y)
+	if err != nil {
+		return c.fail(b, "%v", err)
+	}
+	g := adj.of[x]
+	if g == nil {
+		// y does not depend on x: the gradient is zero
+		zero := c.constValue(numOp(0), x.Type.DType, b.pos)
+		g = c.mk(b.pos, "broadcast_to", append([]operand{{v: zero}}, dims(x.Type.Shape)...), nil)
+		if len(x.Type.Shape) == 0 {
+			g = zero
+		}
+	}
+	// grad returns the adjoint value itself: mark it with the name the
+	// assignment gives it, through an identity conversion-free alias
+	return g
+}
+
+func dims(shape []int) []operand {
+	var out []operand
+	for _, d := range shape {
+		out = append(out, numOp(float64(d)))
+	}
+	return out
+}
+
+// backward builds (once per y) the adjoints of every value on a path from a
+// float source to y.
+func (c *Checker) backward(y *Value) (*adjoints, error) {
+	if c.grads == nil {
+		c.grads = map[*Value]*adjoints{}
+	}
+	if a, ok := c.grads[y]; ok {
+		return a, nil
+	}
+	// active: depends on a float source, and y depends on it
+	dependsOnSource := map[*Value]bool{}
+	for _, v := range c.g.Values[:y.ID+1] {
+		if v.IsSource() && v.Type.DType.IsFloat() {
+			dependsOnSource[v] = true
+			continue
+		}
+		for _, a := range v.Args {
+			if dependsOnSource[a] && v.Type.DType.IsFloat() {
+				dependsOnSource[v] = true
+			}
+		}
+	}
+	needed := map[*Value]bool{y: true}
+	for i := y.ID; i >= 0; i-- {
+		v := c.g.Values[i]
+		if needed[v] {
+			for _, a := range v.Args {
+				needed[a] = true
+			}
+		}
+	}
+	adj := &adjoints{of: map[*Value]*Value{}}
+	one := c.constValue(numOp(1), y.Type.DType, y.Pos)
+	adj.of[y] = one
+	for i := y.ID; i >= 0; i-- {
+		v := c.g.Values[i]
+		g := adj.of[v]
+		if g == nil || !needed[v] || !dependsOnSource[v] || v.IsSource() {
+			continue
+		}
+		bw := &vjp{c: c, v: v, g: g, adj: adj, active: dependsOnSource}
+		if err := bw.run(); err != nil {
+			return nil, err
+		}
+	}
+	c.grads[y] = adj
+	return adj, nil
+}
+
+// mk applies a builtin op to operands, reusing its type rules; it panics on
+// a type error, which would be a bug in a VJP rule.
+func (c *Checker) mk(pos Pos, name string, args []operand, kw map[string]operand) *Value {
+	b := &binder{name: name, pos: pos, args: args, kw: kw, ok: true}
+	nerr := len(c.errs)
+	v := builtins[name](c, b)
+	if v == nil || len(c.errs) > nerr {
+		panic(fmt.Sprintf("autodiff: building %s failed: %v", name, c.errs[nerr:]))
+	}
+	return c.add(v)
+}
+
+// vjp applies one op's vector-Jacobian product.
+type vjp struct {
+	c      *Checker
+	v      *Value
+	g      *Value
+	adj    *adjoints
+	active map[*Value]bool
+}
+
+func t(v *Value) operand  { return operand{v: v} }
+func n(f float64) operand { return numOp(f) }
+func (b *vjp) op(name string, args ...operand) *Value {
+	out := b.c.mk(b.v.Pos, name, args, nil)
+	out.Calls = b.v.Calls
+	out.Backward = true
+	return out
+}
+func (b *vjp) opKw(name string, kw map[string]operand, args ...operand) *Value {
+	out := b.c.mk(b.v.Pos, name, args, kw)
+	out.Calls = b.v.Calls
+	out.Backward = true
+	return out
+}
+
+// acc adds a contribution to x's adjoint.
+func (b *vjp) acc(x, contrib *Value) {
+	if !b.active[x] || !x.Type.DType.IsFloat() {
+		return
+	}
+	if prev := b.adj.of[x]; prev != nil {
+		contrib = b.op("add", t(prev), t(contrib))
+	}
+	b.adj.of[x] = contrib
+}
+
+// unbroadcast sums g down to shape: over leading dims g has and shape
+// lacks, and over dims where shape has 1 and g more.
+func (b *vjp) unbroadcast(g *Value, shape []int) *Value {
+	for g.Type.Rank() > len(shape) {
+		g = b.op("sum", t(g), n(0))
+	}
+	for i, d := range shape {
+		if d == 1 && g.Type.Shape[i] != 1 {
+			keep := append([]int{}, g.Type.Shape...)
+			keep[i] = 1
+			g = b.op("reshape", append([]operand{t(b.op("sum", t(g), n(float64(i))))}, dims(keep)...)...)
+		}
+	}
+	return g
+}
+
+// keepdim reshapes a reduction's result r of x along axis back to rank(x).
+func (b *vjp) keepdim(r *Value, x *Value, axis int) *Value {
+	keep := append([]int{}, x.Type.Shape...)
+	keep[axis] = 1
+	return b.op("reshape", append([]operand{t(r)}, dims(keep)...)...)
+}
+
+// sumToLast sums every dim but the last: [.., h] → [h].
+func (b *vjp) sumToLast(x *Value) *Value {
+	for x.Type.Rank() > 1 {
+		x = b.op("sum", t(x), n(0))
+	}
+	return x
+}
+
+func (b *vjp) run() error {
+	v, g, a := b.v, b.g, b.v.Args
+	switch v.Op {
+	case "add":
+		b.acc(a[0], b.unbroadcast(g, a[0].Type.Shape))
+		b.acc(a[1], b.unbroadcast(g, a[1].Type.Shape))
+	case "sub":
+		b.acc(a[0], b.unbroadcast(g, a[0].Type.Shape))
+		b.acc(a[1], b.unbroadcast(b.op("neg", t(g)), a[1].Type.Shape))
+	case "mul":
+		b.acc(a[0], b.unbroadcast(b.op("mul", t(g), t(a[1])), a[0].Type.Shape))
+		b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(a[0])), a[1].Type.Shape))
+	case "div":
+		b.acc(a[0], b.unbroadcast(b.op("div", t(g), t(a[1])), a[0].Type.Shape))
+		b.acc(a[1], b.unbroadcast(b.op("neg", t(b.op("div", t(b.op("mul", t(g), t(v))), t(a[1])))), a[1].Type.Shape))
+	case "neg":
+		b.acc(a[0], b.op("neg", t(g)))
+	case "exp":
+		b.acc(a[0], b.op("mul", t(g), t(v)))
+	case "log":
+		b.acc(a[0], b.op("div", t(g), t(a[0])))
+	case "sqrt":
+		b.acc(a[0], b.op("div", t(b.op("mul", t(g), n(0.5))), t(v)))
+	case "tanh":
+		b.acc(a[0], b.op("mul", t(g), t(b.op("sub", n(1), t(b.op("mul", t(v), t(v)))))))
+	case "sigmoid":
+		b.acc(a[0], b.op("mul", t(g), t(b.op("mul", t(v), t(b.op("sub", n(1), t(v)))))))
+	case "relu":
+		b.acc(a[0], b.op("mul", t(g), t(b.op("relu_grad", t(a[0])))))
+	case "gelu":
+		b.acc(a[0], b.op("mul", t(g), t(b.op("gelu_grad", t(a[0])))))
+	case "matmul":
+		b.matmul(a[0], a[1], g)
+	case "softmax":
+		b.acc(a[0], b.op("softmax_grad", t(v), t(g), n(float64(v.Attrs.Axis))))
+	case "log_softmax":
+		s := b.keepdim(b.op("sum", t(g), n(float64(v.Attrs.Axis))), g, v.Attrs.Axis)
+		b.acc(a[0], b.op("sub", t(g), t(b.op("mul", t(b.op("exp", t(v))), t(s)))))
+	case "layernorm":
+		eps := map[string]operand{"eps": n(v.Attrs.Eps)}
+		xh := b.opKw("normalize", eps, t(a[0]))
+		b.acc(a[1], b.sumToLast(b.op("mul", t(g), t(xh))))
+		b.acc(a[2], b.sumToLast(g))
+		b.acc(a[0], b.opKw("normalize_grad", map[string]operand{"eps": n(v.Attrs.Eps)}, t(a[0]), t(b.op("mul", t(g), t(a[1])))))
+	case "sum", "mean":
+		x := a[0]
+		gk := g
+		count := x.Type.Numel()
+		if v.Attrs.Axis >= 0 {
+			gk = b.keepdim(g, x, v.Attrs.Axis)
+			count = x.Type.Shape[v.Attrs.Axis]
+		}
+		if v.Op == "mean" {
+			gk = b.op("mul", t(gk), n(1/float64(count)))
+		}
+		if x.Type.Rank() == 0 {
+			b.acc(x, gk)
+			break
+		}
+		b.acc(x, b.op("broadcast_to", append([]operand{t(gk)}, dims(x.Type.Shape)...)...))
+	case "max":
+		args := []operand{t(a[0]), t(v), t(g)}
+		if v.Attrs.Axis >= 0 {
+			args = append(args, n(float64(v.Attrs.Axis)))
+		}
+		b.acc(a[0], b.op("max_grad", args...))
+	case "transpose":
+		inv := make([]operand, len(v.Attrs.Perm))
+		for i, p := range v.Attrs.Perm {
+			inv[p] = n(float64(i))
+		}
+		b.acc(a[0], b.op("permute", append([]operand{t(g)}, inv...)...))
+	case "reshape":
+		b.acc(a[0], b.op("reshape", append([]operand{t(g)}, dims(a[0].Type.Shape)...)...))
+	case "concat":
+		off := 0
+		for _, x := range a {
+			l := x.Type.Shape[v.Attrs.Axis]
+			b.acc(x, b.op("slice", t(g), n(float64(v.Attrs.Axis)), n(float64(off)), n(float64(off+l))))
+			off += l
+		}
+	case "slice":
+		full := a[0].Type.Shape[v.Attrs.Axis]
+		b.acc(a[0], b.op("pad", t(g), n(float64(v.Attrs.Axis)), n(float64(v.Attrs.Start)), n(float64(full-v.Attrs.End))))
+	case "embedding":
+		b.acc(a[0], b.op("embedding_grad", t(a[1]), t(g), n(float64(a[0].Type.Shape[0]))))
+	case "cross_entropy":
+		b.acc(a[0], b.op("cross_entropy_grad", t(a[0]), t(a[1]), t(g)))
+	case "mse":
+		d := b.op("mul", t(b.op("sub", t(a[0]), t(a[1]))), t(b.op("mul", t(g), n(2/float64(a[0].Type.Numel())))))
+		b.acc(a[0], d)
+		b.acc(a[1], b.op("neg", t(d)))
+	case "to":
+		b.acc(a[0], g)
+	case "const":
+	default:
+		return fmt.Errorf("no gradient for %s (second derivatives are not supported)", v.Op)
+	}
+	return nil
+}
+
+// matmul: dA = g·Bᵀ and dB = Aᵀ·g, summed over batch dims an operand
+// lacks. A batched A against a 2-D B folds the batch into rows for dB.
+func (b *vjp) matmul(A, B, g *Value) {
+	swap := func(x *Value) *Value { return b.op("transpose", t(x)) }
+	b.acc(A, b.unbroadcast(b.op("matmul", t(g), t(swap(B))), A.Type.Shape))
+	if !b.active[B] {
+		return
+	}
+	if B.Type.Rank() == 2 && A.Type.Rank() > 2 {
+		k, nn := A.Type.Shape[A.Type.Rank()-1], g.Type.Shape[g.Type.Rank()-1]
+		a2 := b.op("reshape", t(A), n(-1), n(float64(k)))
+		g2 := b.op("reshape", t(g), n(-1), n(float64(nn)))
+		b.acc(B, b.op("matmul", t(swap(a2)), t(g2)))
+		return
+	}
+	b.acc(B, b.unbroadcast(b.op("matmul", t(swap(A)), t(g)), B.Type.Shape))
+}

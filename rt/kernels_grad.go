@@ -1,0 +1,232 @@
+package rt
+
+import (
+	"fmt"
+	"math"
+)
+
+// Kernels of the gradient helper ops (see lang/builtins_grad.go).
+
+func (c *CPU) computeGrad(call *OpCall) (*Tensor, bool, error) {
+	v, a := call.Value, call.Args
+	switch v.Op {
+	case "relu_grad":
+		return mapFloat(a[0], func(x float64) float64 {
+			if x > 0 {
+				return 1
+			}
+			return 0
+		}), true, nil
+	case "gelu_grad":
+		return mapFloat(a[0], func(x float64) float64 {
+			return 0.5*(1+math.Erf(x/math.Sqrt2)) + x*math.Exp(-0.5*x*x)/math.Sqrt(2*math.Pi)
+		}), true, nil
+	case "softmax_grad":
+		return softmaxGrad(a[0], a[1], v.Attrs.Axis), true, nil
+	case "normalize":
+		return normalizeRows(a[0], nil, v.Attrs.Eps), true, nil
+	case "normalize_grad":
+		return normalizeRows(a[0], a[1], v.Attrs.Eps), true, nil
+	case "max_grad":
+		return maxGrad(a[0], a[1], a[2], v.Attrs.Axis), true, nil
+	case "broadcast_to":
+		return broadcastTo(a[0], call.Out.Len), true, nil
+	case "pad":
+		shape := append([]int{}, a[0].Shape...)
+		shape[v.Attrs.Axis] += v.Type.Shape[v.Attrs.Axis] - v.Args[0].Type.Shape[v.Attrs.Axis]
+		out := NewTensor(a[0].DType, shape)
+		off := make([]int, len(shape))
+		off[v.Attrs.Axis] = v.Attrs.Start
+		CopyBlock(out, off, a[0], make([]int, len(shape)), a[0].Shape)
+		return out, true, nil
+	case "embedding_grad":
+		t, err := embeddingGrad(a[0], a[1], call.Out.Len, call.Out.Off[0])
+		return t, true, err
+	case "cross_entropy_grad":
+		t, err := crossEntropyGrad(a[0], a[1], a[2], v.Args[0].Type.Shape[0])
+		return t, true, err
+	}
+	return nil, false, nil
+}
+
+func mapFloat(x *Tensor, f func(float64) float64) *Tensor {
+	in := x.Float64s()
+	for i, v := range in {
+		in[i] = f(v)
+	}
+	out := NewTensor(x.DType, x.Shape)
+	storeFloat64s(out, in)
+	return out
+}
+
+func softmaxGrad(y, g *Tensor, axis int) *Tensor {
+	outer, n, inner := axisView(y.Shape, axis)
+	yv, gv := y.Float64s(), g.Float64s()
+	o := make([]float64, len(yv))
+	for a := 0; a < outer; a++ {
+		for c := 0; c < inner; c++ {
+			base := a*n*inner + c
+			dot := 0.0
+			for i := 0; i < n; i++ {
+				dot += yv[base+i*inner] * gv[base+i*inner]
+			}
+			for i := 0; i < n; i++ {
+				k := base + i*inner
+				o[k] = yv[k] * (gv[k] - dot)
+			}
+		}
+	}
+	out := NewTensor(y.DType, y.Shape)
+	storeFloat64s(out, o)
+	return out
+}
+
+// normalizeRows computes x̂ = (x − μ)/σ over the last dim, or, given d, the
+// backward (d − mean(d) − x̂·mean(d·x̂))/σ.
+func normalizeRows(x, d *Tensor, eps float64) *Tensor {
+	h := x.Shape[len(x.Shape)-1]
+	in := x.Float64s()
+	var dv []float64
+	if d != nil {
+		dv = d.Float64s()
+	}
+	o := make([]float64, len(in))
+	for r := 0; h > 0 && r < len(in)/h; r++ {
+		row := in[r*h : (r+1)*h]
+		mean, vr := 0.0, 0.0
+		for _, v := range row {
+			mean += v
+		}
+		mean /= float64(h)
+		for _, v := range row {
+			vr += (v - mean) * (v - mean)
+		}
+		vr /= float64(h)
+		inv := 1 / math.Sqrt(vr+eps)
+		if d == nil {
+			for i, v := range row {
+				o[r*h+i] = (v - mean) * inv
+			}
+			continue
+		}
+		md, mdx := 0.0, 0.0
+		for i, v := range row {
+			md += dv[r*h+i]
+			mdx += dv[r*h+i] * (v - mean) * inv
+		}
+		md /= float64(h)
+		mdx /= float64(h)
+		for i, v := range row {
+			o[r*h+i] = (dv[r*h+i] - md - (v-mean)*inv*mdx) * inv
+		}
+	}
+	out := NewTensor(x.DType, x.Shape)
+	storeFloat64s(out, o)
+	return out
+}
+
+func maxGrad(x, y, g *Tensor, axis int) *Tensor {
+	xv, yv, gv := x.Float64s(), y.Float64s(), g.Float64s()
+	outer, n, inner := 1, len(xv), 1
+	if axis >= 0 {
+		outer, n, inner = axisView(x.Shape, axis)
+	}
+	o := make([]float64, len(xv))
+	for a := 0; a < outer; a++ {
+		for c := 0; c < inner; c++ {
+			m, gr := yv[a*inner+c], gv[a*inner+c]
+			ties := 0
+			for i := 0; i < n; i++ {
+				if xv[a*n*inner+i*inner+c] == m {
+					ties++
+				}
+			}
+			for i := 0; i < n; i++ {
+				if k := a*n*inner + i*inner + c; xv[k] == m {
+					o[k] = gr / float64(ties)
+				}
+			}
+		}
+	}
+	out := NewTensor(x.DType, x.Shape)
+	storeFloat64s(out, o)
+	return out
+}
+
+func broadcastTo(x *Tensor, shape []int) *Tensor {
+	out := NewTensor(x.DType, shape)
+	st := broadcastStrides(x.Shape, shape)
+	n := out.Numel()
+	in := x.Float64s()
+	o := make([]float64, n)
+	idx := make([]int, len(shape))
+	for i := 0; i < n; i++ {
+		k := 0
+		for d := range idx {
+			k += idx[d] * st[d]
+		}
+		o[i] = in[k]
+		for d := len(idx) - 1; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < shape[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	storeFloat64s(out, o)
+	return out
+}
+
+// embeddingGrad scatter-adds g's rows into the local block of the table
+// gradient: rows [rowOff, rowOff+shape[0]) of the vocabulary.
+func embeddingGrad(idx, g *Tensor, shape []int, rowOff int) (*Tensor, error) {
+	h := shape[1]
+	ix := indices(idx)
+	gv := g.Float64s()
+	o := make([]float64, shape[0]*h)
+	for i, id := range ix {
+		r := int(id) - rowOff
+		if r < 0 || r >= shape[0] {
+			continue
+		}
+		for j := 0; j < h; j++ {
+			o[r*h+j] += gv[i*h+j]
+		}
+	}
+	out := NewTensor(g.DType, shape)
+	storeFloat64s(out, o)
+	return out, nil
+}
+
+func crossEntropyGrad(logits, labels, g *Tensor, globalN int) (*Tensor, error) {
+	n, c := logits.Shape[0], logits.Shape[1]
+	in := logits.Float64s()
+	lab := indices(labels)
+	scale := g.Float64s()[0] / float64(globalN)
+	o := make([]float64, len(in))
+	for r := 0; r < n; r++ {
+		if lab[r] < 0 || lab[r] >= int64(c) {
+			return nil, fmt.Errorf("cross_entropy label %d out of range [0, %d)", lab[r], c)
+		}
+		row := in[r*c : (r+1)*c]
+		mx := math.Inf(-1)
+		for _, v := range row {
+			mx = math.Max(mx, v)
+		}
+		s := 0.0
+		for _, v := range row {
+			s += math.Exp(v - mx)
+		}
+		for i, v := range row {
+			p := math.Exp(v-mx) / s
+			if int64(i) == lab[r] {
+				p--
+			}
+			o[r*c+i] = p * scale
+		}
+	}
+	out := NewTensor(logits.DType, logits.Shape)
+	storeFloat64s(out, o)
+	return out, nil
+}
