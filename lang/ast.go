@@ -22,6 +22,7 @@ type Stmt struct {
 	Use    *UseStmt    `parser:"| @@"`
 	Tensor *TensorDecl `parser:"| @@"`
 	Def    *FuncDef    `parser:"| @@"`
+	Train  *TrainBlock `parser:"| @@"`
 	Output *OutputStmt `parser:"| @@"`
 	Return *ReturnStmt `parser:"| @@"`
 	Assign *Assign     `parser:"| @@"`
@@ -85,6 +86,12 @@ type FuncDef struct {
 	Name   string   `parser:"\"def\" @Ident"`
 	Params []string `parser:"\"(\" (@Ident (\",\" @Ident)*)? \")\""`
 	Body   []*Stmt  `parser:"\"{\" @@* \"}\""`
+}
+
+// TrainBlock: train { loss = ...  optimizer = adam(lr=0.01)  steps = 20 }
+type TrainBlock struct {
+	Pos  lexer.Position
+	Body []*Stmt `parser:"\"train\" \"{\" @@* \"}\""`
 }
 
 // OutputStmt: output y {S(0), B}

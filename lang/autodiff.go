@@ -16,7 +16,8 @@ import "fmt"
 // one uses are removed by lowering's dead-code pass.
 
 type adjoints struct {
-	of map[*Value]*Value
+	of       map[*Value]*Value
+	regather map[*Value]*Value // ZeRO-3 gathers repeated for the backward
 }
 
 // gradOp implements the grad(y, x) builtin.
@@ -91,7 +92,7 @@ func (c *Checker) backward(y *Value) (*adjoints, error) {
 			}
 		}
 	}
-	adj := &adjoints{of: map[*Value]*Value{}}
+	adj := &adjoints{of: map[*Value]*Value{}, regather: map[*Value]*Value{}}
 	one := c.constValue(numOp(1), y.Type.DType, y.Pos)
 	adj.of[y] = one
 	for i := y.ID; i >= 0; i-- {
@@ -143,6 +144,20 @@ func (b *vjp) opKw(name string, kw map[string]operand, args ...operand) *Value {
 	out.Calls = b.v.Calls
 	out.Backward = true
 	return out
+}
+
+// val is x as an operand of the backward: a ZeRO-3 parameter gather is
+// repeated (once per backward) rather than kept alive since the forward.
+func (b *vjp) val(x *Value) *Value {
+	if x.Op != "to" || !x.Attrs.Regather {
+		return x
+	}
+	if r, ok := b.adj.regather[x]; ok {
+		return r
+	}
+	r := b.c.add(&Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true})
+	b.adj.regather[x] = r
+	return r
 }
 
 // acc adds a contribution to x's adjoint.
@@ -197,17 +212,17 @@ func (b *vjp) run() error {
 		b.acc(a[0], b.unbroadcast(g, a[0].Type.Shape))
 		b.acc(a[1], b.unbroadcast(b.op("neg", t(g)), a[1].Type.Shape))
 	case "mul":
-		b.acc(a[0], b.unbroadcast(b.op("mul", t(g), t(a[1])), a[0].Type.Shape))
-		b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(a[0])), a[1].Type.Shape))
+		b.acc(a[0], b.unbroadcast(b.op("mul", t(g), t(b.val(a[1]))), a[0].Type.Shape))
+		b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(b.val(a[0]))), a[1].Type.Shape))
 	case "div":
-		b.acc(a[0], b.unbroadcast(b.op("div", t(g), t(a[1])), a[0].Type.Shape))
-		b.acc(a[1], b.unbroadcast(b.op("neg", t(b.op("div", t(b.op("mul", t(g), t(v))), t(a[1])))), a[1].Type.Shape))
+		b.acc(a[0], b.unbroadcast(b.op("div", t(g), t(b.val(a[1]))), a[0].Type.Shape))
+		b.acc(a[1], b.unbroadcast(b.op("neg", t(b.op("div", t(b.op("mul", t(g), t(v))), t(b.val(a[1]))))), a[1].Type.Shape))
 	case "neg":
 		b.acc(a[0], b.op("neg", t(g)))
 	case "exp":
 		b.acc(a[0], b.op("mul", t(g), t(v)))
 	case "log":
-		b.acc(a[0], b.op("div", t(g), t(a[0])))
+		b.acc(a[0], b.op("div", t(g), t(b.val(a[0]))))
 	case "sqrt":
 		b.acc(a[0], b.op("div", t(b.op("mul", t(g), n(0.5))), t(v)))
 	case "tanh":
@@ -215,9 +230,9 @@ func (b *vjp) run() error {
 	case "sigmoid":
 		b.acc(a[0], b.op("mul", t(g), t(b.op("mul", t(v), t(b.op("sub", n(1), t(v)))))))
 	case "relu":
-		b.acc(a[0], b.op("mul", t(g), t(b.op("relu_grad", t(a[0])))))
+		b.acc(a[0], b.op("mul", t(g), t(b.op("relu_grad", t(b.val(a[0]))))))
 	case "gelu":
-		b.acc(a[0], b.op("mul", t(g), t(b.op("gelu_grad", t(a[0])))))
+		b.acc(a[0], b.op("mul", t(g), t(b.op("gelu_grad", t(b.val(a[0]))))))
 	case "matmul":
 		b.matmul(a[0], a[1], g)
 	case "softmax":
@@ -227,10 +242,10 @@ func (b *vjp) run() error {
 		b.acc(a[0], b.op("sub", t(g), t(b.op("mul", t(b.op("exp", t(v))), t(s)))))
 	case "layernorm":
 		eps := map[string]operand{"eps": n(v.Attrs.Eps)}
-		xh := b.opKw("normalize", eps, t(a[0]))
+		xh := b.opKw("normalize", eps, t(b.val(a[0])))
 		b.acc(a[1], b.sumToLast(b.op("mul", t(g), t(xh))))
 		b.acc(a[2], b.sumToLast(g))
-		b.acc(a[0], b.opKw("normalize_grad", map[string]operand{"eps": n(v.Attrs.Eps)}, t(a[0]), t(b.op("mul", t(g), t(a[1])))))
+		b.acc(a[0], b.opKw("normalize_grad", map[string]operand{"eps": n(v.Attrs.Eps)}, t(b.val(a[0])), t(b.op("mul", t(g), t(b.val(a[1]))))))
 	case "sum", "mean":
 		x := a[0]
 		gk := g
@@ -248,7 +263,7 @@ func (b *vjp) run() error {
 		}
 		b.acc(x, b.op("broadcast_to", append([]operand{t(gk)}, dims(x.Type.Shape)...)...))
 	case "max":
-		args := []operand{t(a[0]), t(v), t(g)}
+		args := []operand{t(b.val(a[0])), t(v), t(g)}
 		if v.Attrs.Axis >= 0 {
 			args = append(args, n(float64(v.Attrs.Axis)))
 		}
@@ -272,11 +287,11 @@ func (b *vjp) run() error {
 		full := a[0].Type.Shape[v.Attrs.Axis]
 		b.acc(a[0], b.op("pad", t(g), n(float64(v.Attrs.Axis)), n(float64(v.Attrs.Start)), n(float64(full-v.Attrs.End))))
 	case "embedding":
-		b.acc(a[0], b.op("embedding_grad", t(a[1]), t(g), n(float64(a[0].Type.Shape[0]))))
+		b.acc(a[0], b.op("embedding_grad", t(b.val(a[1])), t(g), n(float64(a[0].Type.Shape[0]))))
 	case "cross_entropy":
-		b.acc(a[0], b.op("cross_entropy_grad", t(a[0]), t(a[1]), t(g)))
+		b.acc(a[0], b.op("cross_entropy_grad", t(b.val(a[0])), t(b.val(a[1])), t(g)))
 	case "mse":
-		d := b.op("mul", t(b.op("sub", t(a[0]), t(a[1]))), t(b.op("mul", t(g), n(2/float64(a[0].Type.Numel())))))
+		d := b.op("mul", t(b.op("sub", t(b.val(a[0])), t(b.val(a[1])))), t(b.op("mul", t(g), n(2/float64(a[0].Type.Numel())))))
 		b.acc(a[0], d)
 		b.acc(a[1], b.op("neg", t(d)))
 	case "to":
@@ -291,14 +306,14 @@ func (b *vjp) run() error {
 // matmul: dA = g·Bᵀ and dB = Aᵀ·g, summed over batch dims an operand
 // lacks. A batched A against a 2-D B folds the batch into rows for dB.
 func (b *vjp) matmul(A, B, g *Value) {
-	swap := func(x *Value) *Value { return b.op("transpose", t(x)) }
+	swap := func(x *Value) *Value { return b.op("transpose", t(b.val(x))) }
 	b.acc(A, b.unbroadcast(b.op("matmul", t(g), t(swap(B))), A.Type.Shape))
 	if !b.active[B] {
 		return
 	}
 	if B.Type.Rank() == 2 && A.Type.Rank() > 2 {
 		k, nn := A.Type.Shape[A.Type.Rank()-1], g.Type.Shape[g.Type.Rank()-1]
-		a2 := b.op("reshape", t(A), n(-1), n(float64(k)))
+		a2 := b.op("reshape", t(b.val(A)), n(-1), n(float64(k)))
 		g2 := b.op("reshape", t(g), n(-1), n(float64(nn)))
 		b.acc(B, b.op("matmul", t(swap(a2)), t(g2)))
 		return

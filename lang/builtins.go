@@ -25,6 +25,7 @@ var builtins map[string]builtinFn
 func init() {
 	builtins = map[string]builtinFn{
 		"matmul": matmulOp, "add": binaryOp, "sub": binaryOp, "mul": binaryOp, "div": binaryOp,
+		"minimum": binaryOp, "maximum": binaryOp,
 		"neg": unaryOp, "exp": unaryOp, "log": unaryOp, "sqrt": unaryOp, "tanh": unaryOp,
 		"relu": unaryOp, "gelu": unaryOp, "sigmoid": unaryOp,
 		"softmax": softmaxOp, "log_softmax": softmaxOp, "layernorm": layernormOp,
@@ -38,7 +39,7 @@ func init() {
 
 // BuiltinOps lists the IR op names the builtins produce (for rule coverage tests).
 func BuiltinOps() []string {
-	return []string{"matmul", "add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu",
+	return []string{"matmul", "add", "sub", "mul", "div", "minimum", "maximum", "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu",
 		"sigmoid", "softmax", "log_softmax", "layernorm", "sum", "mean", "max", "transpose", "reshape",
 		"concat", "slice", "embedding", "cross_entropy", "mse", "const"}
 }

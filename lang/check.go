@@ -34,11 +34,14 @@ type Checker struct {
 	globals map[string]*Value
 	funcs   map[string]*FuncDef
 	modules map[string]map[string]*FuncDef
-	broken  map[string]bool    // names whose definition failed
-	scope   map[string]operand // innermost function scope, nil at top level
-	fn      string             // name of the function being expanded
-	calls   []Pos
-	ret     *operand
+	broken  map[string]bool // names whose definition failed
+	// override replaces top-level names inside a train block (ZeRO-3
+	// params are seen through their all-gather).
+	override map[string]operand
+	scope    map[string]operand // innermost function scope, nil at top level
+	fn       string             // name of the function being expanded
+	calls    []Pos
+	ret      *operand
 	// expansions counts inlined calls since the checker was made.
 	expansions int
 	// grads caches the backward graph built for each differentiated scalar.
@@ -165,7 +168,7 @@ func (c *Checker) errorf(pos Pos, format string, args ...any) {
 	c.errs = append(c.errs, errorf(pos, format, args...))
 }
 
-var keywords = map[string]bool{"mesh": true, "use": true, "input": true, "param": true, "def": true, "output": true, "return": true}
+var keywords = map[string]bool{"mesh": true, "use": true, "input": true, "param": true, "def": true, "output": true, "return": true, "train": true}
 
 func (c *Checker) checkNewName(pos Pos, name string) bool {
 	if keywords[name] {
@@ -199,6 +202,8 @@ func (c *Checker) stmt(s *Stmt) {
 		c.funcs[s.Def.Name] = s.Def
 	case s.Output != nil:
 		c.output(s.Output)
+	case s.Train != nil:
+		c.trainBlock(s.Train)
 	case s.Return != nil:
 		if c.scope == nil {
 			c.errorf(s.Return.Pos, "return outside a function")

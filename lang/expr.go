@@ -81,6 +81,9 @@ func (c *Checker) lookup(pos Pos, name string) operand {
 			return op
 		}
 	}
+	if op, ok := c.override[name]; ok {
+		return op
+	}
 	if v, ok := c.globals[name]; ok {
 		return operand{v: v}
 	}

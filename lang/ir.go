@@ -18,6 +18,7 @@ type Graph struct {
 	MeshPos Pos
 	Values  []*Value
 	Outputs []*Output
+	Train   *Train // nil unless the program has a train block
 }
 
 // Value is one node: a source tensor, a constant or an op application.
@@ -47,7 +48,10 @@ type Attrs struct {
 	End    int     // slice
 	Eps    float64 // layernorm
 	Scalar float64 // const
-	Init   *Init   // input, param
+	Init   *Init   // input, param, state, hyper
+	// Regather marks a to() that all-gathers a ZeRO-3 parameter: the
+	// backward gathers it again instead of keeping it alive.
+	Regather bool
 }
 
 // Init is how a source tensor gets its values.
@@ -74,8 +78,11 @@ func (v *Value) Label() string {
 	return fmt.Sprintf("%s#%d", v.Op, v.ID)
 }
 
-// IsSource reports inputs and params.
-func (v *Value) IsSource() bool { return v.Op == "input" || v.Op == "param" }
+// IsSource reports the values a step starts from: inputs, params,
+// optimizer states and per-step scalars fed by the trainer ("hyper").
+func (v *Value) IsSource() bool {
+	return v.Op == "input" || v.Op == "param" || v.Op == "state" || v.Op == "hyper"
+}
 
 // Where renders the value's position and call chain: "mlp.mesh:9:9 (via mlp.mesh:13:5)".
 func (v *Value) Where() string {

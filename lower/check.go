@@ -71,6 +71,11 @@ func live(g *lang.Graph, all bool) []*lang.Value {
 	for _, o := range g.Outputs {
 		need[o.Value] = true
 	}
+	if g.Train != nil {
+		for _, c := range g.Train.Carry {
+			need[c.Next] = true
+		}
+	}
 	for i := len(g.Values) - 1; i >= 0; i-- {
 		if v := g.Values[i]; need[v] {
 			for _, a := range v.Args {

@@ -184,7 +184,11 @@ func insertBoxing(p *Plan) error {
 		}
 		ch.ArgConv = make([]*Conversion, len(v.Args))
 		for i, a := range v.Args {
-			c, err := get(a, ch.Sig.In[i], v.Pos, v.Calls, v.Op)
+			cause := v.Op
+			if v.Op == "to" && v.Name != "" {
+				cause = "to " + v.Name
+			}
+			c, err := get(a, ch.Sig.In[i], v.Pos, v.Calls, cause)
 			if err != nil {
 				return err
 			}
@@ -201,6 +205,17 @@ func insertBoxing(p *Plan) error {
 			op.Conv, op.Placement = c, o.Placement
 		}
 		p.Outputs = append(p.Outputs, op)
+	}
+	if t := p.Graph.Train; t != nil {
+		for _, c := range t.Carry {
+			cp := &CarryPlan{Source: c.Source, Next: c.Next}
+			conv, err := get(c.Next, p.Placement[c.Source], c.Next.Pos, c.Next.Calls, "next "+c.Source.Label())
+			if err != nil {
+				return err
+			}
+			cp.Conv = conv
+			p.Carry = append(p.Carry, cp)
+		}
 	}
 	return nil
 }

@@ -63,6 +63,7 @@ type Plan struct {
 	Choice    map[*lang.Value]*Choice
 	Convs     []*Conversion
 	Outputs   []*OutputPlan
+	Carry     []*CarryPlan // training: the values that replace sources each step
 	Programs  []*Program
 	Peak      []int64 // per-device peak bytes (memory pass)
 
@@ -92,6 +93,13 @@ type OutputPlan struct {
 	Output    *lang.Output
 	Conv      *Conversion // nil when no conversion is needed
 	Placement sbp.NdSBP
+}
+
+// CarryPlan is how a training step hands a new value to the next step: Next
+// converted (Conv, when needed) to Source's placement.
+type CarryPlan struct {
+	Source, Next *lang.Value
+	Conv         *Conversion
 }
 
 // Pass is one lowering pass.

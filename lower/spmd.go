@@ -44,6 +44,7 @@ type Program struct {
 	Instrs      []Instr
 	NumSlots    int
 	OutputSlots []int // per Plan.Outputs
+	CarrySlots  []int // per Plan.Carry
 	SlotType    []lang.DType
 }
 
@@ -132,7 +133,15 @@ func (p *Plan) program(dev int) *Program {
 		}
 		prog.OutputSlots = append(prog.OutputSlots, s)
 	}
-	// liveness: free each slot after its last reader; outputs live to the end.
+	for _, c := range p.Carry {
+		s := slotOf[c.Next]
+		if c.Conv != nil {
+			s = convert(c.Conv)
+		}
+		prog.CarrySlots = append(prog.CarrySlots, s)
+	}
+	// liveness: free each slot after its last reader; outputs and carried
+	// values live to the end.
 	last := make([]int, prog.NumSlots)
 	for i := range last {
 		last[i] = -1
@@ -143,7 +152,7 @@ func (p *Plan) program(dev int) *Program {
 			last[a] = i
 		}
 	}
-	for _, s := range prog.OutputSlots {
+	for _, s := range append(append([]int{}, prog.OutputSlots...), prog.CarrySlots...) {
 		last[s] = len(prog.Instrs)
 	}
 	for s, i := range last {

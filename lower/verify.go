@@ -60,6 +60,15 @@ func Verify(p *Plan) error {
 				}
 			}
 		}
+		for _, c := range p.Carry {
+			if c.Conv != nil {
+				if err := verifyConv(p, c.Conv, p.Placement[c.Next], p.Placement[c.Source]); err != nil {
+					return err
+				}
+			} else if !p.Placement[c.Next].Equal(p.Placement[c.Source]) {
+				return fmt.Errorf("carry %s: %s but the next step needs %s", c.Source.Label(), p.Placement[c.Next], p.Placement[c.Source])
+			}
+		}
 		for _, o := range p.Outputs {
 			if o.Conv != nil {
 				if err := verifyConv(p, o.Conv, p.Placement[o.Output.Value], o.Placement); err != nil {

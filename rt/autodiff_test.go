@@ -32,7 +32,9 @@ type gradCase struct {
 	expr   string
 }
 
-func in(name string, shape ...int) gradInput { return gradInput{name: name, dtype: "f64", shape: shape} }
+func in(name string, shape ...int) gradInput {
+	return gradInput{name: name, dtype: "f64", shape: shape}
+}
 func posIn(name string, shape ...int) gradInput {
 	return gradInput{name: name, dtype: "f64", shape: shape, pos: true}
 }
@@ -218,4 +220,3 @@ output dW {B}
 	}
 	require.Equal(t, []sbp.Collective{sbp.AllReduce}, kinds)
 }
-

@@ -33,7 +33,7 @@ func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
 		t := NewTensor(v.Type.DType, nil)
 		setScalar(t, v.Attrs.Scalar)
 		return t, nil
-	case "add", "sub", "mul", "div":
+	case "add", "sub", "mul", "div", "minimum", "maximum":
 		return binary(v.Op, a[0], a[1])
 	case "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid":
 		return unary(v.Op, a[0]), nil
@@ -121,6 +121,10 @@ func binaryFn[T Float](op string) func(a, b T) T {
 		return func(a, b T) T { return a - b }
 	case "mul":
 		return func(a, b T) T { return a * b }
+	case "minimum":
+		return func(a, b T) T { return min(a, b) }
+	case "maximum":
+		return func(a, b T) T { return max(a, b) }
 	}
 	return func(a, b T) T { return a / b }
 }

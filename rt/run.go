@@ -33,6 +33,10 @@ type Options struct {
 	Seed    uint64
 	Timeout time.Duration // per collective; 0 = 60s
 	Backend *CPU          // nil = CPU with DefaultBLAS
+	// Feed, when it returns a tensor, supplies a device's block of a source
+	// instead of its initialiser: the trainer carries parameters and
+	// optimizer states between steps and feeds per-step scalars this way.
+	Feed func(dev int, v *lang.Value) *Tensor
 	// stall makes a device wait for cancellation before running (tests of
 	// the collective timeout).
 	stall func(dev int) bool
@@ -60,7 +64,8 @@ type DeviceStats struct {
 // Result is a finished run.
 type Result struct {
 	Names   []string
-	Outputs []*Tensor // logical tensors, in Plan.Outputs order
+	Outputs []*Tensor   // logical tensors, in Plan.Outputs order
+	Carry   [][]*Tensor // per device, per Plan.Carry: the blocks the next step starts from
 	Devices []DeviceStats
 	Wall    time.Duration
 }
@@ -103,7 +108,7 @@ func Run(ctx context.Context, p *lower.Plan, opts Options) (*Result, error) {
 	coll := Ring{T: tr}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	res := &Result{Devices: make([]DeviceStats, n)}
+	res := &Result{Devices: make([]DeviceStats, n), Carry: make([][]*Tensor, n)}
 	finals := make([][]*Tensor, n)
 	errs := make([]error, n)
 	cache := &npyCache{}
@@ -119,13 +124,13 @@ func Run(ctx context.Context, p *lower.Plan, opts Options) (*Result, error) {
 				errs[d] = ctx.Err()
 				return
 			}
-			outs, err := dr.run(ctx)
+			outs, carry, err := dr.run(ctx)
 			if err != nil {
 				errs[d] = err
 				cancel()
 				return
 			}
-			finals[d] = outs
+			finals[d], res.Carry[d] = outs, carry
 			st := &res.Devices[d]
 			st.Device, st.Peak, st.Final, st.Events = d, dr.peak, dr.cur, dr.events
 		}(d)
@@ -184,7 +189,7 @@ type deviceRun struct {
 	events []Event
 }
 
-func (dr *deviceRun) run(ctx context.Context) ([]*Tensor, error) {
+func (dr *deviceRun) run(ctx context.Context) ([]*Tensor, []*Tensor, error) {
 	dr.slots = make([]*Tensor, dr.prog.NumSlots)
 	m := dr.plan.Mesh
 	for i := range dr.prog.Instrs {
@@ -195,7 +200,7 @@ func (dr *deviceRun) run(ctx context.Context) ([]*Tensor, error) {
 			err = fmt.Errorf("result has local shape %v, the plan says %v", t.Shape, in.Shape)
 		}
 		if err != nil {
-			return nil, &RunError{Device: dr.prog.Device, Coord: m.CoordString(dr.prog.Device), Op: dr.describe(in), Pos: in.Pos, Err: err}
+			return nil, nil, &RunError{Device: dr.prog.Device, Coord: m.CoordString(dr.prog.Device), Op: dr.describe(in), Pos: in.Pos, Err: err}
 		}
 		dr.events = append(dr.events, Event{Name: in.Name(), Kind: kind, Start: t0, Dur: time.Since(dr.start) - t0, Bytes: sent, Where: lang.FormatPos(in.Pos)})
 		dr.slots[in.Out] = t
@@ -210,7 +215,11 @@ func (dr *deviceRun) run(ctx context.Context) ([]*Tensor, error) {
 	for i, s := range dr.prog.OutputSlots {
 		outs[i] = dr.slots[s]
 	}
-	return outs, nil
+	carry := make([]*Tensor, len(dr.prog.CarrySlots))
+	for i, s := range dr.prog.CarrySlots {
+		carry[i] = dr.slots[s]
+	}
+	return outs, carry, nil
 }
 
 func (dr *deviceRun) describe(in *lower.Instr) string {
@@ -231,6 +240,14 @@ func (dr *deviceRun) exec(ctx context.Context, in *lower.Instr) (t *Tensor, kind
 	}()
 	switch in.Kind {
 	case lower.Source:
+		if dr.opts.Feed != nil {
+			if t = dr.opts.Feed(dr.prog.Device, in.Value); t != nil {
+				return t, "source", 0, nil
+			}
+		}
+		if in.Value.Op == "hyper" {
+			return nil, "source", 0, fmt.Errorf("no value fed for %s", in.Value.Label())
+		}
 		t, err = materialise(in.Value, dr.plan.Mesh, dr.plan.Placement[in.Value], dr.prog.Device, dr.opts.Seed, dr.cache)
 		return t, "source", 0, err
 	case lower.Compute:

@@ -46,6 +46,8 @@ var opCases = []opCase{
 	{"mul_scalar", "input a : f64[3, 5] = normal(0, 1)\ny = a * 2.5"},
 	{"div", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = uniform(1, 2)\ny = a / b"},
 	{"div_broadcast", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = uniform(1, 2)\ny = a / b"},
+	{"minimum", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = normal(0, 1)\ny = minimum(a, b)"},
+	{"maximum", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = maximum(a, b)"},
 	{"neg", "input a : f64[3, 5] = normal(0, 1)\ny = -a"},
 	{"exp", "input a : f64[3, 5] = normal(0, 1)\ny = exp(a)"},
 	{"log", "input a : f64[3, 5] = uniform(0.5, 2)\ny = log(a)"},

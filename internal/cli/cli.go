@@ -35,6 +35,7 @@ usage:
   meshrun run FILE [flags]       run the program on the mesh's virtual devices
   meshrun check FILE [flags]     run on the mesh and on one device; compare every output
   meshrun explain FILE [flags]   placements, inserted collectives, bytes, costs, memory
+  meshrun train FILE [flags]     run the program's train block; write params, a loss log and plot
   meshrun repl [flags]           interactive sharding experiments
   meshrun grammar                print the grammar (EBNF, generated from the parser)
 
@@ -58,6 +59,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return env.explain(args[1:])
 	case "repl":
 		return env.repl(args[1:])
+	case "train":
+		return env.train(args[1:])
 	case "grammar":
 		fmt.Fprintln(stdout, lang.Grammar())
 		return ExitOK
@@ -219,6 +222,10 @@ func (e *env) run(args []string) int {
 	if p == nil {
 		return code
 	}
+	if p.Graph.Train != nil {
+		fmt.Fprintln(e.stderr, "meshrun: the program has a train block: use meshrun train (or meshrun check to compare it with one device)")
+		return ExitUsage
+	}
 	res, code := e.execute(p, &c)
 	if res == nil {
 		return code
@@ -306,6 +313,9 @@ func (e *env) check(args []string) int {
 	if err != nil {
 		fmt.Fprint(e.stderr, lang.Render(err, p.Graph.Sources))
 		return ExitUsage
+	}
+	if p.Graph.Train != nil {
+		return e.checkTraining(file, p, ref, &c, *rtol, *atol)
 	}
 	got, code := e.execute(p, &c)
 	if got == nil {

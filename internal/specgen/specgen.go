@@ -38,6 +38,7 @@ var ruleExamples = []ruleExample{
 	{"add", "Y[m,n] = A[m,n] + B[n] (also sub)", sbp.OpDesc{In: [][]int{{4, 4}, {4}}, Out: []int{4, 4}}},
 	{"mul", "Y[m,n] = A[m,n] * B[m,n]", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}},
 	{"div", "Y[m,n] = A[m,n] / B[m,n]", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}},
+	{"minimum", "Y[m,n] = minimum(A[m,n], B[m,n]) (also maximum)", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}},
 	{"neg", "Y[m,n] = -A[m,n]", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}},
 	{"exp", "Y = f(A[m,n]) for exp log sqrt tanh relu gelu sigmoid", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}},
 	{"softmax", "Y[m,n] = softmax(A[m,n], axis=1) (also log_softmax)", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}, Axis: 1}},
@@ -106,7 +107,7 @@ func Rules() string {
 // coveredBy: ops documented together with another op of the same rule.
 func coveredBy(op string) bool {
 	switch op {
-	case "sub", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid", "log_softmax", "mean", "gelu_grad":
+	case "sub", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid", "log_softmax", "mean", "gelu_grad", "maximum":
 		return true
 	}
 	return false

@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/rt"
+	"golang.org/x/term"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+func (e *env) train(args []string) int {
+	var c common
+	fs := newFlags(e, "train", "train FILE [--out DIR] [--log FILE] [--plot PNG]")
+	c.register(fs)
+	out := fs.String("out", "", "write every param after training as DIR/NAME.npy")
+	logPath := fs.String("log", "", "write one JSON line per step: step, loss, lr, seconds")
+	plotPath := fs.String("plot", "", "draw the loss curve into this PNG file")
+	_, p, code := e.parseAndCompile(fs, args, &c)
+	if p == nil {
+		return code
+	}
+	if p.Graph.Train == nil {
+		fmt.Fprintln(e.stderr, "meshrun: the program has no train block (use meshrun run)")
+		return ExitUsage
+	}
+	var logw io.Writer
+	if *logPath != "" {
+		f, err := os.Create(*logPath)
+		if err != nil {
+			fmt.Fprintln(e.stderr, "meshrun:", err)
+			return ExitFailure
+		}
+		defer f.Close()
+		logw = f
+	}
+	bar := newProgress(e.stderr, samplesPerStep(p.Graph))
+	res, err := rt.Train(context.Background(), p, rt.Options{Seed: c.seed, Timeout: c.timeout}, func(s rt.StepInfo) error {
+		bar.step(s)
+		if logw != nil {
+			line, _ := json.Marshal(map[string]any{"step": s.Step, "loss": s.Loss, "lr": s.LR, "seconds": s.Wall.Seconds()})
+			if _, err := fmt.Fprintf(logw, "%s\n", line); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	bar.done()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
+		return ExitFailure
+	}
+	first, last := res.Losses[0], res.Losses[len(res.Losses)-1]
+	fmt.Fprintf(e.stdout, "trained %d steps on %d devices %s: loss %.6g -> %.6g\n", len(res.Losses), p.Mesh.Size(), p.Mesh, first, last)
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			fmt.Fprintln(e.stderr, "meshrun:", err)
+			return ExitFailure
+		}
+		for i, prm := range res.Params {
+			if err := npy.WriteFile(filepath.Join(*out, prm.Name+".npy"), res.Final[i].Shape, res.Final[i].Data); err != nil {
+				fmt.Fprintln(e.stderr, "meshrun:", err)
+				return ExitFailure
+			}
+		}
+	}
+	if *plotPath != "" {
+		if err := plotLoss(*plotPath, res.Losses); err != nil {
+			fmt.Fprintln(e.stderr, "meshrun: --plot:", err)
+			return ExitFailure
+		}
+	}
+	return ExitOK
+}
+
+// samplesPerStep is the leading dim of the first input, the batch.
+func samplesPerStep(g *lang.Graph) int {
+	for _, v := range g.Values {
+		if v.Op == "input" && v.Type.Rank() > 0 {
+			return v.Type.Shape[0]
+		}
+	}
+	return 0
+}
+
+// progress draws a one-line bar on a terminal; elsewhere it stays quiet.
+type progress struct {
+	w       io.Writer
+	tty     bool
+	samples int
+	start   time.Time
+}
+
+func newProgress(w io.Writer, samples int) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	return &progress{w: w, tty: tty, samples: samples, start: time.Now()}
+}
+
+func (p *progress) step(s rt.StepInfo) {
+	if !p.tty {
+		return
+	}
+	el := time.Since(p.start)
+	rate := float64(s.Step*p.samples) / el.Seconds()
+	eta := time.Duration(float64(el) / float64(s.Step) * float64(s.Steps-s.Step))
+	width := 30
+	filled := width * s.Step / s.Steps
+	fmt.Fprintf(p.w, "\r[%s%s] step %d/%d  loss %.5g  %.0f samples/s  ETA %v ", strings.Repeat("=", filled), strings.Repeat(" ", width-filled),
+		s.Step, s.Steps, s.Loss, rate, eta.Round(time.Second))
+}
+
+func (p *progress) done() {
+	if p.tty {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func plotLoss(path string, losses []float64) error {
+	pl := plot.New()
+	pl.Title.Text = "training loss"
+	pl.X.Label.Text = "step"
+	pl.Y.Label.Text = "loss"
+	pts := make(plotter.XYs, len(losses))
+	for i, l := range losses {
+		pts[i].X, pts[i].Y = float64(i+1), l
+	}
+	line, err := plotter.NewLine(pts)
+	if err != nil {
+		return err
+	}
+	pl.Add(line, plotter.NewGrid())
+	tmp := path + ".tmp.png"
+	if err := pl.Save(6*vg.Inch, 4*vg.Inch, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// checkTraining trains on the mesh and on one device and compares the loss
+// of every step and every final parameter.
+func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, atol float64) int {
+	opts := rt.Options{Seed: c.seed, Timeout: c.timeout}
+	got, err := rt.Train(context.Background(), p, opts, nil)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
+		return ExitFailure
+	}
+	want, err := rt.Train(context.Background(), ref, opts, nil)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "meshrun: training failed on one device: %v\n", err)
+		return ExitFailure
+	}
+	if testHookSharded != nil {
+		testHookSharded(got.Last)
+		got.Losses[len(got.Losses)-1] = got.Last.Output("loss").Float64s()[0]
+	}
+	fmt.Fprintf(e.stdout, "%s: %d training steps on %s (%d devices) vs 1 device:\n", file, len(want.Losses), p.Mesh, p.Mesh.Size())
+	fmt.Fprintf(e.stdout, "  collectives per step: %s\n", summary(lower.Explain(p)))
+	dt := p.Graph.Train.Loss.Type.DType.String()
+	r, a := tolerances(dt, rtol, atol)
+	ok := true
+	report := func(name string, d rt.Diff) {
+		status := "ok"
+		if !d.OK {
+			status, ok = "MISMATCH", false
+		}
+		fmt.Fprintf(e.stdout, "  %-16s %-8s max abs err %.3g  rel err %.3g (normwise)\n", name, status, d.MaxAbs, d.MaxRel)
+	}
+	report("loss curve", rt.CompareTensors(rt.FromSlice([]int{len(got.Losses)}, got.Losses), rt.FromSlice([]int{len(want.Losses)}, want.Losses), r, a))
+	for i, prm := range want.Params {
+		report(prm.Name, rt.CompareTensors(got.Param(prm.Name), want.Final[i], r, a))
+	}
+	fmt.Fprintf(e.stdout, "  loss %.6g -> %.6g  (rtol %g, atol %g)\n", want.Losses[0], want.Losses[len(want.Losses)-1], r, a)
+	if !ok {
+		fmt.Fprintln(e.stdout, "FAIL: training on the mesh differs from training on one device")
+		return ExitFailure
+	}
+	fmt.Fprintln(e.stdout, "PASS: the loss curve and every final parameter equal the single-device run")
+	return ExitOK
+}

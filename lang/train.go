@@ -1,0 +1,411 @@
+package lang
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// A train block turns the program into one training step, repeated:
+//
+//	train {
+//	    loss = mse(x @ W + c, t)
+//	    optimizer = adam(lr=0.01)
+//	    steps = 20
+//	}
+//
+// The checker evaluates the block's statements in their own scope, then
+// builds, as ordinary graph values: the backward graph of loss with respect
+// to every float param it depends on (autodiff.go), optional gradient
+// clipping, and the optimizer's update. Each step's new parameters and
+// optimizer states are "carried" into the next step. Per-step scalars (the
+// learning rate after its schedule, Adam's bias corrections) are "hyper"
+// sources the trainer feeds every step.
+//
+// ZeRO is a choice of storage placement: with zero = 1 the optimizer
+// states are split over the data-parallel axis; 2 also consumes gradients
+// in that split form (reduce-scatter rather than all-reduce); 3 also stores
+// the parameters split and all-gathers them for the forward and again for
+// the backward. The collectives are ordinary boxing.
+
+// Train is a checked train block.
+type Train struct {
+	Pos       Pos
+	Loss      *Value
+	Optimizer Optimizer
+	Steps     int
+	Zero      int
+	ZeroAxis  int
+	Clip      float64 // max global gradient norm; 0 = no clipping
+	Schedule  Schedule
+	Params    []*Value
+	Grads     map[*Value]*Value // param → its gradient
+	Carry     []Carry
+	Hyper     map[string]*Value // "lr", "bc1", "bc2": fed every step
+}
+
+// Optimizer is the update rule and its hyperparameters (PyTorch defaults).
+type Optimizer struct {
+	Kind        string // sgd, momentum, adam, adamw
+	LR          float64
+	Momentum    float64
+	Beta1       float64
+	Beta2       float64
+	Eps         float64
+	WeightDecay float64
+}
+
+// Schedule is the learning-rate schedule.
+type Schedule struct {
+	Kind   string // "constant" or "cosine" (linear warm-up, then cosine to MinLR)
+	Warmup int
+	MinLR  float64
+}
+
+// Carry pairs a step's input state with the value that replaces it.
+type Carry struct {
+	Source *Value
+	Next   *Value
+}
+
+// LR is the learning rate at step (1-based).
+func (t *Train) LR(step int) float64 {
+	lr := t.Optimizer.LR
+	s := t.Schedule
+	if s.Kind != "cosine" {
+		return lr
+	}
+	if step <= s.Warmup {
+		return lr * float64(step) / float64(max(1, s.Warmup))
+	}
+	span := max(1, t.Steps-s.Warmup)
+	prog := math.Min(1, float64(step-s.Warmup)/float64(span))
+	return s.MinLR + 0.5*(lr-s.MinLR)*(1+math.Cos(math.Pi*prog))
+}
+
+var optimizerDefaults = map[string]Optimizer{
+	"sgd":      {Kind: "sgd"},
+	"momentum": {Kind: "momentum", Momentum: 0.9},
+	"adam":     {Kind: "adam", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+	"adamw":    {Kind: "adamw", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01},
+}
+
+func (c *Checker) trainBlock(tb *TrainBlock) {
+	if c.scope != nil {
+		c.errorf(tb.Pos, "train belongs at top level")
+		return
+	}
+	if c.g.Train != nil {
+		c.errorf(tb.Pos, "the program already has a train block at %s", FormatPos(c.g.Train.Pos))
+		return
+	}
+	if c.g.Mesh == nil {
+		c.errorf(tb.Pos, "declare a mesh before the train block")
+		return
+	}
+	tr := &Train{Pos: tb.Pos, Steps: 1, Schedule: Schedule{Kind: "constant"}, Grads: map[*Value]*Value{}, Hyper: map[string]*Value{}}
+	nerr := len(c.errs)
+	opt, optSet := Optimizer{}, false
+	// settings first: zero changes how the loss sees the params
+	for _, s := range tb.Body {
+		a := s.Assign
+		if a == nil {
+			continue
+		}
+		switch a.Name {
+		case "steps", "zero", "clip":
+			op := c.expr(a.Value)
+			if op.num == nil {
+				if !op.bad {
+					c.errorf(a.Value.Pos, "%s must be a number", a.Name)
+				}
+				continue
+			}
+			f := *op.num
+			switch a.Name {
+			case "steps":
+				if f < 1 || f != math.Trunc(f) || f > 1e9 {
+					c.errorf(a.Value.Pos, "steps must be a positive integer")
+				}
+				tr.Steps = int(f)
+			case "zero":
+				if f != 0 && f != 1 && f != 2 && f != 3 {
+					c.errorf(a.Value.Pos, "zero must be 0, 1, 2 or 3 (the ZeRO paper's stages)")
+				}
+				tr.Zero = int(f)
+			case "clip":
+				if f <= 0 {
+					c.errorf(a.Value.Pos, "clip must be a positive gradient norm")
+				}
+				tr.Clip = f
+			}
+		case "optimizer":
+			opt, optSet = c.optimizer(a)
+		case "schedule":
+			c.schedule(a, tr)
+		}
+	}
+	if len(c.errs) > nerr {
+		return
+	}
+	if !optSet {
+		c.errorf(tb.Pos, "the train block needs an optimizer, e.g. optimizer = adam(lr=0.001)")
+		return
+	}
+	tr.Optimizer = opt
+	if tr.Zero > 0 {
+		tr.ZeroAxis = c.g.Mesh.AxisIndex("dp")
+		if tr.ZeroAxis < 0 {
+			c.errorf(tb.Pos, "zero = %d shards over the data-parallel axis, but mesh %s has no axis named dp", tr.Zero, c.g.Mesh.Name)
+			return
+		}
+	}
+	// the body, in its own scope; with zero = 3 every param is seen through
+	// an all-gather from its split storage
+	c.scope, c.fn = map[string]operand{}, "train"
+	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
+	if tr.Zero == 3 {
+		c.override = map[string]operand{}
+		for name, v := range c.globals {
+			if v.Op == "param" && v.Type.DType.IsFloat() {
+				compute := v.Declared
+				v.Declared = zeroStorage(v, compute, tr.ZeroAxis)
+				g := c.add(&Value{Op: "to", Type: v.Type, Args: []*Value{v}, Pos: v.Pos, Declared: compute, Name: name + ".gathered"})
+				g.Attrs.Regather = true
+				c.override[name] = operand{v: g}
+			}
+		}
+	}
+	for _, s := range tb.Body {
+		if s.Assign != nil {
+			switch s.Assign.Name {
+			case "steps", "zero", "clip", "optimizer", "schedule":
+				continue
+			}
+			c.stmt(s)
+			continue
+		}
+		c.errorf(s.Pos, "a train block holds assignments only (loss = ..., optimizer = ..., steps = ...)")
+	}
+	if len(c.errs) > nerr {
+		return
+	}
+	lossOp, ok := c.scope["loss"]
+	if !ok {
+		c.errorf(tb.Pos, "the train block needs loss = ...")
+		return
+	}
+	if lossOp.v == nil || lossOp.v.Type.Rank() != 0 || !lossOp.v.Type.DType.IsFloat() {
+		c.errorf(tb.Pos, "loss must be a float scalar")
+		return
+	}
+	tr.Loss = lossOp.v
+	c.buildStep(tr)
+	if len(c.errs) > nerr {
+		return
+	}
+	c.g.Train = tr
+	c.g.Outputs = append(c.g.Outputs, &Output{Name: "loss", Value: tr.Loss, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
+}
+
+// zeroStorage splits a compute placement over the data-parallel axis along
+// the first dim no other axis splits.
+func zeroStorage(v *Value, compute sbp.NdSBP, axis int) sbp.NdSBP {
+	out := compute.Clone()
+	if !out[axis].IsB() {
+		return out
+	}
+	for d := 0; d < v.Type.Rank(); d++ {
+		if !compute.SplitsDim(d) {
+			out[axis] = sbp.S(d)
+			return out
+		}
+	}
+	return out
+}
+
+func (c *Checker) optimizer(a *Assign) (Optimizer, bool) {
+	call, _ := initCall(a.Value)
+	if call == nil || call.Module != "" {
+		c.errorf(a.Value.Pos, "optimizer must be sgd(...), momentum(...), adam(...) or adamw(...)")
+		return Optimizer{}, false
+	}
+	opt, ok := optimizerDefaults[call.Name]
+	if !ok {
+		c.errorf(call.Pos, "unknown optimizer %q (want sgd, momentum, adam or adamw)", call.Name)
+		return Optimizer{}, false
+	}
+	fields := map[string]*float64{"lr": &opt.LR}
+	switch opt.Kind {
+	case "momentum":
+		fields["momentum"] = &opt.Momentum
+	case "adam", "adamw":
+		fields["beta1"], fields["beta2"], fields["eps"] = &opt.Beta1, &opt.Beta2, &opt.Eps
+		fields["weight_decay"] = &opt.WeightDecay
+	}
+	lrSet := false
+	for _, arg := range call.Args {
+		dst, ok := fields[arg.Name]
+		if arg.Name == "" || !ok {
+			c.errorf(arg.Pos, "%s takes keyword arguments: %s", call.Name, keys(fields))
+			return Optimizer{}, false
+		}
+		op := c.expr(arg.Value)
+		if op.num == nil || *op.num < 0 {
+			c.errorf(arg.Pos, "%s must be a number >= 0", arg.Name)
+			return Optimizer{}, false
+		}
+		*dst = *op.num
+		lrSet = lrSet || arg.Name == "lr"
+	}
+	if !lrSet {
+		c.errorf(call.Pos, "%s needs lr=...", call.Name)
+		return Optimizer{}, false
+	}
+	return opt, true
+}
+
+func keys(m map[string]*float64) string {
+	var ks []string
+	for _, k := range []string{"lr", "momentum", "beta1", "beta2", "eps", "weight_decay"} {
+		if _, ok := m[k]; ok {
+			ks = append(ks, k)
+		}
+	}
+	return fmt.Sprint(ks)
+}
+
+func (c *Checker) schedule(a *Assign, tr *Train) {
+	call, name := initCall(a.Value)
+	if name == "constant" {
+		return
+	}
+	if call == nil || call.Name != "cosine" {
+		c.errorf(a.Value.Pos, "schedule must be constant or cosine(warmup=N, min_lr=X)")
+		return
+	}
+	tr.Schedule.Kind = "cosine"
+	for _, arg := range call.Args {
+		op := c.expr(arg.Value)
+		if op.num == nil || *op.num < 0 {
+			c.errorf(arg.Pos, "cosine takes warmup=N and min_lr=X, numbers >= 0")
+			return
+		}
+		switch arg.Name {
+		case "warmup":
+			tr.Schedule.Warmup = int(*op.num)
+		case "min_lr":
+			tr.Schedule.MinLR = *op.num
+		default:
+			c.errorf(arg.Pos, "cosine takes warmup=N and min_lr=X")
+			return
+		}
+	}
+}
+
+// buildStep appends the backward graph, clipping and the optimizer update.
+func (c *Checker) buildStep(tr *Train) {
+	loss := tr.Loss
+	pos := tr.Pos
+	adj, err := c.backward(loss)
+	if err != nil {
+		c.errorf(pos, "%v", err)
+		return
+	}
+	n := c.g.Mesh.NumAxes()
+	bcast := sbp.Broadcasts(n)
+	hyper := func(name string) *Value {
+		v := c.add(&Value{Op: "hyper", Type: Type{DType: loss.Type.DType, Shape: []int{}}, Name: name, Pos: pos, Declared: bcast, Attrs: Attrs{Init: &Init{Kind: "fed"}}})
+		tr.Hyper[name] = v
+		return v
+	}
+	mk := func(name string, args ...operand) *Value {
+		v := c.mk(pos, name, args, nil)
+		v.Backward = true
+		return v
+	}
+	for _, v := range c.g.Values[:loss.ID] {
+		if v.Op == "param" && v.Type.DType.IsFloat() {
+			if g := adj.of[v]; g != nil {
+				tr.Params = append(tr.Params, v)
+				tr.Grads[v] = g
+			}
+		}
+	}
+	if len(tr.Params) == 0 {
+		c.errorf(pos, "loss depends on no float param: nothing to train")
+		return
+	}
+	// Reduce each gradient straight into the placement the optimizer keeps
+	// its parameter's state in: all-reduce for plain data parallelism,
+	// reduce-scatter with ZeRO (the state is split over dp).
+	storage := map[*Value]sbp.NdSBP{}
+	for _, p := range tr.Params {
+		st := p.Declared
+		if tr.Zero >= 1 {
+			st = zeroStorage(p, p.Declared, tr.ZeroAxis)
+		}
+		storage[p] = st
+		tr.Grads[p] = c.add(&Value{Op: "to", Type: p.Type, Args: []*Value{tr.Grads[p]}, Pos: pos, Declared: st, Name: p.Name + ".grad", Backward: true})
+	}
+	lr := hyper("lr")
+	var coef *Value
+	if tr.Clip > 0 {
+		var total *Value
+		for _, p := range tr.Params {
+			g := tr.Grads[p]
+			sq := mk("sum", t(mk("mul", t(g), t(g))))
+			if total == nil {
+				total = sq
+			} else {
+				total = mk("add", t(total), t(sq))
+			}
+		}
+		norm := mk("sqrt", t(total))
+		// PyTorch's clip_grad_norm_: coef = min(1, max_norm / (norm + 1e-6))
+		coef = mk("minimum", n1(1), t(mk("div", n1(tr.Clip), t(mk("add", t(norm), n1(1e-6))))))
+	}
+	var bc1, bc2 *Value
+	o := tr.Optimizer
+	if o.Kind == "adam" || o.Kind == "adamw" {
+		bc1, bc2 = hyper("bc1"), hyper("bc2")
+	}
+	for _, p := range tr.Params {
+		g := tr.Grads[p]
+		if coef != nil {
+			g = mk("mul", t(g), t(coef))
+		}
+		storage := storage[p]
+		state := func(suffix string) *Value {
+			return c.add(&Value{Op: "state", Type: p.Type, Name: p.Name + "." + suffix, Pos: pos, Declared: storage, Attrs: Attrs{Init: &Init{Kind: "zeros"}}})
+		}
+		var next *Value
+		switch o.Kind {
+		case "sgd":
+			next = mk("sub", t(p), t(mk("mul", t(g), t(lr))))
+		case "momentum":
+			buf := state("momentum")
+			nb := mk("add", t(mk("mul", t(buf), n1(o.Momentum))), t(g))
+			tr.Carry = append(tr.Carry, Carry{buf, nb})
+			next = mk("sub", t(p), t(mk("mul", t(nb), t(lr))))
+		case "adam", "adamw":
+			m, v := state("exp_avg"), state("exp_avg_sq")
+			nm := mk("add", t(mk("mul", t(m), n1(o.Beta1))), t(mk("mul", t(g), n1(1-o.Beta1))))
+			nv := mk("add", t(mk("mul", t(v), n1(o.Beta2))), t(mk("mul", t(mk("mul", t(g), t(g))), n1(1-o.Beta2))))
+			tr.Carry = append(tr.Carry, Carry{m, nm}, Carry{v, nv})
+			// PyTorch: p -= lr/bc1 · m / (√v/√bc2 + eps)
+			denom := mk("add", t(mk("div", t(mk("sqrt", t(nv))), t(mk("sqrt", t(bc2))))), n1(o.Eps))
+			step := mk("mul", t(mk("div", t(lr), t(bc1))), t(mk("div", t(nm), t(denom))))
+			base := p
+			if o.Kind == "adamw" && o.WeightDecay > 0 {
+				base = mk("mul", t(p), t(mk("sub", n1(1), t(mk("mul", t(lr), n1(o.WeightDecay))))))
+			}
+			next = mk("sub", t(base), t(step))
+		}
+		next.Name = p.Name + ".next"
+		tr.Carry = append([]Carry{{p, next}}, tr.Carry...)
+	}
+}
+
+func n1(f float64) operand { return numOp(f) }

@@ -1,0 +1,53 @@
+package rt
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/stretchr/testify/require"
+)
+
+func loadNpy(t *testing.T, path string) *Tensor {
+	t.Helper()
+	h, data, err := npy.ReadFile(path)
+	require.NoError(t, err)
+	return FromSlice(h.Shape, data)
+}
+
+// TestOptimizersMatchPyTorch trains the programs in testdata/golden/train
+// (sgd, momentum, adam, adamw, custom betas, cosine schedule with warm-up
+// and gradient clipping) on a dp=2 mesh and on one device, and compares
+// every step's loss and the final parameters with torch.optim's run.
+func TestOptimizersMatchPyTorch(t *testing.T) {
+	files, err := filepath.Glob("../testdata/golden/train/*.mesh")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 6)
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".mesh")
+		dir := filepath.Dir(f)
+		g, sources, err := lang.CheckFile(f, lang.CheckOptions{})
+		require.NoError(t, err, lang.Render(err, sources))
+		wantLoss := loadNpy(t, filepath.Join(dir, name+"_losses.npy"))
+		for _, single := range []bool{false, true} {
+			opts := lower.Options{Verify: true}
+			if single {
+				opts.Mesh = g.Mesh.Single()
+			}
+			p, err := lower.Lower(g, opts)
+			require.NoError(t, err)
+			res, err := Train(context.Background(), p, Options{}, nil)
+			require.NoError(t, err, name)
+			d := CompareTensors(FromSlice([]int{len(res.Losses)}, res.Losses), wantLoss, 1e-10, 1e-12)
+			require.True(t, d.OK, "%s (single %v): losses differ from PyTorch by %g\n got %v\nwant %v", name, single, d.MaxAbs, res.Losses, wantLoss.Data)
+			for _, prm := range []string{"W", "c"} {
+				d := CompareTensors(res.Param(prm), loadNpy(t, filepath.Join(dir, name+"_"+prm+".npy")), 1e-10, 1e-12)
+				require.True(t, d.OK, "%s (single %v): final %s differs from PyTorch by %g", name, single, prm, d.MaxAbs)
+			}
+		}
+	}
+}
