@@ -155,7 +155,7 @@ func (b *vjp) val(x *Value) *Value {
 	if r, ok := b.adj.regather[x]; ok {
 		return r
 	}
-	r := b.c.add(&Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true})
+	r := b.c.add(&Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true, Attrs: Attrs{Regather: true}})
 	b.adj.regather[x] = r
 	return r
 }

@@ -165,7 +165,7 @@ func insertBoxing(p *Plan) error {
 			return nil, nil
 		}
 		key := fmt.Sprintf("%d %s", v.ID, to)
-		if c, ok := byKey[key]; ok {
+		if c, ok := byKey[key]; ok && cause != "regather" {
 			return c, nil
 		}
 		path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), from, to)
@@ -187,6 +187,11 @@ func insertBoxing(p *Plan) error {
 			cause := v.Op
 			if v.Op == "to" && v.Name != "" {
 				cause = "to " + v.Name
+			}
+			if v.Op == "to" && v.Attrs.Regather && v.Backward {
+				// ZeRO-3 gathers a parameter again for the backward rather
+				// than keeping the forward's gather alive: never shared
+				cause = "regather"
 			}
 			c, err := get(a, ch.Sig.In[i], v.Pos, v.Calls, cause)
 			if err != nil {

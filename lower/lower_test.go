@@ -138,3 +138,14 @@ func TestMissingRuleIsACompileErrorAtTheOp(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "m.mesh:3:5: op frobnicate has no placement rule")
 }
+
+// The ZeRO paper's worked example (Rajbhandari et al., figure 1): 7.5B
+// parameters, 64 devices, K = 12: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB.
+func TestZeROEstimateMatchesThePaper(t *testing.T) {
+	rows := EstimateZeRO(7.5e9, 64, 12)
+	want := []float64{120, 31.4, 16.6, 1.9}
+	for i, r := range rows {
+		require.InDelta(t, want[i], r.Total/1e9, 0.06, r.Name)
+	}
+	require.Equal(t, 3.0, rows[3].Comm)
+}

@@ -192,3 +192,25 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 	fmt.Fprintln(e.stdout, "PASS: the loss curve and every final parameter equal the single-device run")
 	return ExitOK
 }
+
+func (e *env) estimate(args []string) int {
+	fs := newFlags(e, "estimate", "estimate --params N --devices D [--k K]")
+	psi := fs.Float64("params", 0, "model parameters (e.g. 7.5e9)")
+	nd := fs.Int("devices", 0, "data-parallel devices")
+	k := fs.Float64("k", 12, "optimizer-state bytes per parameter (mixed-precision Adam: 12)")
+	if _, err := parse(fs, args); err != nil {
+		return flagExit(err)
+	}
+	if *psi <= 0 || *nd <= 0 || *k < 0 {
+		fs.Usage()
+		return ExitUsage
+	}
+	fmt.Fprintf(e.stdout, "memory per device and communication per step for Ψ = %.4g parameters on %d devices\n", *psi, *nd)
+	fmt.Fprintf(e.stdout, "(ZeRO paper accounting: fp16 parameters and gradients, K = %g bytes of optimizer state per parameter)\n\n", *k)
+	fmt.Fprintf(e.stdout, "  %-7s %12s %12s %12s %12s   %s\n", "stage", "params", "gradients", "optimizer", "total", "communication per step")
+	gb := func(b float64) string { return fmt.Sprintf("%.2f GB", b/1e9) }
+	for _, r := range lower.EstimateZeRO(*psi, *nd, *k) {
+		fmt.Fprintf(e.stdout, "  %-7s %12s %12s %12s %12s   %gΨ (%s)\n", r.Name, gb(r.Params), gb(r.Grads), gb(r.Optimizer), gb(r.Total), r.Comm, r.CommNote)
+	}
+	return ExitOK
+}
