@@ -376,6 +376,10 @@ func (c *Checker) buildStep(tr *Train) {
 		if coef != nil {
 			g = mk("mul", t(g), t(coef))
 		}
+		if o.Kind == "adam" && o.WeightDecay > 0 {
+			// torch.optim.Adam's weight_decay is L2: g ← g + wd·p
+			g = mk("add", t(g), t(mk("mul", t(p), n1(o.WeightDecay))))
+		}
 		storage := storage[p]
 		state := func(suffix string) *Value {
 			return c.add(&Value{Op: "state", Type: p.Type, Name: p.Name + "." + suffix, Pos: pos, Declared: storage, Attrs: Attrs{Init: &Init{Kind: "zeros"}}})

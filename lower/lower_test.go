@@ -24,10 +24,13 @@ func compileExample(t *testing.T, name string) *Plan {
 func examples(t *testing.T) []string {
 	files, err := filepath.Glob("../examples/*.mesh")
 	require.NoError(t, err)
+	more, _ := filepath.Glob("../examples/*/*.mesh")
+	files = append(files, more...)
 	require.NotEmpty(t, files)
 	var out []string
 	for _, f := range files {
-		out = append(out, strings.TrimSuffix(filepath.Base(f), ".mesh"))
+		rel, _ := filepath.Rel("../examples", f)
+		out = append(out, strings.TrimSuffix(rel, ".mesh"))
 	}
 	return out
 }
@@ -38,7 +41,8 @@ func TestGoldenPlans(t *testing.T) {
 	for _, name := range examples(t) {
 		p := compileExample(t, name)
 		got := strings.ReplaceAll(p.Dump(), filepath.Join("..", "examples")+"/", "")
-		path := filepath.Join("testdata", name+".plan")
+		got = strings.ReplaceAll(got, "train/", "")
+		path := filepath.Join("testdata", strings.ReplaceAll(name, "/", "_")+".plan")
 		if *update {
 			require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
 			continue

@@ -29,7 +29,9 @@ func writeFile(t *testing.T, dir, name, src string) string {
 
 func TestCheckPassesOnEveryExample(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.mesh")
-	require.GreaterOrEqual(t, len(files), 6)
+	more, _ := filepath.Glob("../../examples/*/*.mesh")
+	files = append(files, more...)
+	require.GreaterOrEqual(t, len(files), 9)
 	for _, f := range files {
 		code, out, errs := meshrun(t, "", "check", f)
 		require.Equal(t, ExitOK, code, "%s\n%s%s", f, out, errs)
@@ -256,4 +258,67 @@ func TestREPLPartialDrawnDistinctly(t *testing.T) {
 	script := "mesh M = [a=2, b=2]\ninput x : f32[4, 4] {S(1), B} = ones\ns = sum(x, axis=1)\n:layout s\n"
 	_, out, _ := meshrun(t, script, "repl")
 	require.Contains(t, out, "d0=d1 + d2=d3")
+}
+
+func TestTrainWritesParamsLogAndPlot(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log.jsonl")
+	png := filepath.Join(dir, "loss.png")
+	code, out, errs := meshrun(t, "", "train", "../../examples/train/mlp_dp.mesh", "--out", dir, "--log", log, "--plot", png)
+	require.Equal(t, ExitOK, code, errs)
+	require.Contains(t, out, "trained 20 steps on 4 devices [dp=4]")
+	require.Empty(t, errs, "no progress bar when stderr is not a terminal")
+	lines := strings.Split(strings.TrimSpace(readFile(t, log)), "\n")
+	require.Len(t, lines, 20)
+	var first, last struct {
+		Step int     `json:"step"`
+		Loss float64 `json:"loss"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &first))
+	require.NoError(t, json.Unmarshal([]byte(lines[19]), &last))
+	require.Equal(t, 1, first.Step)
+	require.Equal(t, 20, last.Step)
+	require.Less(t, last.Loss, first.Loss)
+	h, _, err := npy.ReadFile(filepath.Join(dir, "W.npy"))
+	require.NoError(t, err)
+	require.Equal(t, []int{16, 4}, h.Shape)
+	b, err := os.ReadFile(png)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(b, []byte("\x89PNG")))
+}
+
+func readFile(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestRunRefusesATrainProgram(t *testing.T) {
+	code, _, errs := meshrun(t, "", "run", "../../examples/train/mlp_dp.mesh")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errs, "use meshrun train")
+}
+
+func TestEstimate(t *testing.T) {
+	code, out, _ := meshrun(t, "", "estimate", "--params", "7.5e9", "--devices", "64")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "120.00 GB")
+	require.Contains(t, out, "1.88 GB")
+	code, _, _ = meshrun(t, "", "estimate")
+	require.Equal(t, ExitUsage, code)
+}
+
+func TestTrainErrors(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "t.mesh", `mesh M = [tp=2]
+param W : f32[4, 2] = normal(0, 1)
+train {
+    loss = sum(W)
+    optimizer = adagrad(lr=0.1)
+    zero = 1
+}
+`)
+	code, _, errs := meshrun(t, "", "train", p)
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errs, `t.mesh:5:17: unknown optimizer "adagrad" (want sgd, momentum, adam or adamw)`)
 }

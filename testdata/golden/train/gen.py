@@ -64,6 +64,7 @@ run("sgd", lambda p: torch.optim.SGD(p, lr=0.1), "sgd(lr=0.1)")
 run("momentum", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), "momentum(lr=0.05)")
 run("adam", lambda p: torch.optim.Adam(p, lr=0.02), "adam(lr=0.02)")
 run("adamw", lambda p: torch.optim.AdamW(p, lr=0.02), "adamw(lr=0.02)")
+run("adam_l2", lambda p: torch.optim.Adam(p, lr=0.02, weight_decay=0.1), "adam(lr=0.02, weight_decay=0.1)")
 run("adam_betas", lambda p: torch.optim.Adam(p, lr=0.05, betas=(0.8, 0.99), eps=1e-6), "adam(lr=0.05, beta1=0.8, beta2=0.99, eps=0.000001)")
 
 def cosine(step, lr=0.05, warmup=3, min_lr=0.005):
