@@ -34,7 +34,7 @@ func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
 		setScalar(t, v.Attrs.Scalar)
 		return t, nil
 	case "add", "sub", "mul", "div", "minimum", "maximum":
-		return binary(v.Op, a[0], a[1])
+		return elementwise(v.Op, a[0], a[1])
 	case "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid":
 		return unary(v.Op, a[0]), nil
 	case "matmul":
@@ -98,7 +98,7 @@ func floatsOf[R any](t *Tensor, f32 func([]float32) R, f64 func([]float64) R) R 
 	return f64(t.Data.([]float64))
 }
 
-func binary(op string, x, y *Tensor) (*Tensor, error) {
+func elementwise(op string, x, y *Tensor) (*Tensor, error) {
 	shape, ok := lang.Broadcast(x.Shape, y.Shape)
 	if !ok {
 		return nil, fmt.Errorf("local shapes %v and %v do not broadcast", x.Shape, y.Shape)

@@ -18,6 +18,20 @@ type StepInfo struct {
 	LR    float64
 	Wall  time.Duration
 	Run   *Result
+	// Snapshot assembles the logical value of every carried tensor
+	// (parameters and optimizer states, by name) as of this step.
+	Snapshot func() (map[string]*Tensor, error)
+}
+
+// TrainConfig says where a run starts and who watches it.
+type TrainConfig struct {
+	// Start is the number of steps already done (a resumed run continues
+	// at Start+1); Initial holds the logical parameters and optimizer
+	// states to start from, by name (from a checkpoint; any mesh).
+	Start   int
+	Initial map[string]*Tensor
+	// OnStep sees every step; an error from it stops the run.
+	OnStep func(StepInfo) error
 }
 
 // TrainResult is a finished training run.
@@ -44,7 +58,7 @@ func (r *TrainResult) Param(name string) *Tensor {
 // per-step scalars (learning rate after its schedule, Adam's bias
 // corrections). onStep, if given, sees every step; an error from it stops
 // the run.
-func Train(ctx context.Context, p *lower.Plan, opts Options, onStep func(StepInfo) error) (*TrainResult, error) {
+func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*TrainResult, error) {
 	t := p.Graph.Train
 	if t == nil {
 		return nil, fmt.Errorf("the program has no train block")
@@ -54,9 +68,38 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, onStep func(StepInf
 	for d := range state {
 		state[d] = map[*lang.Value]*Tensor{}
 	}
+	if cfg.Initial != nil {
+		for _, c := range p.Carry {
+			full, ok := cfg.Initial[c.Source.Name]
+			if !ok {
+				return nil, fmt.Errorf("the checkpoint has no %s", c.Source.Name)
+			}
+			if full.DType != c.Source.Type.DType || !sameShape(full.Shape, c.Source.Type.Shape) {
+				return nil, fmt.Errorf("the checkpoint's %s is %s%v, the program declares %s", c.Source.Name, full.DType, full.Shape, c.Source.Type)
+			}
+			for d := 0; d < n; d++ {
+				state[d][c.Source] = Scatter(p.Mesh, full, p.Placement[c.Source], d)
+			}
+		}
+	}
+	snapshot := func() (map[string]*Tensor, error) {
+		out := map[string]*Tensor{}
+		for _, c := range p.Carry {
+			parts := make([]*Tensor, n)
+			for d := range parts {
+				parts[d] = state[d][c.Source]
+			}
+			full, err := Assemble(p.Mesh, c.Source.Type, p.Placement[c.Source], parts)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", c.Source.Name, err)
+			}
+			out[c.Source.Name] = full
+		}
+		return out, nil
+	}
 	res := &TrainResult{Params: t.Params}
 	o := t.Optimizer
-	for step := 1; step <= t.Steps; step++ {
+	for step := cfg.Start + 1; step <= t.Steps; step++ {
 		start := time.Now()
 		lr := t.LR(step)
 		hyper := map[*lang.Value]float64{}
@@ -96,11 +139,14 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, onStep func(StepInf
 		loss := run.Output("loss").Float64s()[0]
 		res.Losses = append(res.Losses, loss)
 		res.Last = run
-		if onStep != nil {
-			if err := onStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run}); err != nil {
+		if cfg.OnStep != nil {
+			if err := cfg.OnStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run, Snapshot: snapshot}); err != nil {
 				return nil, err
 			}
 		}
+	}
+	if res.Last == nil {
+		return nil, fmt.Errorf("nothing to do: the run starts after step %d of %d", cfg.Start, t.Steps)
 	}
 	for _, prm := range t.Params {
 		parts := make([]*Tensor, n)

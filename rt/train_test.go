@@ -40,7 +40,7 @@ func TestOptimizersMatchPyTorch(t *testing.T) {
 			}
 			p, err := lower.Lower(g, opts)
 			require.NoError(t, err)
-			res, err := Train(context.Background(), p, Options{}, nil)
+			res, err := Train(context.Background(), p, Options{}, TrainConfig{})
 			require.NoError(t, err, name)
 			d := CompareTensors(FromSlice([]int{len(res.Losses)}, res.Losses), wantLoss, 1e-10, 1e-12)
 			require.True(t, d.OK, "%s (single %v): losses differ from PyTorch by %g\n got %v\nwant %v", name, single, d.MaxAbs, res.Losses, wantLoss.Data)

@@ -66,7 +66,7 @@ func TestZeROCommunicationPerStep(t *testing.T) {
 		want := factor * (p4 - 1) / p4 * zeroPsiBytes
 		require.Equal(t, want, model, "zero=%d: modelled bytes per step (%v)", zero, kinds)
 
-		res, err := Train(context.Background(), p, Options{}, nil)
+		res, err := Train(context.Background(), p, Options{}, TrainConfig{})
 		require.NoError(t, err)
 		// measured: everything device 0 sent in the last step, less the
 		// loss all-reduce
@@ -89,10 +89,10 @@ func TestZeROStagesTrainLikeOneDevice(t *testing.T) {
 		if ref == nil {
 			single, err := lower.Lower(p.Graph, lower.Options{Mesh: p.Mesh.Single()})
 			require.NoError(t, err)
-			ref, err = Train(context.Background(), single, Options{}, nil)
+			ref, err = Train(context.Background(), single, Options{}, TrainConfig{})
 			require.NoError(t, err)
 		}
-		res, err := Train(context.Background(), p, Options{}, nil)
+		res, err := Train(context.Background(), p, Options{}, TrainConfig{})
 		require.NoError(t, err)
 		d := CompareTensors(FromSlice([]int{len(res.Losses)}, res.Losses), FromSlice([]int{len(ref.Losses)}, ref.Losses), 1e-5, 1e-6)
 		require.True(t, d.OK, "zero=%d losses %v vs %v", zero, res.Losses, ref.Losses)
@@ -118,7 +118,7 @@ func TestZeROStateBytesPerDevice(t *testing.T) {
 	}
 	for zero := 0; zero <= 3; zero++ {
 		p := compileZero(t, zero)
-		res, err := Train(context.Background(), p, Options{}, nil)
+		res, err := Train(context.Background(), p, Options{}, TrainConfig{})
 		require.NoError(t, err)
 		for d := range res.Last.Carry {
 			var held int64

@@ -266,7 +266,7 @@ func TestTrainWritesParamsLogAndPlot(t *testing.T) {
 	png := filepath.Join(dir, "loss.png")
 	code, out, errs := meshrun(t, "", "train", "../../examples/train/mlp_dp.mesh", "--out", dir, "--log", log, "--plot", png)
 	require.Equal(t, ExitOK, code, errs)
-	require.Contains(t, out, "trained 20 steps on 4 devices [dp=4]")
+	require.Contains(t, out, "trained steps 1 to 20 on 4 devices [dp=4]")
 	require.Empty(t, errs, "no progress bar when stderr is not a terminal")
 	lines := strings.Split(strings.TrimSpace(readFile(t, log)), "\n")
 	require.Len(t, lines, 20)

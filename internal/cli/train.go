@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +29,10 @@ func (e *env) train(args []string) int {
 	out := fs.String("out", "", "write every param after training as DIR/NAME.npy")
 	logPath := fs.String("log", "", "write one JSON line per step: step, loss, lr, seconds")
 	plotPath := fs.String("plot", "", "draw the loss curve into this PNG file")
+	saveDir := fs.String("save", "", "write params and optimizer state to DIR/checkpoint.safetensors (after the last step)")
+	saveEvery := fs.Int("save-every", 0, "with --save, also save every N steps")
+	resumeDir := fs.String("resume", "", "continue from DIR/checkpoint.safetensors (saved on any mesh)")
+	stopAt := fs.Int("stop-at", 0, "stop after this step (the schedule still spans all steps); with --save, saves there")
 	_, p, code := e.parseAndCompile(fs, args, &c)
 	if p == nil {
 		return code
@@ -45,24 +51,67 @@ func (e *env) train(args []string) int {
 		defer f.Close()
 		logw = f
 	}
+	cfg := rt.TrainConfig{}
+	if *resumeDir != "" {
+		tensors, meta, err := rt.LoadCheckpoint(*resumeDir)
+		if err != nil {
+			fmt.Fprintln(e.stderr, "meshrun: --resume:", err)
+			return ExitFailure
+		}
+		step, err := strconv.Atoi(meta["step"])
+		if err != nil || step < 0 {
+			fmt.Fprintf(e.stderr, "meshrun: --resume: checkpoint has no valid step (%q)\n", meta["step"])
+			return ExitFailure
+		}
+		if meta["optimizer"] != p.Graph.Train.Optimizer.Kind {
+			fmt.Fprintf(e.stderr, "meshrun: --resume: checkpoint was trained with %s, the program uses %s\n", meta["optimizer"], p.Graph.Train.Optimizer.Kind)
+			return ExitFailure
+		}
+		cfg.Start, cfg.Initial = step, tensors
+	}
+	saves := 0
+	save := func(s rt.StepInfo) error {
+		snap, err := s.Snapshot()
+		if err != nil {
+			return err
+		}
+		saves++
+		return rt.SaveCheckpoint(*saveDir, snap, map[string]string{
+			"format": "meshrun-checkpoint-1", "step": strconv.Itoa(s.Step), "optimizer": p.Graph.Train.Optimizer.Kind,
+		}, testStall(saves))
+	}
 	bar := newProgress(e.stderr, samplesPerStep(p.Graph))
-	res, err := rt.Train(context.Background(), p, rt.Options{Seed: c.seed, Timeout: c.timeout}, func(s rt.StepInfo) error {
+	cfg.OnStep = func(s rt.StepInfo) error {
 		bar.step(s)
+		last := s.Step == s.Steps || s.Step == *stopAt
+		if *saveDir != "" && (last || (*saveEvery > 0 && s.Step%*saveEvery == 0)) {
+			if err := save(s); err != nil {
+				return fmt.Errorf("saving a checkpoint after step %d: %w", s.Step, err)
+			}
+		}
 		if logw != nil {
 			line, _ := json.Marshal(map[string]any{"step": s.Step, "loss": s.Loss, "lr": s.LR, "seconds": s.Wall.Seconds()})
 			if _, err := fmt.Fprintf(logw, "%s\n", line); err != nil {
 				return err
 			}
 		}
+		if s.Step == *stopAt {
+			return errStop
+		}
 		return nil
-	})
+	}
+	res, err := rt.Train(context.Background(), p, rt.Options{Seed: c.seed, Timeout: c.timeout}, cfg)
 	bar.done()
+	if errors.Is(err, errStop) {
+		fmt.Fprintf(e.stdout, "stopped after step %d of %d\n", *stopAt, p.Graph.Train.Steps)
+		return ExitOK
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
 		return ExitFailure
 	}
 	first, last := res.Losses[0], res.Losses[len(res.Losses)-1]
-	fmt.Fprintf(e.stdout, "trained %d steps on %d devices %s: loss %.6g -> %.6g\n", len(res.Losses), p.Mesh.Size(), p.Mesh, first, last)
+	fmt.Fprintf(e.stdout, "trained steps %d to %d on %d devices %s: loss %.6g -> %.6g\n", cfg.Start+1, cfg.Start+len(res.Losses), p.Mesh.Size(), p.Mesh, first, last)
 	if *out != "" {
 		if err := os.MkdirAll(*out, 0o755); err != nil {
 			fmt.Fprintln(e.stderr, "meshrun:", err)
@@ -82,6 +131,19 @@ func (e *env) train(args []string) int {
 		}
 	}
 	return ExitOK
+}
+
+var errStop = errors.New("stop requested")
+
+// testStall lets the crash test stop a save between writing the temporary
+// file and renaming it: MESHRUN_TEST_SAVE_STALL=N stalls every save after
+// the N-th for a minute.
+func testStall(saves int) func() {
+	n, err := strconv.Atoi(os.Getenv("MESHRUN_TEST_SAVE_STALL"))
+	if err != nil || saves <= n {
+		return nil
+	}
+	return func() { time.Sleep(time.Minute) }
 }
 
 // samplesPerStep is the leading dim of the first input, the batch.
@@ -154,12 +216,12 @@ func plotLoss(path string, losses []float64) error {
 // of every step and every final parameter.
 func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, atol float64) int {
 	opts := rt.Options{Seed: c.seed, Timeout: c.timeout}
-	got, err := rt.Train(context.Background(), p, opts, nil)
+	got, err := rt.Train(context.Background(), p, opts, rt.TrainConfig{})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
 		return ExitFailure
 	}
-	want, err := rt.Train(context.Background(), ref, opts, nil)
+	want, err := rt.Train(context.Background(), ref, opts, rt.TrainConfig{})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "meshrun: training failed on one device: %v\n", err)
 		return ExitFailure
