@@ -80,12 +80,14 @@ type PlacementEntry struct {
 	Arg  *string `parser:"(\"(\" @(Int | Ident) \")\")?"`
 }
 
-// FuncDef: def f(a, b) { ... return e }
+// FuncDef: def f(a, b) { ... return e }; "checkpoint def" recomputes the
+// function's activations in the backward pass instead of keeping them.
 type FuncDef struct {
-	Pos    lexer.Position
-	Name   string   `parser:"\"def\" @Ident"`
-	Params []string `parser:"\"(\" (@Ident (\",\" @Ident)*)? \")\""`
-	Body   []*Stmt  `parser:"\"{\" @@* \"}\""`
+	Pos        lexer.Position
+	Checkpoint bool     `parser:"@\"checkpoint\"?"`
+	Name       string   `parser:"\"def\" @Ident"`
+	Params     []string `parser:"\"(\" (@Ident (\",\" @Ident)*)? \")\""`
+	Body       []*Stmt  `parser:"\"{\" @@* \"}\""`
 }
 
 // TrainBlock: train { loss = ...  optimizer = adam(lr=0.01)  steps = 20 }

@@ -18,6 +18,7 @@ import "fmt"
 type adjoints struct {
 	of       map[*Value]*Value
 	regather map[*Value]*Value // ZeRO-3 gathers repeated for the backward
+	remat    map[*Value]*Value // checkpointed activations, recomputed
 }
 
 // gradOp implements the grad(y, x) builtin.
@@ -92,7 +93,7 @@ func (c *Checker) backward(y *Value) (*adjoints, error) {
 			}
 		}
 	}
-	adj := &adjoints{of: map[*Value]*Value{}, regather: map[*Value]*Value{}}
+	adj := &adjoints{of: map[*Value]*Value{}, regather: map[*Value]*Value{}, remat: map[*Value]*Value{}}
 	one := c.constValue(numOp(1), y.Type.DType, y.Pos)
 	adj.of[y] = one
 	for i := y.ID; i >= 0; i-- {
@@ -149,6 +150,9 @@ func (b *vjp) opKw(name string, kw map[string]operand, args ...operand) *Value {
 // val is x as an operand of the backward: a ZeRO-3 parameter gather is
 // repeated (once per backward) rather than kept alive since the forward.
 func (b *vjp) val(x *Value) *Value {
+	if x.Remat {
+		return b.recompute(x)
+	}
 	if x.Op != "to" || !x.Attrs.Regather {
 		return x
 	}
@@ -158,6 +162,31 @@ func (b *vjp) val(x *Value) *Value {
 	r := b.c.add(&Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true, Attrs: Attrs{Regather: true}})
 	b.adj.regather[x] = r
 	return r
+}
+
+// recompute re-creates a checkpointed forward value (and the checkpointed
+// values it needs) at its first use by the backward, so the forward's
+// copies die as soon as the forward is done with them.
+func (b *vjp) recompute(x *Value) *Value {
+	if r, ok := b.adj.remat[x]; ok {
+		return r
+	}
+	r := *x
+	r.Args = make([]*Value, len(x.Args))
+	for i, a := range x.Args {
+		r.Args[i] = a
+		if a.Remat {
+			r.Args[i] = b.recompute(a)
+		}
+	}
+	r.Remat, r.Backward = false, true
+	if r.Name != "" {
+		r.Name += ".recomputed"
+	}
+	out := b.c.add(&r)
+	out.Calls = x.Calls
+	b.adj.remat[x] = out
+	return out
 }
 
 // acc adds a contribution to x's adjoint.
@@ -216,19 +245,19 @@ func (b *vjp) run() error {
 		b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(b.val(a[0]))), a[1].Type.Shape))
 	case "div":
 		b.acc(a[0], b.unbroadcast(b.op("div", t(g), t(b.val(a[1]))), a[0].Type.Shape))
-		b.acc(a[1], b.unbroadcast(b.op("neg", t(b.op("div", t(b.op("mul", t(g), t(v))), t(b.val(a[1]))))), a[1].Type.Shape))
+		b.acc(a[1], b.unbroadcast(b.op("neg", t(b.op("div", t(b.op("mul", t(g), t(b.val(v)))), t(b.val(a[1]))))), a[1].Type.Shape))
 	case "neg":
 		b.acc(a[0], b.op("neg", t(g)))
 	case "exp":
-		b.acc(a[0], b.op("mul", t(g), t(v)))
+		b.acc(a[0], b.op("mul", t(g), t(b.val(v))))
 	case "log":
 		b.acc(a[0], b.op("div", t(g), t(b.val(a[0]))))
 	case "sqrt":
-		b.acc(a[0], b.op("div", t(b.op("mul", t(g), n(0.5))), t(v)))
+		b.acc(a[0], b.op("div", t(b.op("mul", t(g), n(0.5))), t(b.val(v))))
 	case "tanh":
-		b.acc(a[0], b.op("mul", t(g), t(b.op("sub", n(1), t(b.op("mul", t(v), t(v)))))))
+		b.acc(a[0], b.op("mul", t(g), t(b.op("sub", n(1), t(b.op("mul", t(b.val(v)), t(b.val(v))))))))
 	case "sigmoid":
-		b.acc(a[0], b.op("mul", t(g), t(b.op("mul", t(v), t(b.op("sub", n(1), t(v)))))))
+		b.acc(a[0], b.op("mul", t(g), t(b.op("mul", t(b.val(v)), t(b.op("sub", n(1), t(b.val(v))))))))
 	case "relu":
 		b.acc(a[0], b.op("mul", t(g), t(b.op("relu_grad", t(b.val(a[0]))))))
 	case "gelu":
@@ -236,10 +265,10 @@ func (b *vjp) run() error {
 	case "matmul":
 		b.matmul(a[0], a[1], g)
 	case "softmax":
-		b.acc(a[0], b.op("softmax_grad", t(v), t(g), n(float64(v.Attrs.Axis))))
+		b.acc(a[0], b.op("softmax_grad", t(b.val(v)), t(g), n(float64(v.Attrs.Axis))))
 	case "log_softmax":
 		s := b.keepdim(b.op("sum", t(g), n(float64(v.Attrs.Axis))), g, v.Attrs.Axis)
-		b.acc(a[0], b.op("sub", t(g), t(b.op("mul", t(b.op("exp", t(v))), t(s)))))
+		b.acc(a[0], b.op("sub", t(g), t(b.op("mul", t(b.op("exp", t(b.val(v)))), t(s)))))
 	case "layernorm":
 		eps := map[string]operand{"eps": n(v.Attrs.Eps)}
 		xh := b.opKw("normalize", eps, t(b.val(a[0])))
@@ -263,7 +292,7 @@ func (b *vjp) run() error {
 		}
 		b.acc(x, b.op("broadcast_to", append([]operand{t(gk)}, dims(x.Type.Shape)...)...))
 	case "max":
-		args := []operand{t(b.val(a[0])), t(v), t(g)}
+		args := []operand{t(b.val(a[0])), t(b.val(v)), t(g)}
 		if v.Attrs.Axis >= 0 {
 			args = append(args, n(float64(v.Attrs.Axis)))
 		}

@@ -42,6 +42,8 @@ type Checker struct {
 	fn       string             // name of the function being expanded
 	calls    []Pos
 	ret      *operand
+	// remat > 0 while a checkpointed function is being expanded.
+	remat int
 	// expansions counts inlined calls since the checker was made.
 	expansions int
 	// grads caches the backward graph built for each differentiated scalar.
@@ -168,7 +170,7 @@ func (c *Checker) errorf(pos Pos, format string, args ...any) {
 	c.errs = append(c.errs, errorf(pos, format, args...))
 }
 
-var keywords = map[string]bool{"mesh": true, "use": true, "input": true, "param": true, "def": true, "output": true, "return": true, "train": true}
+var keywords = map[string]bool{"mesh": true, "use": true, "input": true, "param": true, "def": true, "output": true, "return": true, "train": true, "checkpoint": true}
 
 func (c *Checker) checkNewName(pos Pos, name string) bool {
 	if keywords[name] {
@@ -621,6 +623,9 @@ func (c *Checker) Names() map[string]*Value { return c.globals }
 
 func (c *Checker) add(v *Value) *Value {
 	v.ID = len(c.g.Values)
+	if c.remat > 0 && !v.Backward {
+		v.Remat = true
+	}
 	if len(c.calls) > 0 {
 		for i := len(c.calls) - 1; i >= 0; i-- {
 			v.Calls = append(v.Calls, c.calls[i])

@@ -206,6 +206,10 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 	}
 	c.fn, c.ret = name, nil
 	c.calls = append(c.calls, call.Pos)
+	if def.Checkpoint {
+		c.remat++
+		defer func() { c.remat-- }()
+	}
 	nerr := len(c.errs)
 	for _, s := range def.Body {
 		c.stmt(s)
@@ -224,6 +228,10 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 	}
 	if len(c.errs) > nerr {
 		return operand{bad: true}
+	}
+	if def.Checkpoint && ret.v != nil && c.remat == 1 {
+		// the function's result is the checkpoint: kept, not recomputed
+		ret.v.Remat = false
 	}
 	return *ret
 }

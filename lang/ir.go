@@ -34,6 +34,9 @@ type Value struct {
 
 	// Backward marks values autodiff created.
 	Backward bool
+	// Remat marks values computed inside a checkpointed function: the
+	// backward recomputes them instead of keeping them alive.
+	Remat bool
 
 	// Declared is the placement the program fixes for this value: on
 	// sources, and on to(x, {...}) conversions. Nil elsewhere.
