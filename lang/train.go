@@ -31,18 +31,21 @@ import (
 
 // Train is a checked train block.
 type Train struct {
-	Pos       Pos
-	Loss      *Value
-	Optimizer Optimizer
-	Steps     int
-	Zero      int
-	ZeroAxis  int
-	Clip      float64 // max global gradient norm; 0 = no clipping
-	Schedule  Schedule
-	Params    []*Value
-	Grads     map[*Value]*Value // param → its gradient
-	Carry     []Carry
-	Hyper     map[string]*Value // "lr", "bc1", "bc2": fed every step
+	Pos        Pos
+	Loss       *Value
+	Optimizer  Optimizer
+	Steps      int
+	Zero       int
+	ZeroAxis   int
+	Clip       float64 // max global gradient norm; 0 = no clipping
+	Schedule   Schedule
+	Accumulate int // micro-batches per step (gradient accumulation)
+	Batch      int // rows per step drawn from each input (0: the whole input every step)
+	Batches    []BatchInput
+	Params     []*Value
+	Grads      map[*Value]*Value // param → its gradient
+	Carry      []Carry
+	Hyper      map[string]*Value // "lr", "bc1", "bc2": fed every step
 }
 
 // Optimizer is the update rule and its hyperparameters (PyTorch defaults).
@@ -61,6 +64,15 @@ type Schedule struct {
 	Kind   string // "constant" or "cosine" (linear warm-up, then cosine to MinLR)
 	Warmup int
 	MinLR  float64
+}
+
+// BatchInput is a per-step batch source fed by the trainer from a dataset
+// input: rows of Dataset (a .npy file, iterated in a seeded shuffled order,
+// epoch after epoch) or, for a random initialiser, the next rows of an
+// endless deterministic stream.
+type BatchInput struct {
+	Source  *Value
+	Dataset *Value
 }
 
 // Carry pairs a step's input state with the value that replaces it.
@@ -104,7 +116,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		c.errorf(tb.Pos, "declare a mesh before the train block")
 		return
 	}
-	tr := &Train{Pos: tb.Pos, Steps: 1, Schedule: Schedule{Kind: "constant"}, Grads: map[*Value]*Value{}, Hyper: map[string]*Value{}}
+	tr := &Train{Pos: tb.Pos, Steps: 1, Accumulate: 1, Schedule: Schedule{Kind: "constant"}, Grads: map[*Value]*Value{}, Hyper: map[string]*Value{}}
 	nerr := len(c.errs)
 	opt, optSet := Optimizer{}, false
 	// settings first: zero changes how the loss sees the params
@@ -114,7 +126,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 			continue
 		}
 		switch a.Name {
-		case "steps", "zero", "clip":
+		case "steps", "zero", "clip", "accumulate", "batch":
 			op := c.expr(a.Value)
 			if op.num == nil {
 				if !op.bad {
@@ -139,6 +151,15 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 					c.errorf(a.Value.Pos, "clip must be a positive gradient norm")
 				}
 				tr.Clip = f
+			case "accumulate", "batch":
+				if f < 1 || f != math.Trunc(f) || f > 1<<30 {
+					c.errorf(a.Value.Pos, "%s must be a positive integer", a.Name)
+				}
+				if a.Name == "accumulate" {
+					tr.Accumulate = int(f)
+				} else {
+					tr.Batch = int(f)
+				}
 			}
 		case "optimizer":
 			opt, optSet = c.optimizer(a)
@@ -163,10 +184,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	}
 	// the body, in its own scope; with zero = 3 every param is seen through
 	// an all-gather from its split storage
-	c.scope, c.fn = map[string]operand{}, "train"
+	c.override = map[string]operand{}
 	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
 	if tr.Zero == 3 {
-		c.override = map[string]operand{}
 		for name, v := range c.globals {
 			if v.Op == "param" && v.Type.DType.IsFloat() {
 				compute := v.Declared
@@ -177,36 +197,131 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 			}
 		}
 	}
-	for _, s := range tb.Body {
-		if s.Assign != nil {
-			switch s.Assign.Name {
-			case "steps", "zero", "clip", "optimizer", "schedule":
-				continue
-			}
-			c.stmt(s)
-			continue
-		}
-		c.errorf(s.Pos, "a train block holds assignments only (loss = ..., optimizer = ..., steps = ...)")
-	}
+	inputs := c.trainInputs(tb, tr)
 	if len(c.errs) > nerr {
 		return
 	}
-	lossOp, ok := c.scope["loss"]
-	if !ok {
-		c.errorf(tb.Pos, "the train block needs loss = ...")
-		return
+	k := tr.Accumulate
+	tr.Grads = map[*Value]*Value{}
+	var total *Value
+	for micro := 0; micro < k; micro++ {
+		for name, x := range inputs {
+			c.override[name] = operand{v: c.microBatch(x, micro, k, tb.Pos)}
+		}
+		c.scope, c.fn = map[string]operand{}, "train"
+		for _, s := range tb.Body {
+			if s.Assign != nil {
+				switch s.Assign.Name {
+				case "steps", "zero", "clip", "optimizer", "schedule", "accumulate", "batch":
+					continue
+				}
+				c.stmt(s)
+				continue
+			}
+			if micro == 0 {
+				c.errorf(s.Pos, "a train block holds assignments only (loss = ..., optimizer = ..., steps = ...)")
+			}
+		}
+		if len(c.errs) > nerr {
+			return
+		}
+		lossOp, ok := c.scope["loss"]
+		if !ok {
+			c.errorf(tb.Pos, "the train block needs loss = ...")
+			return
+		}
+		if lossOp.v == nil || lossOp.v.Type.Rank() != 0 || !lossOp.v.Type.DType.IsFloat() {
+			c.errorf(tb.Pos, "loss must be a float scalar")
+			return
+		}
+		loss := lossOp.v
+		if k > 1 {
+			// micro-batches of equal size: the step's loss is their mean
+			loss = c.mk(tb.Pos, "mul", []operand{{v: loss}, numOp(1 / float64(k))}, nil)
+		}
+		// each micro-batch's backward follows its forward, so only one
+		// micro-batch's activations are alive at a time
+		adj, err := c.backward(loss)
+		if err != nil {
+			c.errorf(tb.Pos, "%v", err)
+			return
+		}
+		for _, v := range c.g.Values[:loss.ID] {
+			if v.Op == "param" && v.Type.DType.IsFloat() && adj.of[v] != nil {
+				if prev := tr.Grads[v]; prev != nil {
+					tr.Grads[v] = c.mk(tb.Pos, "add", []operand{{v: prev}, {v: adj.of[v]}}, nil)
+				} else {
+					tr.Grads[v] = adj.of[v]
+				}
+			}
+		}
+		if total == nil {
+			total = loss
+		} else {
+			total = c.mk(tb.Pos, "add", []operand{{v: total}, {v: loss}}, nil)
+		}
 	}
-	if lossOp.v == nil || lossOp.v.Type.Rank() != 0 || !lossOp.v.Type.DType.IsFloat() {
-		c.errorf(tb.Pos, "loss must be a float scalar")
-		return
-	}
-	tr.Loss = lossOp.v
+	tr.Loss = total
 	c.buildStep(tr)
 	if len(c.errs) > nerr {
 		return
 	}
 	c.g.Train = tr
 	c.g.Outputs = append(c.g.Outputs, &Output{Name: "loss", Value: tr.Loss, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
+}
+
+// trainInputs returns, by name, the tensors the train block's statements
+// see for each input: with batch = B, a per-step batch source fed by the
+// trainer; otherwise the input itself.
+func (c *Checker) trainInputs(tb *TrainBlock, tr *Train) map[string]*Value {
+	out := map[string]*Value{}
+	for name, v := range c.globals {
+		if v.Op != "input" {
+			continue
+		}
+		x := v
+		if tr.Batch > 0 {
+			if v.Type.Rank() == 0 {
+				continue
+			}
+			n := v.Type.Shape[0]
+			if tr.Batch > n {
+				c.errorf(tb.Pos, "batch = %d is larger than input %s (%d rows)", tr.Batch, name, n)
+				continue
+			}
+			if v.Attrs.Init.Kind == "load" && n%tr.Batch != 0 {
+				c.errorf(tb.Pos, "input %s has %d rows, not a multiple of batch = %d", name, n, tr.Batch)
+				continue
+			}
+			shape := append([]int{tr.Batch}, v.Type.Shape[1:]...)
+			x = c.add(&Value{Op: "input", Type: Type{DType: v.Type.DType, Shape: shape}, Name: name + ".batch", Pos: v.Pos, Declared: v.Declared, Attrs: Attrs{Init: &Init{Kind: "fed"}}})
+			tr.Batches = append(tr.Batches, BatchInput{Source: x, Dataset: v})
+		}
+		if tr.Accumulate > 1 && (x.Type.Rank() == 0 || x.Type.Shape[0]%tr.Accumulate != 0) {
+			c.errorf(tb.Pos, "accumulate = %d needs every input's rows to divide evenly; %s has shape %s", tr.Accumulate, name, ShapeString(x.Type.Shape))
+			continue
+		}
+		out[name] = x
+	}
+	return out
+}
+
+// microBatch is micro-batch i of k of x: rows i, i+k, i+2k, ... A strided
+// choice keeps a batch split over data-parallel devices local: every device
+// takes its own rows of every micro-batch.
+func (c *Checker) microBatch(x *Value, i, k int, pos Pos) *Value {
+	if k == 1 {
+		return x
+	}
+	rest := x.Type.Shape[1:]
+	n := x.Type.Shape[0]
+	view := append([]operand{{v: x}, numOp(float64(n / k)), numOp(float64(k))}, dims(rest)...)
+	v := c.mk(pos, "reshape", view, nil)
+	v = c.mk(pos, "slice", []operand{{v: v}, numOp(1), numOp(float64(i)), numOp(float64(i + 1))}, nil)
+	back := append([]operand{{v: v}, numOp(float64(n / k))}, dims(rest)...)
+	v = c.mk(pos, "reshape", back, nil)
+	v.Name = fmt.Sprintf("%s.micro%d", x.Name, i)
+	return v
 }
 
 // zeroStorage splits a compute placement over the data-parallel axis along
@@ -308,11 +423,6 @@ func (c *Checker) schedule(a *Assign, tr *Train) {
 func (c *Checker) buildStep(tr *Train) {
 	loss := tr.Loss
 	pos := tr.Pos
-	adj, err := c.backward(loss)
-	if err != nil {
-		c.errorf(pos, "%v", err)
-		return
-	}
 	n := c.g.Mesh.NumAxes()
 	bcast := sbp.Broadcasts(n)
 	hyper := func(name string) *Value {
@@ -326,11 +436,8 @@ func (c *Checker) buildStep(tr *Train) {
 		return v
 	}
 	for _, v := range c.g.Values[:loss.ID] {
-		if v.Op == "param" && v.Type.DType.IsFloat() {
-			if g := adj.of[v]; g != nil {
-				tr.Params = append(tr.Params, v)
-				tr.Grads[v] = g
-			}
+		if v.Op == "param" && tr.Grads[v] != nil {
+			tr.Params = append(tr.Params, v)
 		}
 	}
 	if len(tr.Params) == 0 {

@@ -119,6 +119,13 @@ func materialise(v *lang.Value, m *mesh.Mesh, pl sbp.NdSBP, dev int, seed uint64
 			idx[d] = 0
 		}
 	}
+	storeValues(out, vals)
+	return out, nil
+}
+
+// storeValues writes initialiser values into a tensor of any dtype
+// (integers take the floor).
+func storeValues(out *Tensor, vals []float64) {
 	switch d := out.Data.(type) {
 	case []int32:
 		for i, x := range vals {
@@ -131,5 +138,4 @@ func materialise(v *lang.Value, m *mesh.Mesh, pl sbp.NdSBP, dev int, seed uint64
 	default:
 		storeFloat64s(out, vals)
 	}
-	return out, nil
 }

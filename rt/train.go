@@ -99,6 +99,7 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 	}
 	res := &TrainResult{Params: t.Params}
 	o := t.Optimizer
+	cache := &npyCache{}
 	for step := cfg.Start + 1; step <= t.Steps; step++ {
 		start := time.Now()
 		lr := t.LR(step)
@@ -112,8 +113,19 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 		if v := t.Hyper["bc2"]; v != nil {
 			hyper[v] = 1 - math.Pow(o.Beta2, float64(step))
 		}
+		batches := map[*lang.Value]*Tensor{}
+		for _, bi := range t.Batches {
+			b, err := batchFor(bi, step, opts.Seed, cache)
+			if err != nil {
+				return nil, fmt.Errorf("step %d: batch of %s: %v", step, bi.Dataset.Name, err)
+			}
+			batches[bi.Source] = b
+		}
 		stepOpts := opts
 		stepOpts.Feed = func(dev int, v *lang.Value) *Tensor {
+			if b, ok := batches[v]; ok {
+				return Scatter(p.Mesh, b, p.Placement[v], dev)
+			}
 			if h, ok := hyper[v]; ok {
 				s := NewTensor(v.Type.DType, nil)
 				setScalar(s, h)
@@ -160,4 +172,57 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 		res.Final = append(res.Final, full)
 	}
 	return res, nil
+}
+
+// batchFor builds the logical batch of a dataset input for a step (1-based).
+// A loaded dataset is read in a shuffled order, a new permutation each
+// epoch, drawn from the seed; a random initialiser is an endless stream
+// whose rows step after step are fresh and the same on every mesh.
+func batchFor(bi lang.BatchInput, step int, seed uint64, cache *npyCache) (*Tensor, error) {
+	ds := bi.Dataset
+	b := bi.Source.Type.Shape[0]
+	out := NewTensor(ds.Type.DType, bi.Source.Type.Shape)
+	rowLen := 1
+	for _, d := range ds.Type.Shape[1:] {
+		rowLen *= d
+	}
+	init := ds.Attrs.Init
+	if init.Kind != "load" {
+		key := initKey(seed, ds.Name)
+		first := (step - 1) * b * rowLen
+		vals := make([]float64, b*rowLen)
+		for i := range vals {
+			vals[i] = InitValue(init, key, first+i)
+		}
+		storeValues(out, vals)
+		return out, nil
+	}
+	full, err := cache.load(init.Path)
+	if err != nil {
+		return nil, err
+	}
+	n := ds.Type.Shape[0]
+	perEpoch := n / b
+	epoch, pos := (step-1)/perEpoch, (step-1)%perEpoch
+	perm := permutation(n, splitmix(seed^splitmix(uint64(epoch)+0x5eed)))
+	flatIn := &Tensor{DType: full.DType, Shape: []int{n, rowLen}, Data: full.Data}
+	flatOut := &Tensor{DType: out.DType, Shape: []int{b, rowLen}, Data: out.Data}
+	for r := 0; r < b; r++ {
+		CopyBlock(flatOut, []int{r, 0}, flatIn, []int{perm[pos*b+r], 0}, []int{1, rowLen})
+	}
+	return out, nil
+}
+
+// permutation is a Fisher–Yates shuffle of 0..n-1 driven by splitmix64.
+func permutation(n int, key uint64) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	for i := n - 1; i > 0; i-- {
+		key = splitmix(key)
+		j := int(key % uint64(i+1))
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
 }
