@@ -23,6 +23,7 @@ type Stmt struct {
 	Tensor *TensorDecl `parser:"| @@"`
 	Def    *FuncDef    `parser:"| @@"`
 	Train  *TrainBlock `parser:"| @@"`
+	For    *ForStmt    `parser:"| @@"`
 	Output *OutputStmt `parser:"| @@"`
 	Return *ReturnStmt `parser:"| @@"`
 	Assign *Assign     `parser:"| @@"`
@@ -94,6 +95,16 @@ type FuncDef struct {
 type TrainBlock struct {
 	Pos  lexer.Position
 	Body []*Stmt `parser:"\"train\" \"{\" @@* \"}\""`
+}
+
+// ForStmt: for l in range(4) { ... } repeats its body with l = 0, 1, 2, 3
+// (unrolled by the checker: layers written once, repeated).
+type ForStmt struct {
+	Pos   lexer.Position
+	Var   string  `parser:"\"for\" @Ident \"in\" \"range\" \"(\""`
+	Count *int    `parser:"( @Int"`
+	Name  string  `parser:"| @Ident ) \")\""`
+	Body  []*Stmt `parser:"\"{\" @@* \"}\""`
 }
 
 // OutputStmt: output y {S(0), B}

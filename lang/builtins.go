@@ -34,7 +34,8 @@ func init() {
 		"concat": concatOp, "slice": sliceOp, "embedding": embeddingOp,
 		"cross_entropy": crossEntropyOp, "mse": mseOp, "to": toOp,
 	}
-	builtins["grad"] = gradOp // assigned apart: gradOp's helpers refer to builtins
+	builtins["grad"] = gradOp // assigned apart: these refer to builtins
+	builtins["index"] = indexOp
 }
 
 // BuiltinOps lists the IR op names the builtins produce (for rule coverage tests).
@@ -401,8 +402,34 @@ func permuteOp(c *Checker, b *binder) *Value {
 	return permuted(b, x, perm)
 }
 
+// indexOp is index(W, i) = W[i]: a slice along dim 0 and a reshape that
+// drops it, so stacked per-layer parameters can be written once:
+// param Wq : f32[L, H, H]; for l in range(L) { ... index(Wq, l) ... }.
+func indexOp(c *Checker, b *binder) *Value {
+	if !c.nargs(b, 2, 2) {
+		return nil
+	}
+	w := c.tensor(b, 0, nil)
+	if w == nil {
+		return nil
+	}
+	if w.Type.Rank() == 0 {
+		return c.fail(b, "index needs a tensor of rank >= 1")
+	}
+	i, ok := c.intAttr(b, 1, "i", 0, true)
+	if !ok {
+		return nil
+	}
+	if i < 0 || i >= w.Type.Shape[0] {
+		return c.fail(b, "index %d out of range for dim 0 of size %d", i, w.Type.Shape[0])
+	}
+	s := c.mk(b.pos, "slice", []operand{{v: w}, numOp(0), numOp(float64(i)), numOp(float64(i + 1))}, nil)
+	v := newValue(&binder{name: "reshape", pos: b.pos}, Type{w.Type.DType, append([]int{}, w.Type.Shape[1:]...)}, s)
+	return v
+}
+
 func reshapeOp(c *Checker, b *binder) *Value {
-	if len(b.args) < 2 {
+	if len(b.args) < 1 {
 		return c.fail(b, "reshape takes x and the new dims")
 	}
 	x := c.tensor(b, 0, nil)

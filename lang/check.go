@@ -3,6 +3,7 @@ package lang
 import (
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -42,6 +43,8 @@ type Checker struct {
 	fn       string             // name of the function being expanded
 	calls    []Pos
 	ret      *operand
+	// loopVars are the for-loop counters in force, by name.
+	loopVars map[string]int
 	// remat > 0 while a checkpointed function is being expanded.
 	remat int
 	// expansions counts inlined calls since the checker was made.
@@ -170,7 +173,7 @@ func (c *Checker) errorf(pos Pos, format string, args ...any) {
 	c.errs = append(c.errs, errorf(pos, format, args...))
 }
 
-var keywords = map[string]bool{"mesh": true, "use": true, "input": true, "param": true, "def": true, "output": true, "return": true, "train": true, "checkpoint": true}
+var keywords = map[string]bool{"mesh": true, "use": true, "input": true, "param": true, "def": true, "output": true, "return": true, "train": true, "checkpoint": true, "for": true}
 
 func (c *Checker) checkNewName(pos Pos, name string) bool {
 	if keywords[name] {
@@ -206,6 +209,8 @@ func (c *Checker) stmt(s *Stmt) {
 		c.output(s.Output)
 	case s.Train != nil:
 		c.trainBlock(s.Train)
+	case s.For != nil:
+		c.forStmt(s.For)
 	case s.Return != nil:
 		if c.scope == nil {
 			c.errorf(s.Return.Pos, "return outside a function")
@@ -237,7 +242,7 @@ func (c *Checker) stmt(s *Stmt) {
 			return
 		}
 		delete(c.broken, a.Name)
-		if old, ok := c.globals[a.Name]; ok && old.IsSource() {
+		if old, ok := c.globals[a.Name]; ok && old.IsSource() && old.Name == a.Name {
 			c.errorf(a.Pos, "%s is declared as %s at %s and cannot be reassigned", a.Name, old.Op, FormatPos(old.Pos))
 			return
 		}
@@ -251,6 +256,61 @@ func (c *Checker) stmt(s *Stmt) {
 		c.Last = op.v
 		if op.v == nil && !op.bad {
 			c.Last = c.constValue(op, F64, s.Expr.Pos)
+		}
+	}
+}
+
+// maxLoop bounds a for loop's count.
+const maxLoop = 10000
+
+func (c *Checker) forStmt(f *ForStmt) {
+	count := 0
+	if f.Count != nil {
+		count = *f.Count
+	} else {
+		op := c.lookup(f.Pos, f.Name)
+		if op.num == nil || *op.num != math.Trunc(*op.num) {
+			if !op.bad {
+				c.errorf(f.Pos, "for: range(%s) needs an integer", f.Name)
+			}
+			return
+		}
+		count = int(*op.num)
+	}
+	if count < 0 || count > maxLoop {
+		c.errorf(f.Pos, "for: range(%d) out of bounds (0 to %d)", count, maxLoop)
+		return
+	}
+	if keywords[f.Var] {
+		c.errorf(f.Pos, "%q is a keyword and cannot name a loop counter", f.Var)
+		return
+	}
+	if _, clash := c.loopVars[f.Var]; clash {
+		c.errorf(f.Pos, "loop counter %s is already in use by an enclosing loop", f.Var)
+		return
+	}
+	if c.loopVars == nil {
+		c.loopVars = map[string]int{}
+	}
+	defer delete(c.loopVars, f.Var)
+	nerr := len(c.errs)
+	for i := 0; i < count; i++ {
+		c.loopVars[f.Var] = i
+		for _, s := range f.Body {
+			switch {
+			case s.Mesh != nil, s.Use != nil, s.Tensor != nil, s.Def != nil, s.Train != nil, s.Output != nil:
+				if i == 0 {
+					c.errorf(s.Pos, "a for loop repeats assignments (and return, inside a function) only")
+				}
+				continue
+			}
+			c.stmt(s)
+			if c.ret != nil {
+				return
+			}
+		}
+		if len(c.errs) > nerr {
+			return // report a body's errors once, not once per iteration
 		}
 	}
 }
@@ -476,8 +536,15 @@ func (c *Checker) init(d *TensorDecl, t Type) (*Init, bool) {
 		switch name {
 		case "zeros", "ones":
 			return &Init{Kind: name}, true
+		case "causal":
+			r := t.Rank()
+			if r < 2 || t.Shape[r-1] != t.Shape[r-2] || !t.DType.IsFloat() {
+				c.errorf(pos, "causal initialises float tensors whose last two dims are equal ([T, T])")
+				return nil, false
+			}
+			return &Init{Kind: "causal", A: float64(t.Shape[r-1])}, true
 		}
-		c.errorf(pos, "unknown initialiser %q (want normal, uniform, zeros, ones or load)", name)
+		c.errorf(pos, "unknown initialiser %q (want normal, uniform, zeros, ones, causal or load)", name)
 		return nil, false
 	}
 	if call == nil || call.Module != "" {

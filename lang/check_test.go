@@ -125,3 +125,28 @@ func TestGrammarIsPrinted(t *testing.T) {
 		require.Contains(t, gr, prod+" =")
 	}
 }
+
+func TestForLoopsUnrollOverStackedParams(t *testing.T) {
+	src := `mesh M = [dp=2]
+param W : f32[3, 4, 4] = normal(0, 1)
+input x : f32[2, 4] = normal(0, 1)
+def f(h, n) {
+    for i in range(n) {
+        h = tanh(h @ index(W, i))
+    }
+    return h
+}
+y = f(x, 3)
+output y
+`
+	g, err := CheckSource("m.mesh", []byte(src), CheckOptions{})
+	require.NoError(t, err)
+	tanhs := 0
+	for _, v := range g.Values {
+		if v.Op == "tanh" {
+			tanhs++
+		}
+	}
+	require.Equal(t, 3, tanhs)
+	require.Equal(t, []int{2, 4}, g.Outputs[0].Value.Type.Shape)
+}

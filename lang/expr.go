@@ -76,6 +76,9 @@ func (c *Checker) primary(p *Primary) operand {
 }
 
 func (c *Checker) lookup(pos Pos, name string) operand {
+	if i, ok := c.loopVars[name]; ok {
+		return numOp(float64(i))
+	}
 	if c.scope != nil {
 		if op, ok := c.scope[name]; ok {
 			return op

@@ -17,7 +17,7 @@ var meshLexer = lexer.MustSimple([]lexer.SimpleRule{
 	{Name: "String", Pattern: `"(\\.|[^"\\\n])*"`},
 	{Name: "Float", Pattern: `\d+\.\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|\d+[eE][-+]?\d+`},
 	{Name: "Int", Pattern: `\d+`},
-	{Name: "Keyword", Pattern: `\b(mesh|use|input|param|def|output|return|train|checkpoint)\b`},
+	{Name: "Keyword", Pattern: `\b(mesh|use|input|param|def|output|return|train|checkpoint|for)\b`},
 	{Name: "Ident", Pattern: `[A-Za-z_][A-Za-z0-9_]*`},
 	{Name: "Punct", Pattern: `[-+*/@(){}\[\],:=.]`},
 	{Name: "Whitespace", Pattern: `\s+`},

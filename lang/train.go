@@ -3,6 +3,7 @@ package lang
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -187,7 +188,8 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	c.override = map[string]operand{}
 	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
 	if tr.Zero == 3 {
-		for name, v := range c.globals {
+		for _, name := range c.globalsInOrder() {
+			v := c.globals[name]
 			if v.Op == "param" && v.Type.DType.IsFloat() {
 				compute := v.Declared
 				v.Declared = zeroStorage(v, compute, tr.ZeroAxis)
@@ -205,8 +207,10 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	tr.Grads = map[*Value]*Value{}
 	var total *Value
 	for micro := 0; micro < k; micro++ {
-		for name, x := range inputs {
-			c.override[name] = operand{v: c.microBatch(x, micro, k, tb.Pos)}
+		for _, name := range c.globalsInOrder() {
+			if x, ok := inputs[name]; ok {
+				c.override[name] = operand{v: c.microBatch(x, micro, k, tb.Pos)}
+			}
 		}
 		c.scope, c.fn = map[string]operand{}, "train"
 		for _, s := range tb.Body {
@@ -218,8 +222,12 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 				c.stmt(s)
 				continue
 			}
+			if s.For != nil {
+				c.stmt(s)
+				continue
+			}
 			if micro == 0 {
-				c.errorf(s.Pos, "a train block holds assignments only (loss = ..., optimizer = ..., steps = ...)")
+				c.errorf(s.Pos, "a train block holds assignments and for loops only (loss = ..., optimizer = ..., steps = ...)")
 			}
 		}
 		if len(c.errs) > nerr {
@@ -275,12 +283,14 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 // trainer; otherwise the input itself.
 func (c *Checker) trainInputs(tb *TrainBlock, tr *Train) map[string]*Value {
 	out := map[string]*Value{}
-	for name, v := range c.globals {
+	for _, name := range c.globalsInOrder() {
+		v := c.globals[name]
 		if v.Op != "input" {
 			continue
 		}
 		x := v
-		if tr.Batch > 0 {
+		if k := v.Attrs.Init.Kind; tr.Batch > 0 && (k == "load" || k == "normal" || k == "uniform") {
+			// data is batched; constant inputs (zeros, ones, causal) are not
 			if v.Type.Rank() == 0 {
 				continue
 			}
@@ -296,6 +306,10 @@ func (c *Checker) trainInputs(tb *TrainBlock, tr *Train) map[string]*Value {
 			shape := append([]int{tr.Batch}, v.Type.Shape[1:]...)
 			x = c.add(&Value{Op: "input", Type: Type{DType: v.Type.DType, Shape: shape}, Name: name + ".batch", Pos: v.Pos, Declared: v.Declared, Attrs: Attrs{Init: &Init{Kind: "fed"}}})
 			tr.Batches = append(tr.Batches, BatchInput{Source: x, Dataset: v})
+		}
+		if tr.Accumulate > 1 && x == v && (v.Attrs.Init.Kind == "zeros" || v.Attrs.Init.Kind == "ones" || v.Attrs.Init.Kind == "causal") {
+			out[name] = x // a constant input is the same for every micro-batch
+			continue
 		}
 		if tr.Accumulate > 1 && (x.Type.Rank() == 0 || x.Type.Shape[0]%tr.Accumulate != 0) {
 			c.errorf(tb.Pos, "accumulate = %d needs every input's rows to divide evenly; %s has shape %s", tr.Accumulate, name, ShapeString(x.Type.Shape))
@@ -322,6 +336,23 @@ func (c *Checker) microBatch(x *Value, i, k int, pos Pos) *Value {
 	v = c.mk(pos, "reshape", back, nil)
 	v.Name = fmt.Sprintf("%s.micro%d", x.Name, i)
 	return v
+}
+
+// globalsInOrder lists the top-level names in the order their values were
+// made, so that what the train block builds never depends on map order.
+func (c *Checker) globalsInOrder() []string {
+	names := make([]string, 0, len(c.globals))
+	for n := range c.globals {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, b := c.globals[names[i]], c.globals[names[j]]
+		if a.ID != b.ID {
+			return a.ID < b.ID
+		}
+		return names[i] < names[j]
+	})
+	return names
 }
 
 // zeroStorage splits a compute placement over the data-parallel axis along

@@ -41,6 +41,13 @@ func InitValue(init *lang.Init, key uint64, i int) float64 {
 		return 0
 	case "ones":
 		return 1
+	case "causal":
+		// an attention mask: 0 where key j <= query i, -1e9 above
+		t := int(init.A)
+		if i%t > (i/t)%t {
+			return -1e9
+		}
+		return 0
 	case "uniform":
 		return init.A + (init.B-init.A)*(uniform01(key, uint64(2*i))-1.0/(1<<53))
 	case "normal":

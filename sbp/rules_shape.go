@@ -78,11 +78,8 @@ func reshapeGroups(in, out []int) []reshapeGroup {
 func reshapeSigs(d *OpDesc) []Sig {
 	var out []Sig
 	for _, g := range reshapeGroups(d.In[0], d.Out) {
-		if len(g.in) == 0 || len(g.out) == 0 {
-			continue
-		}
-		i, o := g.in[0], g.out[0]
-		if d.In[0][i] == 1 {
+		i, o, ok := leadingDims(g, d.In[0], d.Out)
+		if !ok {
 			continue
 		}
 		out = append(out, Sig{In: []SBP{S(i)}, Out: S(o), Why: fmt.Sprintf("the leading dim of a reshaped group (%d → %d) stays split", i, o)})
@@ -92,14 +89,45 @@ func reshapeSigs(d *OpDesc) []Sig {
 		Sig{In: []SBP{P}, Out: P, Why: "reshape is linear"})
 }
 
+// leadingDims finds a group's first input and output dims of size > 1:
+// size-1 dims hold nothing to split, so a split of the first real dim maps
+// to the first real dim on the other side.
+func leadingDims(g reshapeGroup, in, out []int) (int, int, bool) {
+	i, o := -1, -1
+	for _, d := range g.in {
+		if in[d] > 1 {
+			i = d
+			break
+		}
+	}
+	for _, d := range g.out {
+		if out[d] > 1 {
+			o = d
+			break
+		}
+	}
+	return i, o, i >= 0 && o >= 0
+}
+
+// nonUnit counts the dims of size > 1 among dims.
+func nonUnit(dims, shape []int) int {
+	n := 0
+	for _, d := range dims {
+		if shape[d] > 1 {
+			n++
+		}
+	}
+	return n
+}
+
 func reshapeNdOK(d *OpDesc, m *mesh.Mesh, s NdSig) bool {
 	in, out := d.In[0], d.Out
 	for _, g := range reshapeGroups(in, out) {
-		if len(g.in) == 0 || len(g.out) == 0 {
+		i, o, ok := leadingDims(g, in, out)
+		if !ok {
 			continue
 		}
-		i, o := g.in[0], g.out[0]
-		exact := len(g.in) == 1 && len(g.out) == 1 && in[i] == out[o]
+		exact := nonUnit(g.in, in) == 1 && nonUnit(g.out, out) == 1 && in[i] == out[o]
 		p := 1
 		for a, e := range s.In[0] {
 			if e.IsS() && e.Dim == i {

@@ -73,6 +73,8 @@ var opCases = []opCase{
 	{"reshape_split", "input a : f64[4, 6] = normal(0, 1)\ny = reshape(a, 2, 2, 6)"},
 	{"reshape_flatten", "input a : f64[4, 6] = normal(0, 1)\ny = reshape(a, 24)"},
 	{"reshape_merge", "input a : f64[2, 3, 4] = normal(0, 1)\ny = reshape(a, 6, 4)"},
+	{"reshape_unit", "input a : f64[1, 3, 4] = normal(0, 1)\ny = reshape(a, 3, 4)"},
+	{"reshape_unit_out", "input a : f64[3, 4] = normal(0, 1)\ny = reshape(a, 3, 1, 4)"},
 	{"reshape_uneven", "input a : f64[3, 4] = normal(0, 1)\ny = reshape(a, 3, 2, 2)"},
 	{"concat_0", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[2, 5] = normal(0, 1)\ny = concat(a, b, axis=0)"},
 	{"concat_1", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 2] = normal(0, 1)\ny = concat(a, b, axis=1)"},

@@ -30,8 +30,9 @@ func writeFile(t *testing.T, dir, name, src string) string {
 func TestCheckPassesOnEveryExample(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.mesh")
 	more, _ := filepath.Glob("../../examples/*/*.mesh")
-	files = append(files, more...)
-	require.GreaterOrEqual(t, len(files), 9)
+	deeper, _ := filepath.Glob("../../examples/*/*/*.mesh")
+	files = append(append(files, more...), deeper...)
+	require.GreaterOrEqual(t, len(files), 10)
 	for _, f := range files {
 		code, out, errs := meshrun(t, "", "check", f)
 		require.Equal(t, ExitOK, code, "%s\n%s%s", f, out, errs)
