@@ -96,3 +96,64 @@ func BenchmarkMegatronMLPMeshVsOneDevice(b *testing.B) {
 	b.ReportMetric(float64(tMesh)/float64(tSingle), "mesh_over_single")
 	b.Logf("megatron_mlp with %s: 8 devices / 1 device = %.3f", rt.DefaultBLAS().Name(), float64(tMesh)/float64(tSingle))
 }
+
+// BenchmarkTrainStep times one training step of the DP MLP and of the tiny
+// GPT on their meshes and on one device (same global batch), interleaved,
+// and splits the mesh step's time on device 0 into compute, communication
+// and the rest (sources, local steps, scheduling), from the timeline.
+func BenchmarkTrainStep(b *testing.B) {
+	for _, ex := range []string{"train/mlp_dp", "train/gpt/gpt"} {
+		b.Run(ex, func(b *testing.B) {
+			g, _, err := lang.CheckFile("../examples/"+ex+".mesh", lang.CheckOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			g.Train.Steps = 3 // time steps 2 and 3: parameters are carried, not initialised
+			mesh, err := lower.Lower(g, lower.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			single, err := lower.Lower(g, lower.Options{Mesh: g.Mesh.Single()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			var tMesh, tSingle, compute, comm time.Duration
+			b.ResetTimer()
+			steady := func(d *time.Duration, events bool) rt.TrainConfig {
+				return rt.TrainConfig{OnStep: func(s rt.StepInfo) error {
+					if s.Step == 1 {
+						return nil
+					}
+					*d += s.Wall
+					if events {
+						for _, e := range s.Run.Devices[0].Events {
+							switch e.Kind {
+							case "compute":
+								compute += e.Dur
+							case "comm":
+								comm += e.Dur
+							}
+						}
+					}
+					return nil
+				}}
+			}
+			for i := 0; i < b.N; i++ {
+				if _, err := rt.Train(ctx, mesh, rt.Options{}, steady(&tMesh, true)); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := rt.Train(ctx, single, rt.Options{}, steady(&tSingle, false)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			other := tMesh - compute - comm
+			b.ReportMetric(float64(tMesh)/float64(tSingle), "mesh_over_single")
+			b.ReportMetric(float64(compute)/float64(tMesh), "compute_frac")
+			b.ReportMetric(float64(comm)/float64(tMesh), "comm_frac")
+			b.Logf("%s: mesh %v / 1 device %v per step = %.2f; on device 0: compute %.0f%%, communication %.0f%%, other %.0f%%",
+				ex, tMesh/time.Duration(2*b.N), tSingle/time.Duration(2*b.N), float64(tMesh)/float64(tSingle),
+				100*float64(compute)/float64(tMesh), 100*float64(comm)/float64(tMesh), 100*float64(other)/float64(tMesh))
+		})
+	}
+}
