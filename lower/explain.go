@@ -88,6 +88,13 @@ type MemoryReport struct {
 	Device    int    `json:"device"`
 	Coord     string `json:"coord"`
 	PeakBytes int64  `json:"peak_bytes"`
+	// Training programs: what the device holds between steps (parameters
+	// and optimizer states), the reduced gradients of a step, and the
+	// rest of its peak (activations and other transient values).
+	ParamBytes      int64 `json:"param_bytes"`
+	OptimizerBytes  int64 `json:"optimizer_bytes"`
+	GradientBytes   int64 `json:"gradient_bytes"`
+	ActivationBytes int64 `json:"activation_bytes"`
 }
 
 type TotalsReport struct {
@@ -162,7 +169,25 @@ func Explain(p *Plan) *Report {
 		r.Outputs = append(r.Outputs, OutputReport{Name: o.Output.Name, Placement: o.Placement.String(), Shape: o.Output.Value.Type.Shape})
 	}
 	for d, peak := range p.Peak {
-		r.Memory = append(r.Memory, MemoryReport{Device: d, Coord: m.CoordString(d), PeakBytes: peak})
+		mr := MemoryReport{Device: d, Coord: m.CoordString(d), PeakBytes: peak}
+		local := func(v *lang.Value) int64 {
+			return int64(sbp.Layout(m, v.Type.Shape, p.Placement[v], d).Numel() * v.Type.DType.Size())
+		}
+		for _, v := range p.Values {
+			switch v.Op {
+			case "param":
+				mr.ParamBytes += local(v)
+			case "state":
+				mr.OptimizerBytes += local(v)
+			}
+		}
+		if t := p.Graph.Train; t != nil {
+			for _, g := range t.Grads {
+				mr.GradientBytes += local(g)
+			}
+		}
+		mr.ActivationBytes = peak - mr.ParamBytes - mr.OptimizerBytes
+		r.Memory = append(r.Memory, mr)
 		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
 	}
 	return r
@@ -303,6 +328,25 @@ func (r *Report) Text() string {
 				fmt.Fprintf(&b, "    %-14s %s\n", c.Kind, c.Formula)
 			}
 		}
+	}
+	if len(r.Memory) > 0 && (r.Memory[0].ParamBytes > 0 || r.Memory[0].OptimizerBytes > 0) {
+		b.WriteString("\nmemory per device in a training step\n")
+		tw := newTable("devices", "parameters", "optimizer states", "gradients (reduced)", "activations and other", "peak")
+		seen := map[string][]int{}
+		var order []string
+		for _, m := range r.Memory {
+			k := fmt.Sprint(m.ParamBytes, m.OptimizerBytes, m.GradientBytes, m.ActivationBytes, m.PeakBytes)
+			if _, ok := seen[k]; !ok {
+				order = append(order, k)
+			}
+			seen[k] = append(seen[k], m.Device)
+		}
+		for _, k := range order {
+			m := r.Memory[seen[k][0]]
+			tw.row(DeviceRanges(seen[k]), HumanBytes(float64(m.ParamBytes)), HumanBytes(float64(m.OptimizerBytes)),
+				HumanBytes(float64(m.GradientBytes)), HumanBytes(float64(m.ActivationBytes)), HumanBytes(float64(m.PeakBytes)))
+		}
+		b.WriteString(tw.String())
 	}
 	b.WriteString("\npeak memory per device (tensors held, from the plan)\n")
 	groups := map[int64][]int{}

@@ -153,3 +153,28 @@ func TestZeROEstimateMatchesThePaper(t *testing.T) {
 	}
 	require.Equal(t, 3.0, rows[3].Comm)
 }
+
+// explain's per-device memory split: ZeRO-3 holds a quarter of the
+// parameters, optimizer states and reduced gradients that DP holds on 4
+// devices (every dim here divides by 4).
+func TestExplainMemorySplitsByCategory(t *testing.T) {
+	src, err := os.ReadFile("../examples/train/mlp_zero3.mesh")
+	require.NoError(t, err)
+	report := func(zero string) MemoryReport {
+		s := strings.Replace(string(src), "zero = 3", "zero = "+zero, 1)
+		g, err := lang.CheckSource("../examples/train/z.mesh", []byte(s), lang.CheckOptions{Dir: "../examples/train"})
+		require.NoError(t, err)
+		p, err := Lower(g, Options{Verify: true})
+		require.NoError(t, err)
+		return Explain(p).Memory[0]
+	}
+	dp, z3 := report("0"), report("3")
+	psi := int64(16*32+32+32*4) * 4
+	require.Equal(t, psi, dp.ParamBytes)
+	require.Equal(t, 2*psi, dp.OptimizerBytes)
+	require.Equal(t, psi, dp.GradientBytes)
+	require.Equal(t, psi/4, z3.ParamBytes)
+	require.Equal(t, 2*psi/4, z3.OptimizerBytes)
+	require.Equal(t, psi/4, z3.GradientBytes)
+	require.Equal(t, dp.PeakBytes-dp.ParamBytes-dp.OptimizerBytes, dp.ActivationBytes)
+}
