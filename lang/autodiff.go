@@ -54,6 +54,8 @@ func gradOp(c *Checker, b *binder) *Value {
 	return g
 }
 
+func strp(s string) *string { return &s }
+
 func dims(shape []int) []operand {
 	var out []operand
 	for _, d := range shape {
@@ -325,6 +327,8 @@ func (b *vjp) run() error {
 		b.acc(a[1], b.op("neg", t(d)))
 	case "to":
 		b.acc(a[0], g)
+	case "cast":
+		b.acc(a[0], b.op("cast", t(g), operand{str: strp(a[0].Type.DType.String())}))
 	case "const":
 	default:
 		return fmt.Errorf("no gradient for %s (second derivatives are not supported)", v.Op)

@@ -36,13 +36,14 @@ func init() {
 	}
 	builtins["grad"] = gradOp // assigned apart: these refer to builtins
 	builtins["index"] = indexOp
+	builtins["cast"] = castOp
 }
 
 // BuiltinOps lists the IR op names the builtins produce (for rule coverage tests).
 func BuiltinOps() []string {
 	return []string{"matmul", "add", "sub", "mul", "div", "minimum", "maximum", "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu",
 		"sigmoid", "softmax", "log_softmax", "layernorm", "sum", "mean", "max", "transpose", "reshape",
-		"concat", "slice", "embedding", "cross_entropy", "mse", "const"}
+		"concat", "slice", "embedding", "cross_entropy", "mse", "const", "cast"}
 }
 
 func (c *Checker) apply(pos Pos, name string, args []operand, kw map[string]operand) operand {
@@ -400,6 +401,27 @@ func permuteOp(c *Checker, b *binder) *Value {
 		perm[i] = d
 	}
 	return permuted(b, x, perm)
+}
+
+// castOp is cast(x, "bf16"): a float tensor in another float dtype,
+// rounded to nearest (ties to even).
+func castOp(c *Checker, b *binder) *Value {
+	if !c.nargs(b, 2, 2) {
+		return nil
+	}
+	x := c.tensor(b, 0, nil)
+	if !c.floatTensor(b, x) {
+		return nil
+	}
+	s := b.args[1].str
+	dt, ok := DType(0), false
+	if s != nil {
+		dt, ok = ParseDType(*s)
+	}
+	if !ok || !dt.IsFloat() {
+		return c.fail(b, "cast(x, \"dtype\"): the dtype must be \"f32\", \"f64\", \"bf16\" or \"f16\"")
+	}
+	return newValue(b, Type{dt, x.Type.Shape}, x)
 }
 
 // indexOp is index(W, i) = W[i]: a slice along dim 0 and a reshape that

@@ -418,11 +418,7 @@ func (c *Checker) tensorDecl(d *TensorDecl) {
 func (c *Checker) typeExpr(te *TypeExpr) (Type, bool) {
 	dt, ok := ParseDType(te.DType)
 	if !ok {
-		c.errorf(te.Pos, "unknown dtype %q (want f32, f64, i32 or i64)", te.DType)
-		return Type{}, false
-	}
-	if dt == BF16 || dt == F16 {
-		c.errorf(te.Pos, "%s is reserved for mixed precision and not supported yet", te.DType)
+		c.errorf(te.Pos, "unknown dtype %q (want f32, f64, bf16, f16, i32 or i64)", te.DType)
 		return Type{}, false
 	}
 	for _, d := range te.Dims {

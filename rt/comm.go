@@ -280,6 +280,10 @@ func accumulate(dst, src *Tensor, op ReduceOp) error {
 		fold(d, src.Data.([]int32), op)
 	case []int64:
 		fold(d, src.Data.([]int64), op)
+	case []uint16: // half precision: add in f32, round once
+		w := widen(dst)
+		fold(w.Data.([]float32), widen(src).Data.([]float32), op)
+		copy(d, narrow(w, dst.DType).Data.([]uint16))
 	}
 	return nil
 }

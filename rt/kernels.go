@@ -24,15 +24,38 @@ type OpCall struct {
 	Out   sbp.Block   // the result's block
 }
 
-// Compute runs v's kernel on local tensors.
+// Compute runs v's kernel on local tensors. Half-precision operands are
+// widened to f32 and the result rounded back once.
 func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
+	half := false
+	for _, a := range call.Args {
+		half = half || isHalf(a.DType)
+	}
+	if !half && !isHalf(call.Value.Type.DType) {
+		return c.compute(call)
+	}
+	wide := *call
+	wide.Args = make([]*Tensor, len(call.Args))
+	for i, a := range call.Args {
+		wide.Args[i] = widen(a)
+	}
+	out, err := c.compute(&wide)
+	if err != nil || !isHalf(call.Value.Type.DType) {
+		return out, err
+	}
+	return narrow(out, call.Value.Type.DType), nil
+}
+
+func (c *CPU) compute(call *OpCall) (*Tensor, error) {
 	v := call.Value
 	a := call.Args
 	switch v.Op {
 	case "const":
-		t := NewTensor(v.Type.DType, nil)
+		t := NewTensor(wideDType(v.Type.DType), nil)
 		setScalar(t, v.Attrs.Scalar)
 		return t, nil
+	case "cast":
+		return castTensor(a[0], v.Type.DType), nil
 	case "add", "sub", "mul", "div", "minimum", "maximum":
 		return elementwise(v.Op, a[0], a[1])
 	case "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid":
@@ -75,6 +98,22 @@ func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
 		return t, err
 	}
 	return nil, fmt.Errorf("no CPU kernel for op %s", v.Op)
+}
+
+// wideDType is the dtype a kernel computes a value in: f32 for half types.
+func wideDType(dt lang.DType) lang.DType {
+	if isHalf(dt) {
+		return lang.F32
+	}
+	return dt
+}
+
+// castTensor converts between float dtypes (half results are rounded by
+// Compute's narrowing).
+func castTensor(x *Tensor, dt lang.DType) *Tensor {
+	out := NewTensor(wideDType(dt), x.Shape)
+	storeFloat64s(out, x.Float64s())
+	return out
 }
 
 func setScalar(t *Tensor, f float64) {

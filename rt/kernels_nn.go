@@ -61,6 +61,14 @@ func storeFloat64s(t *Tensor, v []float64) {
 		}
 	case []float64:
 		copy(d, v)
+	case []uint16:
+		conv := F32ToBF16
+		if t.DType == lang.F16 {
+			conv = F32ToF16
+		}
+		for i, x := range v {
+			d[i] = conv(float32(x))
+		}
 	}
 }
 

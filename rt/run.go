@@ -358,6 +358,14 @@ func bytesSent(c Collectives, dev int) int64 {
 
 func fillNegInf(t *Tensor) {
 	switch d := t.Data.(type) {
+	case []uint16:
+		neg := uint16(0xff80) // bf16 -inf
+		if t.DType == lang.F16 {
+			neg = 0xfc00
+		}
+		for i := range d {
+			d[i] = neg
+		}
 	case []float32:
 		for i := range d {
 			d[i] = float32(negInf)

@@ -19,7 +19,7 @@ import (
 // them consolidated — whole logical tensors, not per-device shards — so a
 // checkpoint saved on one mesh and placement loads on any other.
 
-var safeDTypes = map[lang.DType]string{lang.F32: "F32", lang.F64: "F64", lang.I32: "I32", lang.I64: "I64"}
+var safeDTypes = map[lang.DType]string{lang.F32: "F32", lang.F64: "F64", lang.I32: "I32", lang.I64: "I64", lang.BF16: "BF16", lang.F16: "F16"}
 
 type safeEntry struct {
 	DType   string `json:"dtype"`

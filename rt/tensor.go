@@ -14,9 +14,10 @@ type Tensor struct {
 	Data  any
 }
 
-// Num is every element type the CPU backend stores.
+// Num is every element type the CPU backend stores (uint16 holds bf16 and
+// f16 bit patterns, which only ever move, never add, as Num).
 type Num interface {
-	~float32 | ~float64 | ~int32 | ~int64
+	~float32 | ~float64 | ~int32 | ~int64 | ~uint16
 }
 
 // Float is the float element types.
@@ -45,6 +46,8 @@ func NewTensor(dt lang.DType, shape []int) *Tensor {
 		t.Data = make([]int32, n)
 	case lang.I64:
 		t.Data = make([]int64, n)
+	case lang.BF16, lang.F16:
+		t.Data = make([]uint16, n)
 	default:
 		panic(fmt.Sprintf("rt: unsupported dtype %s", dt))
 	}
@@ -93,6 +96,10 @@ func (t *Tensor) Float64s() []float64 {
 		for i, v := range d {
 			out[i] = float64(v)
 		}
+	case []uint16:
+		for i, v := range widen(t).Data.([]float32) {
+			out[i] = float64(v)
+		}
 	}
 	return out
 }
@@ -109,6 +116,8 @@ func (t *Tensor) Clone() *Tensor {
 		copy(c.Data.([]int32), d)
 	case []int64:
 		copy(c.Data.([]int64), d)
+	case []uint16:
+		copy(c.Data.([]uint16), d)
 	}
 	return c
 }
@@ -170,6 +179,8 @@ func CopyBlock(dst *Tensor, doff []int, src *Tensor, soff []int, count []int) {
 		copyBlock(d, dst.Shape, doff, src.Data.([]int32), src.Shape, soff, count)
 	case []int64:
 		copyBlock(d, dst.Shape, doff, src.Data.([]int64), src.Shape, soff, count)
+	case []uint16:
+		copyBlock(d, dst.Shape, doff, src.Data.([]uint16), src.Shape, soff, count)
 	}
 }
 

@@ -9,7 +9,7 @@ import "fmt"
 
 func init() {
 	register("unary", Rule{Sigs: unarySigs(false)}, "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid")
-	register("unary", Rule{Sigs: unarySigs(true)}, "neg")
+	register("unary", Rule{Sigs: unarySigs(true)}, "neg", "cast")
 	register("binary", Rule{Sigs: binarySigs}, "add", "sub", "mul", "div", "minimum", "maximum")
 	register("const", Rule{Sigs: func(d *OpDesc) []Sig {
 		return []Sig{{Out: B, Why: "a constant is the same everywhere"}}

@@ -48,6 +48,7 @@ var opCases = []opCase{
 	{"div_broadcast", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = uniform(1, 2)\ny = a / b"},
 	{"minimum", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = normal(0, 1)\ny = minimum(a, b)"},
 	{"maximum", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = maximum(a, b)"},
+	{"cast", "input a : f64[3, 5] = normal(0, 1)\ny = cast(cast(a, \"f32\"), \"f64\")"},
 	{"neg", "input a : f64[3, 5] = normal(0, 1)\ny = -a"},
 	{"exp", "input a : f64[3, 5] = normal(0, 1)\ny = exp(a)"},
 	{"log", "input a : f64[3, 5] = uniform(0.5, 2)\ny = log(a)"},
@@ -160,6 +161,10 @@ func logical(t *testing.T, v *lang.Value, seed int64) []*rt.Tensor {
 				default:
 					d[i] = r.NormFloat64()
 				}
+			}
+		case []float32:
+			for i := range d {
+				d[i] = float32(r.NormFloat64())
 			}
 		case []int64:
 			for i := range d {

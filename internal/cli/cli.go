@@ -262,7 +262,7 @@ func writeOutputs(dir string, res *rt.Result) error {
 		return err
 	}
 	for i, name := range res.Names {
-		t := res.Outputs[i]
+		t := rt.NpyReady(res.Outputs[i])
 		if err := npy.WriteFile(filepath.Join(dir, name+".npy"), t.Shape, t.Data); err != nil {
 			return err
 		}

@@ -118,7 +118,8 @@ func (e *env) train(args []string) int {
 			return ExitFailure
 		}
 		for i, prm := range res.Params {
-			if err := npy.WriteFile(filepath.Join(*out, prm.Name+".npy"), res.Final[i].Shape, res.Final[i].Data); err != nil {
+			t := rt.NpyReady(res.Final[i])
+			if err := npy.WriteFile(filepath.Join(*out, prm.Name+".npy"), t.Shape, t.Data); err != nil {
 				fmt.Fprintln(e.stderr, "meshrun:", err)
 				return ExitFailure
 			}

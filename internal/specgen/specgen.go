@@ -107,7 +107,7 @@ func Rules() string {
 // coveredBy: ops documented together with another op of the same rule.
 func coveredBy(op string) bool {
 	switch op {
-	case "sub", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid", "log_softmax", "mean", "gelu_grad", "maximum":
+	case "sub", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid", "log_softmax", "mean", "gelu_grad", "maximum", "cast":
 		return true
 	}
 	return false
