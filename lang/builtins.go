@@ -37,13 +37,15 @@ func init() {
 	builtins["grad"] = gradOp // assigned apart: these refer to builtins
 	builtins["index"] = indexOp
 	builtins["cast"] = castOp
+	builtins["where"] = whereOp
+	builtins["nonfinite"] = nonfiniteOp
 }
 
 // BuiltinOps lists the IR op names the builtins produce (for rule coverage tests).
 func BuiltinOps() []string {
 	return []string{"matmul", "add", "sub", "mul", "div", "minimum", "maximum", "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu",
 		"sigmoid", "softmax", "log_softmax", "layernorm", "sum", "mean", "max", "transpose", "reshape",
-		"concat", "slice", "embedding", "cross_entropy", "mse", "const", "cast"}
+		"concat", "slice", "embedding", "cross_entropy", "mse", "const", "cast", "where", "nonfinite"}
 }
 
 func (c *Checker) apply(pos Pos, name string, args []operand, kw map[string]operand) operand {
@@ -422,6 +424,47 @@ func castOp(c *Checker, b *binder) *Value {
 		return c.fail(b, "cast(x, \"dtype\"): the dtype must be \"f32\", \"f64\", \"bf16\" or \"f16\"")
 	}
 	return newValue(b, Type{dt, x.Type.Shape}, x)
+}
+
+// whereOp is where(c, a, b): a where c is non-zero, else b, elementwise
+// with NumPy broadcasting (a float c: 0 is false).
+func whereOp(c *Checker, b *binder) *Value {
+	if !c.nargs(b, 3, 3) {
+		return nil
+	}
+	var like *Value
+	for _, a := range b.args[1:] {
+		if a.v != nil {
+			like = a.v
+		}
+	}
+	cond, x, y := c.tensor(b, 0, like), c.tensor(b, 1, like), c.tensor(b, 2, like)
+	if !c.floatTensor(b, cond) || !c.floatTensor(b, x) || !c.floatTensor(b, y) || !c.sameDType(b, x, y) {
+		return nil
+	}
+	shape, ok := Broadcast(x.Type.Shape, y.Type.Shape)
+	if ok {
+		shape, ok = Broadcast(shape, cond.Type.Shape)
+	}
+	if !ok {
+		return c.fail(b, "shape mismatch in where: %s, %s and %s do not broadcast", ShapeString(cond.Type.Shape), ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
+	}
+	return newValue(b, Type{x.Type.DType, shape}, cond, x, y)
+}
+
+// nonfiniteOp is nonfinite(x): 1 if any element of x is inf or NaN, else 0
+// (a scalar of x's dtype; the loss scaler's overflow test).
+func nonfiniteOp(c *Checker, b *binder) *Value {
+	if !c.nargs(b, 1, 1) {
+		return nil
+	}
+	x := c.tensor(b, 0, nil)
+	if !c.floatTensor(b, x) {
+		return nil
+	}
+	v := newValue(b, Type{x.Type.DType, []int{}}, x)
+	v.Attrs.Axis = -1
+	return v
 }
 
 // indexOp is index(W, i) = W[i]: a slice along dim 0 and a reshape that

@@ -40,13 +40,19 @@ type Train struct {
 	ZeroAxis   int
 	Clip       float64 // max global gradient norm; 0 = no clipping
 	Schedule   Schedule
-	Accumulate int // micro-batches per step (gradient accumulation)
-	Batch      int // rows per step drawn from each input (0: the whole input every step)
+	Precision  string // "" (the declared dtypes), "bf16" or "f16": compute in half, f32 master weights
+	Accumulate int    // micro-batches per step (gradient accumulation)
+	Batch      int    // rows per step drawn from each input (0: the whole input every step)
 	Batches    []BatchInput
 	Params     []*Value
 	Grads      map[*Value]*Value // param → its gradient
-	Carry      []Carry
-	Hyper      map[string]*Value // "lr", "bc1", "bc2": fed every step
+	// Views are the half-precision copies of the params the forward uses
+	// (precision = bf16 | f16); gradients are taken with respect to them.
+	Views map[*Value]*Value
+	// FoundInf is the f16 loss scaler's overflow flag (1: skip the step).
+	FoundInf *Value
+	Carry    []Carry
+	Hyper    map[string]*Value // "lr", "bc1", "bc2": fed every step
 }
 
 // Optimizer is the update rule and its hyperparameters (PyTorch defaults).
@@ -164,6 +170,16 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 			}
 		case "optimizer":
 			opt, optSet = c.optimizer(a)
+		case "precision":
+			_, name := initCall(a.Value)
+			switch name {
+			case "bf16", "f16", "f32":
+				if name != "f32" {
+					tr.Precision = name
+				}
+			default:
+				c.errorf(a.Value.Pos, "precision must be bf16, f16 or f32")
+			}
 		case "schedule":
 			c.schedule(a, tr)
 		}
@@ -187,17 +203,35 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	// an all-gather from its split storage
 	c.override = map[string]operand{}
 	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
-	if tr.Zero == 3 {
-		for _, name := range c.globalsInOrder() {
-			v := c.globals[name]
-			if v.Op == "param" && v.Type.DType.IsFloat() {
-				compute := v.Declared
-				v.Declared = zeroStorage(v, compute, tr.ZeroAxis)
-				g := c.add(&Value{Op: "to", Type: v.Type, Args: []*Value{v}, Pos: v.Pos, Declared: compute, Name: name + ".gathered"})
-				g.Attrs.Regather = true
-				c.override[name] = operand{v: g}
-			}
+	tr.Views = map[*Value]*Value{}
+	for _, name := range c.globalsInOrder() {
+		v := c.globals[name]
+		if v.Op != "param" || !v.Type.DType.IsFloat() {
+			continue
 		}
+		seen := v
+		if tr.Precision != "" {
+			// the forward computes with a half copy of the f32 master weight
+			seen = c.mk(v.Pos, "cast", []operand{{v: v}, {str: strp(tr.Precision)}}, nil)
+			seen.Name = name + "." + tr.Precision
+			tr.Views[v] = seen
+		}
+		if tr.Zero == 3 {
+			compute := v.Declared
+			v.Declared = zeroStorage(v, compute, tr.ZeroAxis)
+			g := c.add(&Value{Op: "to", Type: seen.Type, Args: []*Value{seen}, Pos: v.Pos, Declared: compute, Name: name + ".gathered"})
+			g.Attrs.Regather = true
+			seen = g
+		}
+		if seen != v {
+			c.override[name] = operand{v: seen}
+		}
+	}
+	var scale *Value
+	if tr.Precision == "f16" {
+		// dynamic loss scaling (PyTorch's GradScaler): the trainer feeds the scale
+		scale = c.add(&Value{Op: "hyper", Type: Type{DType: F32, Shape: []int{}}, Name: "loss_scale", Pos: tb.Pos, Declared: sbp.Broadcasts(c.g.Mesh.NumAxes()), Attrs: Attrs{Init: &Init{Kind: "fed"}}})
+		tr.Hyper["loss_scale"] = scale
 	}
 	inputs := c.trainInputs(tb, tr)
 	if len(c.errs) > nerr {
@@ -209,14 +243,18 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	for micro := 0; micro < k; micro++ {
 		for _, name := range c.globalsInOrder() {
 			if x, ok := inputs[name]; ok {
-				c.override[name] = operand{v: c.microBatch(x, micro, k, tb.Pos)}
+				mb := c.microBatch(x, micro, k, tb.Pos)
+				if tr.Precision != "" && mb.Type.DType.IsFloat() {
+					mb = c.mk(tb.Pos, "cast", []operand{{v: mb}, {str: strp(tr.Precision)}}, nil)
+				}
+				c.override[name] = operand{v: mb}
 			}
 		}
 		c.scope, c.fn = map[string]operand{}, "train"
 		for _, s := range tb.Body {
 			if s.Assign != nil {
 				switch s.Assign.Name {
-				case "steps", "zero", "clip", "optimizer", "schedule", "accumulate", "batch":
+				case "steps", "zero", "clip", "optimizer", "schedule", "accumulate", "batch", "precision":
 					continue
 				}
 				c.stmt(s)
@@ -243,25 +281,39 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 			return
 		}
 		loss := lossOp.v
+		if loss.Type.DType != F32 && tr.Precision != "" {
+			loss = c.mk(tb.Pos, "cast", []operand{{v: loss}, {str: strp("f32")}}, nil)
+		}
 		if k > 1 {
 			// micro-batches of equal size: the step's loss is their mean
 			loss = c.mk(tb.Pos, "mul", []operand{{v: loss}, numOp(1 / float64(k))}, nil)
 		}
+		seed := loss
+		if scale != nil {
+			seed = c.mk(tb.Pos, "mul", []operand{{v: loss}, {v: scale}}, nil)
+		}
 		// each micro-batch's backward follows its forward, so only one
 		// micro-batch's activations are alive at a time
-		adj, err := c.backward(loss)
+		adj, err := c.backward(seed)
 		if err != nil {
 			c.errorf(tb.Pos, "%v", err)
 			return
 		}
 		for _, v := range c.g.Values[:loss.ID] {
-			if v.Op == "param" && v.Type.DType.IsFloat() && adj.of[v] != nil {
-				if prev := tr.Grads[v]; prev != nil {
-					tr.Grads[v] = c.mk(tb.Pos, "add", []operand{{v: prev}, {v: adj.of[v]}}, nil)
-				} else {
-					tr.Grads[v] = adj.of[v]
-				}
+			if v.Op != "param" || !v.Type.DType.IsFloat() {
+				continue
 			}
+			g := adj.of[v]
+			if view := tr.Views[v]; view != nil {
+				g = adj.of[view] // reduce the half gradient, cast it up after
+			}
+			if g == nil {
+				continue
+			}
+			if prev := tr.Grads[v]; prev != nil {
+				g = c.mk(tb.Pos, "add", []operand{{v: prev}, {v: g}}, nil)
+			}
+			tr.Grads[v] = g
 		}
 		if total == nil {
 			total = loss
@@ -276,6 +328,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	}
 	c.g.Train = tr
 	c.g.Outputs = append(c.g.Outputs, &Output{Name: "loss", Value: tr.Loss, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
+	if tr.FoundInf != nil {
+		c.g.Outputs = append(c.g.Outputs, &Output{Name: "found_inf", Value: tr.FoundInf, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
+	}
 }
 
 // trainInputs returns, by name, the tensors the train block's statements
@@ -485,7 +540,28 @@ func (c *Checker) buildStep(tr *Train) {
 			st = zeroStorage(p, p.Declared, tr.ZeroAxis)
 		}
 		storage[p] = st
-		tr.Grads[p] = c.add(&Value{Op: "to", Type: p.Type, Args: []*Value{tr.Grads[p]}, Pos: pos, Declared: st, Name: p.Name + ".grad", Backward: true})
+		g := tr.Grads[p]
+		g = c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: pos, Declared: st, Name: p.Name + ".grad", Backward: true})
+		if g.Type.DType != p.Type.DType {
+			g = mk("cast", t(g), operand{str: strp(p.Type.DType.String())})
+		}
+		if s := tr.Hyper["loss_scale"]; s != nil {
+			g = mk("div", t(g), t(s)) // unscale
+		}
+		tr.Grads[p] = g
+	}
+	if tr.Hyper["loss_scale"] != nil {
+		var found *Value
+		for _, p := range tr.Params {
+			f := mk("nonfinite", t(tr.Grads[p]))
+			if found == nil {
+				found = f
+			} else {
+				found = mk("maximum", t(found), t(f))
+			}
+		}
+		found.Name = "found_inf"
+		tr.FoundInf = found
 	}
 	lr := hyper("lr")
 	var coef *Value
@@ -547,6 +623,16 @@ func (c *Checker) buildStep(tr *Train) {
 		}
 		next.Name = p.Name + ".next"
 		tr.Carry = append([]Carry{{p, next}}, tr.Carry...)
+		if tr.FoundInf != nil {
+			// an overflow skips the step: parameters and states keep their values
+			for i := range tr.Carry {
+				cr := &tr.Carry[i]
+				if cr.Next.Op != "where" {
+					cr.Next = mk("where", t(tr.FoundInf), t(cr.Source), t(cr.Next))
+					cr.Next.Name = cr.Source.Name + ".next"
+				}
+			}
+		}
 	}
 }
 

@@ -56,6 +56,17 @@ func (c *CPU) compute(call *OpCall) (*Tensor, error) {
 		return t, nil
 	case "cast":
 		return castTensor(a[0], v.Type.DType), nil
+	case "where":
+		return where(a[0], a[1], a[2])
+	case "nonfinite":
+		out := NewTensor(a[0].DType, nil)
+		for _, x := range a[0].Float64s() {
+			if math.IsInf(x, 0) || math.IsNaN(x) {
+				setScalar(out, 1)
+				break
+			}
+		}
+		return out, nil
 	case "add", "sub", "mul", "div", "minimum", "maximum":
 		return elementwise(v.Op, a[0], a[1])
 	case "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid":
@@ -98,6 +109,27 @@ func (c *CPU) compute(call *OpCall) (*Tensor, error) {
 		return t, err
 	}
 	return nil, fmt.Errorf("no CPU kernel for op %s", v.Op)
+}
+
+// where picks a where cond is non-zero, else b, with broadcasting.
+func where(cond, a, b *Tensor) (*Tensor, error) {
+	shape, ok := lang.Broadcast(a.Shape, b.Shape)
+	if ok {
+		shape, ok = lang.Broadcast(shape, cond.Shape)
+	}
+	if !ok {
+		return nil, fmt.Errorf("local shapes %v, %v and %v do not broadcast", cond.Shape, a.Shape, b.Shape)
+	}
+	cv := broadcastTo(cond, shape).Float64s()
+	av, bv := broadcastTo(a, shape).Float64s(), broadcastTo(b, shape).Float64s()
+	for i := range av {
+		if cv[i] == 0 {
+			av[i] = bv[i]
+		}
+	}
+	out := NewTensor(a.DType, shape)
+	storeFloat64s(out, av)
+	return out, nil
 }
 
 // wideDType is the dtype a kernel computes a value in: f32 for half types.

@@ -18,6 +18,14 @@ type StepInfo struct {
 	LR    float64
 	Wall  time.Duration
 	Run   *Result
+	// Scale is the loss scale this step ran with (f16), Skipped whether an
+	// overflow skipped its update.
+	Scale   float64
+	Skipped bool
+	// Applied counts optimizer steps taken so far; Scaler is the loss
+	// scaler after this step's update (nil without f16).
+	Applied int
+	Scaler  *GradScaler
 	// Snapshot assembles the logical value of every carried tensor
 	// (parameters and optimizer states, by name) as of this step.
 	Snapshot func() (map[string]*Tensor, error)
@@ -32,14 +40,20 @@ type TrainConfig struct {
 	Initial map[string]*Tensor
 	// OnStep sees every step; an error from it stops the run.
 	OnStep func(StepInfo) error
+	// Scaler and Applied continue a resumed f16 run's loss scaling and
+	// Adam step count (nil and 0: from the start).
+	Scaler  *GradScaler
+	Applied int
 }
 
 // TrainResult is a finished training run.
 type TrainResult struct {
-	Losses []float64
-	Params []*lang.Value
-	Final  []*Tensor // logical params after the last step, in Params order
-	Last   *Result
+	Losses  []float64
+	Scales  []float64 // f16: the loss scale of every step
+	Applied int       // optimizer steps applied (skipped overflow steps excluded)
+	Params  []*lang.Value
+	Final   []*Tensor // logical params after the last step, in Params order
+	Last    *Result
 }
 
 // Param returns the final value of the named param.
@@ -100,6 +114,17 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 	res := &TrainResult{Params: t.Params}
 	o := t.Optimizer
 	cache := &npyCache{}
+	var scaler *GradScaler
+	if t.Hyper["loss_scale"] != nil {
+		scaler = NewGradScaler()
+		if cfg.Scaler != nil {
+			scaler = cfg.Scaler
+		}
+	}
+	applied := cfg.Start // optimizer steps taken (an overflow skips one)
+	if cfg.Applied > 0 {
+		applied = cfg.Applied
+	}
 	for step := cfg.Start + 1; step <= t.Steps; step++ {
 		start := time.Now()
 		lr := t.LR(step)
@@ -108,10 +133,15 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 			hyper[v] = lr
 		}
 		if v := t.Hyper["bc1"]; v != nil {
-			hyper[v] = 1 - math.Pow(o.Beta1, float64(step))
+			hyper[v] = 1 - math.Pow(o.Beta1, float64(applied+1))
 		}
 		if v := t.Hyper["bc2"]; v != nil {
-			hyper[v] = 1 - math.Pow(o.Beta2, float64(step))
+			hyper[v] = 1 - math.Pow(o.Beta2, float64(applied+1))
+		}
+		scale := 1.0
+		if scaler != nil {
+			scale = scaler.Scale
+			hyper[t.Hyper["loss_scale"]] = scale
 		}
 		batches := map[*lang.Value]*Tensor{}
 		for _, bi := range t.Batches {
@@ -151,8 +181,18 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 		loss := run.Output("loss").Float64s()[0]
 		res.Losses = append(res.Losses, loss)
 		res.Last = run
+		skipped := false
+		if scaler != nil {
+			skipped = run.Output("found_inf").Float64s()[0] != 0
+			scaler.Update(skipped)
+			res.Scales = append(res.Scales, scale)
+		}
+		if !skipped {
+			applied++
+		}
+		res.Applied = applied
 		if cfg.OnStep != nil {
-			if err := cfg.OnStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run, Snapshot: snapshot}); err != nil {
+			if err := cfg.OnStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run, Snapshot: snapshot, Scale: scale, Skipped: skipped, Applied: applied, Scaler: scaler}); err != nil {
 				return nil, err
 			}
 		}
@@ -225,4 +265,34 @@ func permutation(n int, key uint64) []int {
 		p[i], p[j] = p[j], p[i]
 	}
 	return p
+}
+
+// GradScaler is PyTorch's dynamic loss scaling: start at 2^16; after an
+// overflow halve the scale and skip the step; after GrowthInterval clean
+// steps in a row double it.
+type GradScaler struct {
+	Scale          float64
+	Growth         float64
+	Backoff        float64
+	GrowthInterval int
+	Tracker        int // clean steps since the last change
+}
+
+// NewGradScaler has torch.cuda.amp.GradScaler's defaults.
+func NewGradScaler() *GradScaler {
+	return &GradScaler{Scale: 65536, Growth: 2, Backoff: 0.5, GrowthInterval: 2000}
+}
+
+// Update records whether this step overflowed.
+func (g *GradScaler) Update(foundInf bool) {
+	if foundInf {
+		g.Scale *= g.Backoff
+		g.Tracker = 0
+		return
+	}
+	g.Tracker++
+	if g.Tracker == g.GrowthInterval {
+		g.Scale *= g.Growth
+		g.Tracker = 0
+	}
 }

@@ -10,7 +10,7 @@ import "fmt"
 func init() {
 	register("unary", Rule{Sigs: unarySigs(false)}, "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid")
 	register("unary", Rule{Sigs: unarySigs(true)}, "neg", "cast")
-	register("binary", Rule{Sigs: binarySigs}, "add", "sub", "mul", "div", "minimum", "maximum")
+	register("binary", Rule{Sigs: binarySigs}, "add", "sub", "mul", "div", "minimum", "maximum", "where")
 	register("const", Rule{Sigs: func(d *OpDesc) []Sig {
 		return []Sig{{Out: B, Why: "a constant is the same everywhere"}}
 	}}, "const")

@@ -8,13 +8,13 @@ package sbp
 // max. A partial input reduces to a partial output when the reductions agree.
 
 func init() {
-	register("reduce", Rule{Sigs: reduceSigs}, "sum", "mean", "max")
+	register("reduce", Rule{Sigs: reduceSigs}, "sum", "mean", "max", "nonfinite")
 }
 
 func reduceSigs(d *OpDesc) []Sig {
 	part := P
-	if d.Op == "max" {
-		part = PMax
+	if d.Op == "max" || d.Op == "nonfinite" {
+		part = PMax // any shard's overflow flags the whole: a max of 0/1 flags
 	}
 	var out []Sig
 	for i := range d.In[0] {

@@ -49,6 +49,8 @@ var opCases = []opCase{
 	{"minimum", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = normal(0, 1)\ny = minimum(a, b)"},
 	{"maximum", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = maximum(a, b)"},
 	{"cast", "input a : f64[3, 5] = normal(0, 1)\ny = cast(cast(a, \"f32\"), \"f64\")"},
+	{"where", "input c : f64[3, 1] = uniform(0, 2)\ninput a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = normal(0, 1)\ny = where(c - 1, a, b)"},
+	{"nonfinite", "input a : f64[3, 5] = normal(0, 1)\ny = nonfinite(a / (a - a))"},
 	{"neg", "input a : f64[3, 5] = normal(0, 1)\ny = -a"},
 	{"exp", "input a : f64[3, 5] = normal(0, 1)\ny = exp(a)"},
 	{"log", "input a : f64[3, 5] = uniform(0.5, 2)\ny = log(a)"},

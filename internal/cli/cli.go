@@ -384,8 +384,13 @@ func tolerances(dtype string, rtol, atol float64) (float64, float64) {
 	if dtype == "f64" {
 		r, a = 1e-9, 1e-12
 	}
-	if dtype == "i32" || dtype == "i64" {
+	switch dtype {
+	case "i32", "i64":
 		r, a = 0, 0
+	case "bf16":
+		r, a = 2e-2, 1e-2
+	case "f16":
+		r, a = 5e-3, 1e-3
 	}
 	if rtol >= 0 {
 		r = rtol

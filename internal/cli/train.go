@@ -68,6 +68,15 @@ func (e *env) train(args []string) int {
 			return ExitFailure
 		}
 		cfg.Start, cfg.Initial = step, tensors
+		if a, err := strconv.Atoi(meta["applied"]); err == nil {
+			cfg.Applied = a
+		}
+		if sc, err := strconv.ParseFloat(meta["loss_scale"], 64); err == nil {
+			g := rt.NewGradScaler()
+			g.Scale = sc
+			g.Tracker, _ = strconv.Atoi(meta["growth_tracker"])
+			cfg.Scaler = g
+		}
 	}
 	saves := 0
 	save := func(s rt.StepInfo) error {
@@ -76,9 +85,15 @@ func (e *env) train(args []string) int {
 			return err
 		}
 		saves++
-		return rt.SaveCheckpoint(*saveDir, snap, map[string]string{
+		meta := map[string]string{
 			"format": "meshrun-checkpoint-1", "step": strconv.Itoa(s.Step), "optimizer": p.Graph.Train.Optimizer.Kind,
-		}, testStall(saves))
+			"applied": strconv.Itoa(s.Applied),
+		}
+		if s.Scaler != nil {
+			meta["loss_scale"] = strconv.FormatFloat(s.Scaler.Scale, 'g', -1, 64)
+			meta["growth_tracker"] = strconv.Itoa(s.Scaler.Tracker)
+		}
+		return rt.SaveCheckpoint(*saveDir, snap, meta, testStall(saves))
 	}
 	bar := newProgress(e.stderr, samplesPerStep(p.Graph))
 	cfg.OnStep = func(s rt.StepInfo) error {
@@ -90,10 +105,17 @@ func (e *env) train(args []string) int {
 			}
 		}
 		if logw != nil {
-			line, _ := json.Marshal(map[string]any{"step": s.Step, "loss": s.Loss, "lr": s.LR, "seconds": s.Wall.Seconds()})
+			rec := map[string]any{"step": s.Step, "loss": s.Loss, "lr": s.LR, "seconds": s.Wall.Seconds()}
+			if s.Scaler != nil {
+				rec["loss_scale"], rec["skipped"] = s.Scale, s.Skipped
+			}
+			line, _ := json.Marshal(rec)
 			if _, err := fmt.Fprintf(logw, "%s\n", line); err != nil {
 				return err
 			}
+		}
+		if s.Skipped {
+			fmt.Fprintf(e.stderr, "step %d: gradients overflowed at loss scale %g; step skipped\n", s.Step, s.Scale)
 		}
 		if s.Step == *stopAt {
 			return errStop
@@ -230,6 +252,9 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 	fmt.Fprintf(e.stdout, "%s: %d training steps on %s (%d devices) vs 1 device:\n", file, len(want.Losses), p.Mesh, p.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives per step: %s\n", summary(lower.Explain(p)))
 	dt := p.Graph.Train.Loss.Type.DType.String()
+	if prec := p.Graph.Train.Precision; prec != "" {
+		dt = prec // half-precision compute: compare at its resolution
+	}
 	r, a := tolerances(dt, rtol, atol)
 	ok := true
 	report := func(name string, d rt.Diff) {

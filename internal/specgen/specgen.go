@@ -46,6 +46,8 @@ var ruleExamples = []ruleExample{
 	{"sum", "Y[m] = sum(A[m,n], axis=1) (also mean)", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4}, Axis: 1}},
 	{"sum", "Y[] = sum(A[m,n]) (all dims; also mean)", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{}, Axis: -1}},
 	{"max", "Y[m] = max(A[m,n], axis=1)", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4}, Axis: 1}},
+	{"nonfinite", "Y[] = nonfinite(A[m,n])", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{}, Axis: -1}},
+	{"where", "Y[m,n] = where(C[m,1], A[m,n], B[n])", sbp.OpDesc{In: [][]int{{4, 1}, {4, 4}, {4}}, Out: []int{4, 4}}},
 	{"transpose", "Y[n,m] = transpose(A[m,n])", sbp.OpDesc{In: [][]int{{4, 6}}, Out: []int{6, 4}, Perm: []int{1, 0}}},
 	{"reshape", "Y[a,b,n] = reshape(A[a·b,n], a, b, n)", sbp.OpDesc{In: [][]int{{8, 4}}, Out: []int{2, 4, 4}}},
 	{"concat", "Y[m1+m2,n] = concat(A[m1,n], B[m2,n], axis=0)", sbp.OpDesc{In: [][]int{{4, 4}, {2, 4}}, Out: []int{6, 4}, Axis: 0}},
