@@ -98,15 +98,40 @@ func (c *Checker) backward(y *Value) (*adjoints, error) {
 	adj := &adjoints{of: map[*Value]*Value{}, regather: map[*Value]*Value{}, remat: map[*Value]*Value{}}
 	one := c.constValue(numOp(1), y.Type.DType, y.Pos)
 	adj.of[y] = one
+	// A watched value's adjoint is complete once the backward has visited
+	// its first consumer (the backward runs in reverse program order): the
+	// hook runs there, e.g. to reduce-scatter a ZeRO-2 gradient as soon as
+	// it exists instead of after the whole backward.
+	finalAt := map[int][]*Value{}
+	for w := range c.onFinal {
+		first := -1
+		for _, v := range c.g.Values[w.ID+1 : y.ID+1] {
+			if !needed[v] || !dependsOnSource[v] {
+				continue
+			}
+			for _, a := range v.Args {
+				if a == w && first < 0 {
+					first = v.ID
+				}
+			}
+		}
+		if first >= 0 {
+			finalAt[first] = append(finalAt[first], w)
+		}
+	}
 	for i := y.ID; i >= 0; i-- {
 		v := c.g.Values[i]
 		g := adj.of[v]
-		if g == nil || !needed[v] || !dependsOnSource[v] || v.IsSource() {
-			continue
+		if g != nil && needed[v] && dependsOnSource[v] && !v.IsSource() {
+			bw := &vjp{c: c, v: v, g: g, adj: adj, active: dependsOnSource}
+			if err := bw.run(); err != nil {
+				return nil, err
+			}
 		}
-		bw := &vjp{c: c, v: v, g: g, adj: adj, active: dependsOnSource}
-		if err := bw.run(); err != nil {
-			return nil, err
+		for _, w := range finalAt[i] {
+			if g := adj.of[w]; g != nil {
+				adj.of[w] = c.onFinal[w](g)
+			}
 		}
 	}
 	c.grads[y] = adj

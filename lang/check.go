@@ -49,6 +49,8 @@ type Checker struct {
 	remat int
 	// expansions counts inlined calls since the checker was made.
 	expansions int
+	// onFinal hooks run when a watched value's adjoint is complete.
+	onFinal map[*Value]func(g *Value) *Value
 	// grads caches the backward graph built for each differentiated scalar.
 	grads map[*Value]*adjoints
 	// Last is the value of the last bare expression statement (REPL).

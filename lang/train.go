@@ -49,6 +49,9 @@ type Train struct {
 	// Views are the half-precision copies of the params the forward uses
 	// (precision = bf16 | f16); gradients are taken with respect to them.
 	Views map[*Value]*Value
+	// Reduced marks gradients already reduced into their storage placement
+	// during the backward (ZeRO-2 and 3).
+	Reduced map[*Value]bool
 	// FoundInf is the f16 loss scaler's overflow flag (1: skip the step).
 	FoundInf *Value
 	Carry    []Carry
@@ -204,6 +207,8 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	c.override = map[string]operand{}
 	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
 	tr.Views = map[*Value]*Value{}
+	tr.Reduced = map[*Value]bool{}
+	seenBy := map[*Value]*Value{} // param → the value its forward uses
 	for _, name := range c.globalsInOrder() {
 		v := c.globals[name]
 		if v.Op != "param" || !v.Type.DType.IsFloat() {
@@ -225,6 +230,22 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		}
 		if seen != v {
 			c.override[name] = operand{v: seen}
+		}
+		seenBy[v] = seen
+	}
+	if tr.Zero >= 2 {
+		// ZeRO-2/3: reduce-scatter each gradient the moment the backward
+		// completes it, so full gradients never pile up
+		c.onFinal = map[*Value]func(*Value) *Value{}
+		defer func() { c.onFinal = nil }()
+		for p, seen := range seenBy {
+			p := p
+			st := zeroStorage(p, p.Declared, tr.ZeroAxis)
+			c.onFinal[seen] = func(g *Value) *Value {
+				r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tb.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
+				tr.Reduced[p] = true
+				return r
+			}
 		}
 	}
 	var scale *Value
@@ -304,7 +325,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 				continue
 			}
 			g := adj.of[v]
-			if view := tr.Views[v]; view != nil {
+			if seen := seenBy[v]; seen != v && tr.Zero >= 2 {
+				g = adj.of[seen] // reduced in the backward (onFinal)
+			} else if view := tr.Views[v]; view != nil {
 				g = adj.of[view] // reduce the half gradient, cast it up after
 			}
 			if g == nil {
@@ -541,7 +564,9 @@ func (c *Checker) buildStep(tr *Train) {
 		}
 		storage[p] = st
 		g := tr.Grads[p]
-		g = c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: pos, Declared: st, Name: p.Name + ".grad", Backward: true})
+		if !tr.Reduced[p] {
+			g = c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: pos, Declared: st, Name: p.Name + ".grad", Backward: true})
+		}
 		if g.Type.DType != p.Type.DType {
 			g = mk("cast", t(g), operand{str: strp(p.Type.DType.String())})
 		}
