@@ -573,24 +573,29 @@ func concatOp(c *Checker, b *binder) *Value {
 	return v
 }
 
-func sliceOp(c *Checker, b *binder) *Value {
+// axisAndTwoInts reads the (x, axis, i, j) arguments slice and pad share.
+func (c *Checker) axisAndTwoInts(b *binder, first, second string) (x *Value, ax, i, j int, ok bool) {
 	if !c.nargs(b, 4, 4) {
-		return nil
+		return nil, 0, 0, 0, false
 	}
-	x := c.tensor(b, 0, nil)
-	if x == nil {
-		return nil
+	if x = c.tensor(b, 0, nil); x == nil {
+		return nil, 0, 0, 0, false
 	}
 	if x.Type.Rank() == 0 {
-		return c.fail(b, "slice needs a tensor of rank >= 1")
+		c.fail(b, "%s needs a tensor of rank >= 1", b.name)
+		return nil, 0, 0, 0, false
 	}
-	ax, ok := c.axisAttr(b, 1, "axis", 0, x.Type.Rank(), true)
+	if ax, ok = c.axisAttr(b, 1, "axis", 0, x.Type.Rank(), true); !ok {
+		return nil, 0, 0, 0, false
+	}
+	i, ok1 := c.intAttr(b, 2, first, 0, true)
+	j, ok2 := c.intAttr(b, 3, second, 0, true)
+	return x, ax, i, j, ok1 && ok2
+}
+
+func sliceOp(c *Checker, b *binder) *Value {
+	x, ax, start, end, ok := c.axisAndTwoInts(b, "start", "end")
 	if !ok {
-		return nil
-	}
-	start, ok1 := c.intAttr(b, 2, "start", 0, true)
-	end, ok2 := c.intAttr(b, 3, "end", 0, true)
-	if !ok1 || !ok2 {
 		return nil
 	}
 	n := x.Type.Shape[ax]

@@ -173,23 +173,8 @@ func broadcastToOp(c *Checker, b *binder) *Value {
 
 // pad(x, axis, before, after) adds zeros along axis: the backward of slice.
 func padOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 4, 4) {
-		return nil
-	}
-	x := c.tensor(b, 0, nil)
-	if x == nil {
-		return nil
-	}
-	if x.Type.Rank() == 0 {
-		return c.fail(b, "pad needs a tensor of rank >= 1")
-	}
-	ax, ok := c.axisAttr(b, 1, "axis", 0, x.Type.Rank(), true)
+	x, ax, before, after, ok := c.axisAndTwoInts(b, "before", "after")
 	if !ok {
-		return nil
-	}
-	before, ok1 := c.intAttr(b, 2, "before", 0, true)
-	after, ok2 := c.intAttr(b, 3, "after", 0, true)
-	if !ok1 || !ok2 {
 		return nil
 	}
 	if before < 0 || after < 0 || before+after > 1<<30 {

@@ -210,14 +210,7 @@ func crossEntropyGrad(logits, labels, g *Tensor, globalN int) (*Tensor, error) {
 			return nil, fmt.Errorf("cross_entropy label %d out of range [0, %d)", lab[r], c)
 		}
 		row := in[r*c : (r+1)*c]
-		mx := math.Inf(-1)
-		for _, v := range row {
-			mx = math.Max(mx, v)
-		}
-		s := 0.0
-		for _, v := range row {
-			s += math.Exp(v - mx)
-		}
+		mx, s := rowMaxExpSum(row)
 		for i, v := range row {
 			p := math.Exp(v-mx) / s
 			if int64(i) == lab[r] {

@@ -237,19 +237,25 @@ func crossEntropy(logits, labels *Tensor, globalN int) (*Tensor, error) {
 		if lab[r] < 0 || lab[r] >= int64(c) {
 			return nil, fmt.Errorf("cross_entropy label %d out of range [0, %d)", lab[r], c)
 		}
-		mx := math.Inf(-1)
-		for _, v := range row {
-			mx = math.Max(mx, v)
-		}
-		s := 0.0
-		for _, v := range row {
-			s += math.Exp(v - mx)
-		}
+		mx, s := rowMaxExpSum(row)
 		total += mx + math.Log(s) - row[lab[r]]
 	}
 	out := NewTensor(logits.DType, nil)
 	setScalar(out, total/float64(globalN))
 	return out, nil
+}
+
+// rowMaxExpSum returns a row's maximum and Σ exp(v − max), the stable
+// pieces of its log-sum-exp.
+func rowMaxExpSum(row []float64) (mx, s float64) {
+	mx = math.Inf(-1)
+	for _, v := range row {
+		mx = math.Max(mx, v)
+	}
+	for _, v := range row {
+		s += math.Exp(v - mx)
+	}
+	return mx, s
 }
 
 func mse(a, b *Tensor, globalN int) (*Tensor, error) {
