@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 time=${BENCHTIME:-3x}
 echo "== gonum BLAS"
-MESHRUN_BLAS=gonum go test ./bench -run '^$' -bench . -benchtime "$time" -v | grep -E 'Benchmark|efficiency|over_single|raw/backend|devices'
+MESHRUN_BLAS=gonum go test ./bench -run '^$' -bench . -benchtime "$time" -v | grep -E 'Benchmark|efficiency|over_single|raw/backend|devices|mesh '
 if ldconfig -p 2>/dev/null | grep -q libopenblas.so.0; then
     echo "== OpenBLAS"
-    go test ./bench -run '^$' -bench . -benchtime "$time" -v | grep -E 'Benchmark|efficiency|over_single|raw/backend|devices'
+    go test ./bench -run '^$' -bench . -benchtime "$time" -v | grep -E 'Benchmark|efficiency|over_single|raw/backend|devices|mesh '
 else
     echo "== OpenBLAS: libopenblas.so.0 not installed (apt-get install libopenblas0); skipped"
 fi
