@@ -221,11 +221,18 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 			seen.Name = name + "." + tr.Precision
 			tr.Views[v] = seen
 		}
-		if tr.Zero == 3 {
+		// ZeRO-3 stores parameters split and gathers them for the forward
+		// (and again for the backward). With mixed precision every stage
+		// does the paper's layout: the f32 master weights belong to the
+		// optimizer state (split from stage 1 on) and the forward gathers
+		// their half copy, which stays alive for the step (stages 1–2).
+		if tr.Zero == 3 || (tr.Zero >= 1 && tr.Precision != "") {
 			compute := v.Declared
 			v.Declared = zeroStorage(v, compute, tr.ZeroAxis)
+			// with mixed precision seen is the cast of the local shard, so
+			// the gather moves 2-byte values
 			g := c.add(&Value{Op: "to", Type: seen.Type, Args: []*Value{seen}, Pos: v.Pos, Declared: compute, Name: name + ".gathered"})
-			g.Attrs.Regather = true
+			g.Attrs.Regather = tr.Zero == 3
 			seen = g
 		}
 		if seen != v {

@@ -165,3 +165,42 @@ func TestZeRO2FreesFullGradientsEarly(t *testing.T) {
 	d := CompareTensors(r2.Final[0], r1.Final[0], 1e-6, 1e-7)
 	require.True(t, d.OK, "the stages compute the same update")
 }
+
+// With mixed precision (bf16 compute, Adam) the ZeRO paper's accounting
+// holds exactly: between steps a device holds the K = 12 bytes of f32
+// master weight, momentum and variance per parameter — all of them under
+// DP, a 1/N_d share from stage 1 on — and each step moves 2Ψ, 2Ψ, 2Ψ, 3Ψ
+// bytes of 2-byte values (gradients reduced in bf16, parameters gathered
+// in bf16).
+func TestZeROMixedPrecisionMatchesThePaper(t *testing.T) {
+	psi := float64(zeroPsiBytes / 4) // parameters
+	nd := 4.0
+	for zero, factor := range map[int]float64{0: 2, 1: 2, 2: 2, 3: 3} {
+		src := strings.Replace(zeroProgram(zero), "steps = 4", "steps = 4\n    precision = bf16", 1)
+		g, err := lang.CheckSource("zero.mesh", []byte(src), lang.CheckOptions{})
+		require.NoError(t, err)
+		p, err := lower.Lower(g, lower.Options{Verify: true})
+		require.NoError(t, err)
+		res, err := Train(context.Background(), p, Options{}, TrainConfig{})
+		require.NoError(t, err)
+		held := 12 * psi
+		if zero > 0 {
+			held /= nd
+		}
+		for d := range res.Last.Carry {
+			var b int64
+			for _, x := range res.Last.Carry[d] {
+				b += x.Bytes()
+			}
+			require.Equal(t, held, float64(b), "zero=%d device %d: K·Ψ bytes held between steps", zero, d)
+		}
+		var sent float64
+		for _, e := range res.Last.Devices[0].Events {
+			if e.Kind == "comm" && !strings.Contains(e.Name, "train.loss") && !strings.Contains(e.Name, "cast#") {
+				sent += float64(e.Bytes)
+			}
+		}
+		want := factor * (nd - 1) / nd * 2 * psi // Ψ two-byte values
+		require.Equal(t, want, sent, "zero=%d: bytes sent per step", zero)
+	}
+}
