@@ -14,24 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func allPlacements(rank, axes int) []sbp.NdSBP {
-	one := []sbp.SBP{sbp.B, sbp.P}
-	for d := 0; d < rank; d++ {
-		one = append(one, sbp.S(d))
-	}
-	out := []sbp.NdSBP{{}}
-	for a := 0; a < axes; a++ {
-		var next []sbp.NdSBP
-		for _, p := range out {
-			for _, s := range one {
-				next = append(next, append(p.Clone(), s))
-			}
-		}
-		out = next
-	}
-	return out
-}
-
 func meshSrc(m *mesh.Mesh) string {
 	var parts []string
 	for _, a := range m.Axes {
@@ -65,7 +47,7 @@ func TestBoxingEveryPair(t *testing.T) {
 	r := rand.New(rand.NewSource(7))
 	ctx := context.Background()
 	for _, c := range cases {
-		pls := allPlacements(2, c.m.NumAxes())
+		pls := sbp.All(2, c.m.NumAxes(), true)
 		type pair struct{ from, to sbp.NdSBP }
 		var pairs []pair
 		for _, f := range pls {

@@ -135,3 +135,27 @@ func (n NdSBP) SplitsDim(d int) bool {
 	}
 	return false
 }
+
+// All lists every nd placement over axes mesh axes of a tensor of the given
+// rank: B and S(0..rank-1) on each axis, and P(sum) when partial. The
+// brute-force validators walk it.
+func All(rank, axes int, partial bool) []NdSBP {
+	one := []SBP{B}
+	for d := 0; d < rank; d++ {
+		one = append(one, S(d))
+	}
+	if partial {
+		one = append(one, P)
+	}
+	out := []NdSBP{{}}
+	for a := 0; a < axes; a++ {
+		var next []NdSBP
+		for _, p := range out {
+			for _, s := range one {
+				next = append(next, append(p.Clone(), s))
+			}
+		}
+		out = next
+	}
+	return out
+}

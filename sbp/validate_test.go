@@ -250,29 +250,6 @@ func intsNeverPartial(v *lang.Value, s sbp.NdSig) bool {
 	return true
 }
 
-// placements lists every nd placement of a tensor of the given rank.
-func placements(rank, axes int, partial bool) []sbp.NdSBP {
-	var one []sbp.SBP
-	one = append(one, sbp.B)
-	for d := 0; d < rank; d++ {
-		one = append(one, sbp.S(d))
-	}
-	if partial {
-		one = append(one, sbp.P)
-	}
-	out := []sbp.NdSBP{{}}
-	for a := 0; a < axes; a++ {
-		var next []sbp.NdSBP
-		for _, p := range out {
-			for _, s := range one {
-				next = append(next, append(p.Clone(), s))
-			}
-		}
-		out = next
-	}
-	return out
-}
-
 func TestEveryInputPlacement(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brute force over every input placement")
@@ -297,7 +274,7 @@ func TestEveryInputPlacement(t *testing.T) {
 			for _, s := range sources {
 				var next []map[string]sbp.NdSBP
 				for _, combo := range combos {
-					for _, p := range placements(s.Type.Rank(), m.NumAxes(), s.Type.DType.IsFloat()) {
+					for _, p := range sbp.All(s.Type.Rank(), m.NumAxes(), s.Type.DType.IsFloat()) {
 						c2 := map[string]sbp.NdSBP{s.Name: p}
 						for k, v := range combo {
 							c2[k] = v
