@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -34,6 +35,10 @@ type Instr struct {
 	Block sbp.Block   // block of the result
 	Group []int       // Box: the devices of this device's group, in ring order
 	Rank  int         // Box: this device's index in Group
+	// Lens is, for a step that gathers, scatters or exchanges along a dim,
+	// every group member's block length along it (uneven splits included):
+	// the From dim for an all-gather, the To dim otherwise.
+	Lens []int
 	Pos   lang.Pos    // the source position responsible
 	Free  []int       // slots whose last use is this instruction
 }
@@ -92,6 +97,7 @@ func (p *Plan) program(dev int) *Program {
 				In: []sbp.Block{layout(c.Value, st.From)}, Block: layout(c.Value, st.To),
 				Group: m.Group(dev, st.Axis), Rank: m.Coord(dev)[st.Axis], Pos: c.Pos}
 			in.Shape = in.Block.Len
+			in.Lens = stepLens(m, c.Value.Type.Shape, st, in.Group)
 			prog.Instrs = append(prog.Instrs, in)
 			cur = out
 		}
@@ -161,6 +167,26 @@ func (p *Plan) program(dev int) *Program {
 		}
 	}
 	return prog
+}
+
+// stepLens lists the group members' block lengths along the dim a step
+// cuts or joins (nil for steps that need none).
+func stepLens(m *mesh.Mesh, shape []int, st *sbp.Step, group []int) []int {
+	pl, dim := st.To, -1
+	switch st.Kind {
+	case sbp.AllGather:
+		pl, dim = st.From, st.From[st.Axis].Dim
+	case sbp.ReduceScatter, sbp.AllToAll:
+		dim = st.To[st.Axis].Dim
+	}
+	if dim < 0 {
+		return nil
+	}
+	out := make([]int, len(group))
+	for i, d := range group {
+		out[i] = sbp.Layout(m, shape, pl, d).Len[dim]
+	}
+	return out
 }
 
 // Dump prints a program.

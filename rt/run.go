@@ -279,14 +279,6 @@ func boxStep(ctx context.Context, c Collectives, m *mesh.Mesh, in *lower.Instr, 
 	g := Group{Devices: in.Group, Rank: in.Rank}
 	shape := in.Value.Type.Shape
 	from, to := st.From[st.Axis], st.To[st.Axis]
-	// lens of every member's block along dim under placement pl
-	lens := func(pl sbp.NdSBP, dim int) []int {
-		out := make([]int, len(in.Group))
-		for i, d := range in.Group {
-			out[i] = sbp.Layout(m, shape, pl, d).Len[dim]
-		}
-		return out
-	}
 	op := OpSum
 	if st.Reduce == sbp.Max {
 		op = OpMax
@@ -295,13 +287,13 @@ func boxStep(ctx context.Context, c Collectives, m *mesh.Mesh, in *lower.Instr, 
 	var err error
 	switch st.Kind {
 	case sbp.AllGather:
-		t, err = c.AllGather(ctx, g, x, from.Dim, lens(st.From, from.Dim))
+		t, err = c.AllGather(ctx, g, x, from.Dim, in.Lens)
 	case sbp.ReduceScatter:
-		t, err = c.ReduceScatter(ctx, g, x, to.Dim, lens(st.To, to.Dim), op)
+		t, err = c.ReduceScatter(ctx, g, x, to.Dim, in.Lens, op)
 	case sbp.AllReduce:
 		t, err = c.AllReduce(ctx, g, x, op)
 	case sbp.AllToAll:
-		t, err = c.AllToAll(ctx, g, x, to.Dim, lens(st.To, to.Dim), from.Dim)
+		t, err = c.AllToAll(ctx, g, x, to.Dim, in.Lens, from.Dim)
 	case sbp.LocalSlice:
 		off := make([]int, len(shape))
 		for i := range off {
