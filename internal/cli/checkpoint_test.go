@@ -106,11 +106,13 @@ func TestKilledSaveKeepsTheLastGoodCheckpoint(t *testing.T) {
 	cmd.Env = append(os.Environ(), "MESHRUN_CLI_ARGS="+string(args), "MESHRUN_TEST_SAVE_STALL=1")
 	require.NoError(t, cmd.Start())
 	defer cmd.Process.Kill()
-	// wait for the second save's temporary file
+	// wait for the second save's temporary file: the first checkpoint is
+	// in place (renamed), and a new temporary file exists
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		_, err := os.Stat(filepath.Join(ck, "checkpoint.safetensors"))
 		tmps, _ := filepath.Glob(filepath.Join(ck, ".checkpoint-*.tmp"))
-		if len(tmps) > 0 {
+		if err == nil && len(tmps) > 0 {
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "the child never started its second save")
