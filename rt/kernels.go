@@ -215,30 +215,26 @@ func broadcastStrides(in, out []int) []int {
 }
 
 func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y []T, ys []int) {
-	f := binaryFn[T](op)
 	n := len(out)
 	if n == 0 {
 		return
 	}
+	// the common shapes get loops with the arithmetic inline
 	switch {
 	case sameShape(xs, ys):
-		for i := range out {
-			out[i] = f(x[i], y[i])
+		if fastBinary(op, out, x, y, false, false) {
+			return
 		}
-		return
 	case len(y) == 1 && sameShape(xs, shape):
-		s := y[0]
-		for i := range out {
-			out[i] = f(x[i], s)
+		if fastBinary(op, out, x, y, false, true) {
+			return
 		}
-		return
 	case len(x) == 1 && sameShape(ys, shape):
-		s := x[0]
-		for i := range out {
-			out[i] = f(s, y[i])
+		if fastBinary(op, out, x, y, true, false) {
+			return
 		}
-		return
 	}
+	f := binaryFn[T](op)
 	r := len(shape)
 	xst, yst := broadcastStrides(xs, shape), broadcastStrides(ys, shape)
 	idx := make([]int, r)
@@ -257,6 +253,80 @@ func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y [
 			idx[k] = 0
 		}
 	}
+}
+
+// fastBinary runs add, sub, mul and div with one operand possibly a
+// scalar, the arithmetic inline (no call per element). It reports false
+// for other ops.
+func fastBinary[T Float](op string, out, x, y []T, xScalar, yScalar bool) bool {
+	switch {
+	case !xScalar && !yScalar:
+		switch op {
+		case "add":
+			for i := range out {
+				out[i] = x[i] + y[i]
+			}
+		case "sub":
+			for i := range out {
+				out[i] = x[i] - y[i]
+			}
+		case "mul":
+			for i := range out {
+				out[i] = x[i] * y[i]
+			}
+		case "div":
+			for i := range out {
+				out[i] = x[i] / y[i]
+			}
+		default:
+			return false
+		}
+	case yScalar:
+		s := y[0]
+		switch op {
+		case "add":
+			for i := range out {
+				out[i] = x[i] + s
+			}
+		case "sub":
+			for i := range out {
+				out[i] = x[i] - s
+			}
+		case "mul":
+			for i := range out {
+				out[i] = x[i] * s
+			}
+		case "div":
+			for i := range out {
+				out[i] = x[i] / s
+			}
+		default:
+			return false
+		}
+	default:
+		s := x[0]
+		switch op {
+		case "add":
+			for i := range out {
+				out[i] = s + y[i]
+			}
+		case "sub":
+			for i := range out {
+				out[i] = s - y[i]
+			}
+		case "mul":
+			for i := range out {
+				out[i] = s * y[i]
+			}
+		case "div":
+			for i := range out {
+				out[i] = s / y[i]
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // GELU is the exact form PyTorch uses by default: x·Φ(x) = ½x(1 + erf(x/√2)).
@@ -287,8 +357,29 @@ func unary(op string, x *Tensor) *Tensor {
 	f := unaryFn(op)
 	switch d := out.Data.(type) {
 	case []float32:
-		for i, v := range x.Data.([]float32) {
-			d[i] = float32(f(float64(v)))
+		in := x.Data.([]float32)
+		switch op { // the cheap ones inline; the rest through float64 math
+		case "neg":
+			for i, v := range in {
+				d[i] = -v
+			}
+		case "relu":
+			for i, v := range in {
+				d[i] = max(v, 0)
+			}
+		case "sqrt":
+			for i, v := range in {
+				d[i] = float32(math.Sqrt(float64(v)))
+			}
+		case "gelu":
+			for i, v := range in {
+				x := float64(v)
+				d[i] = float32(0.5 * x * (1 + math.Erf(x*(1/math.Sqrt2))))
+			}
+		default:
+			for i, v := range in {
+				d[i] = float32(f(float64(v)))
+			}
 		}
 	case []float64:
 		for i, v := range x.Data.([]float64) {

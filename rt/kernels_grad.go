@@ -18,9 +18,7 @@ func (c *CPU) computeGrad(call *OpCall) (*Tensor, bool, error) {
 			return 0
 		}), true, nil
 	case "gelu_grad":
-		return mapFloat(a[0], func(x float64) float64 {
-			return 0.5*(1+math.Erf(x/math.Sqrt2)) + x*math.Exp(-0.5*x*x)/math.Sqrt(2*math.Pi)
-		}), true, nil
+		return geluGrad(a[0]), true, nil
 	case "softmax_grad":
 		return softmaxGrad(a[0], a[1], v.Attrs.Axis), true, nil
 	case "normalize":
@@ -47,6 +45,23 @@ func (c *CPU) computeGrad(call *OpCall) (*Tensor, bool, error) {
 		return t, true, err
 	}
 	return nil, false, nil
+}
+
+// geluGrad is Φ(x) + x·φ(x), the derivative of exact gelu.
+func geluGrad(x *Tensor) *Tensor {
+	const invSqrt2Pi = 0.3989422804014327
+	f := func(v float64) float64 {
+		return 0.5*(1+math.Erf(v*(1/math.Sqrt2))) + v*math.Exp(-0.5*v*v)*invSqrt2Pi
+	}
+	if in, ok := x.Data.([]float32); ok {
+		out := NewTensor(x.DType, x.Shape)
+		d := out.Data.([]float32)
+		for i, v := range in {
+			d[i] = float32(f(float64(v)))
+		}
+		return out
+	}
+	return mapFloat(x, f)
 }
 
 func mapFloat(x *Tensor, f func(float64) float64) *Tensor {

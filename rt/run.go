@@ -40,6 +40,8 @@ type Options struct {
 	// stall makes a device wait for cancellation before running (tests of
 	// the collective timeout).
 	stall func(dev int) bool
+	// files shares loaded .npy files between runs (the trainer's steps).
+	files *npyCache
 }
 
 // Event is one entry of a device's timeline.
@@ -111,7 +113,10 @@ func Run(ctx context.Context, p *lower.Plan, opts Options) (*Result, error) {
 	res := &Result{Devices: make([]DeviceStats, n), Carry: make([][]*Tensor, n)}
 	finals := make([][]*Tensor, n)
 	errs := make([]error, n)
-	cache := &npyCache{}
+	cache := opts.files
+	if cache == nil {
+		cache = &npyCache{}
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for d := 0; d < n; d++ {

@@ -152,6 +152,7 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 			batches[bi.Source] = b
 		}
 		stepOpts := opts
+		stepOpts.files = cache // inputs are read from disk once, not every step
 		stepOpts.Feed = func(dev int, v *lang.Value) *Tensor {
 			if b, ok := batches[v]; ok {
 				return Scatter(p.Mesh, b, p.Placement[v], dev)
