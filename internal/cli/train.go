@@ -169,8 +169,12 @@ func testStall(saves int) func() {
 	return func() { time.Sleep(time.Minute) }
 }
 
-// samplesPerStep is the leading dim of the first input, the batch.
+// samplesPerStep is the rows each step sees: the train block's batch, or
+// else the leading dim of the first input.
 func samplesPerStep(g *lang.Graph) int {
+	if g.Train != nil && g.Train.Batch > 0 {
+		return g.Train.Batch
+	}
 	for _, v := range g.Values {
 		if v.Op == "input" && v.Type.Rank() > 0 {
 			return v.Type.Shape[0]
