@@ -221,6 +221,9 @@ func (b *vjp) acc(x, contrib *Value) {
 	if !b.active[x] || !x.Type.DType.IsFloat() {
 		return
 	}
+	if contrib.Primal == nil && contrib.Backward {
+		contrib.Primal = x
+	}
 	if prev := b.adj.of[x]; prev != nil {
 		contrib = b.op("add", t(prev), t(contrib))
 	}

@@ -34,6 +34,9 @@ type Value struct {
 
 	// Backward marks values autodiff created.
 	Backward bool
+	// Primal is, for a gradient contribution, the forward value it is the
+	// gradient of: inference prefers to place it dually (same splits).
+	Primal *Value
 	// Remat marks values computed inside a checkpointed function: the
 	// backward recomputes them instead of keeping them alive.
 	Remat bool

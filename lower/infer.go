@@ -118,6 +118,16 @@ func (p *Plan) choose(v *lang.Value) (*Choice, error) {
 				sc.splits++
 			}
 		}
+		// A gradient looks ahead to where it is headed: its forward value's
+		// splits (a replicated value's gradient may stay partial). Price
+		// the conversion there as if a consumer asked for it.
+		if pv := v.Primal; pv != nil && sbp.SameShapeAndRank(pv.Type.Shape, v.Type.Shape) {
+			if dual := dualOf(p.Placement[pv], s.Out); !dual.Equal(s.Out) {
+				if path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), s.Out, dual); err == nil {
+					sc.time += path.Time
+				}
+			}
+		}
 		if best == nil || sc.less(bestScore) {
 			best, bestScore = &Choice{Sig: s, Time: sc.time}, sc
 		}
@@ -127,6 +137,19 @@ func (p *Plan) choose(v *lang.Value) (*Choice, error) {
 	}
 	best.Candidates = valid
 	return best, nil
+}
+
+// dualOf is where a gradient of a value placed primal is headed: split as
+// the value is on the axes that split it; elsewhere left as out (the
+// gradient of a replicated value is reduced later, however it is held).
+func dualOf(primal, out sbp.NdSBP) sbp.NdSBP {
+	d := out.Clone()
+	for a, e := range primal {
+		if e.IsS() {
+			d[a] = e
+		}
+	}
+	return d
 }
 
 // sigFits rejects signatures a value's dtype cannot take: integer tensors

@@ -39,8 +39,8 @@ type Instr struct {
 	// every group member's block length along it (uneven splits included):
 	// the From dim for an all-gather, the To dim otherwise.
 	Lens []int
-	Pos   lang.Pos    // the source position responsible
-	Free  []int       // slots whose last use is this instruction
+	Pos  lang.Pos // the source position responsible
+	Free []int    // slots whose last use is this instruction
 }
 
 // Program is one device's instruction list.
