@@ -353,6 +353,21 @@ func (b *vjp) run() error {
 		d := b.op("mul", t(b.op("sub", t(b.val(a[0])), t(b.val(a[1])))), t(b.op("mul", t(g), n(2/float64(a[0].Type.Numel())))))
 		b.acc(a[0], d)
 		b.acc(a[1], b.op("neg", t(d)))
+	case "minimum", "maximum":
+		// the gradient goes to the operand that was chosen; ties go to the
+		// second (relu_grad is 1 only for a strictly positive difference)
+		d := b.op("sub", t(b.val(a[1])), t(b.val(a[0])))
+		if v.Op == "maximum" {
+			d = b.op("neg", t(d))
+		}
+		first := b.op("relu_grad", t(d))
+		b.acc(a[0], b.unbroadcast(b.op("mul", t(g), t(first)), a[0].Type.Shape))
+		b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(b.op("sub", n(1), t(first)))), a[1].Type.Shape))
+	case "where":
+		b.acc(a[1], b.unbroadcast(b.op("where", t(b.val(a[0])), t(g), n(0)), a[1].Type.Shape))
+		b.acc(a[2], b.unbroadcast(b.op("where", t(b.val(a[0])), n(0), t(g)), a[2].Type.Shape))
+	case "nonfinite":
+		// piecewise constant: no gradient flows
 	case "to":
 		b.acc(a[0], g)
 	case "cast":

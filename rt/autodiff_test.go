@@ -70,6 +70,8 @@ var gradCases = []gradCase{
 	{"cross_entropy", []gradInput{in("x", 6, 4), idxIn("t", 4, 6)}, "cross_entropy(x, t)"},
 	{"mse", []gradInput{in("a", 3, 4), in("b", 3, 4)}, "mse(a, b)"},
 	{"to", []gradInput{in("a", 4, 4)}, "to(a, {a: B}) * 3"},
+	{"minimum_maximum", []gradInput{in("a", 3, 4), in("b", 4)}, "minimum(a, b) + maximum(a, b * 2)"},
+	{"where", []gradInput{in("c", 3, 1), in("a", 3, 4), in("b", 4)}, "where(relu(c), a, b * 3) + nonfinite(a)"},
 	{"mlp", []gradInput{in("x", 4, 3), in("w1", 3, 5), in("b1", 5), in("w2", 5, 2)}, "gelu(x @ w1 + b1) @ w2"},
 }
 
