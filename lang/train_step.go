@@ -210,17 +210,15 @@ func (c *Checker) buildStep(tr *Train) {
 			next = mk("sub", t(p), t(mk("mul", t(nb), t(lr))))
 		case "adam", "adamw":
 			m, v := state("exp_avg"), state("exp_avg_sq")
-			nm := mk("add", t(mk("mul", t(m), n1(o.Beta1))), t(mk("mul", t(g), n1(1-o.Beta1))))
-			nv := mk("add", t(mk("mul", t(v), n1(o.Beta2))), t(mk("mul", t(mk("mul", t(g), t(g))), n1(1-o.Beta2))))
+			nm := mk("adam_moment", t(m), t(g), n1(o.Beta1))
+			nv := mk("adam_moment2", t(v), t(g), n1(o.Beta2))
 			tr.Carry = append(tr.Carry, Carry{m, nm}, Carry{v, nv})
-			// PyTorch: p -= lr/bc1 · m / (√v/√bc2 + eps)
-			denom := mk("add", t(mk("div", t(mk("sqrt", t(nv))), t(mk("sqrt", t(bc2))))), n1(o.Eps))
-			step := mk("mul", t(mk("div", t(lr), t(bc1))), t(mk("div", t(nm), t(denom))))
-			base := p
+			// PyTorch: p ← p·(1 − lr·wd) (adamw), then p -= lr/bc1 · m / (√v/√bc2 + eps)
+			decay := n1(1)
 			if o.Kind == "adamw" && o.WeightDecay > 0 {
-				base = mk("mul", t(p), t(mk("sub", n1(1), t(mk("mul", t(lr), n1(o.WeightDecay))))))
+				decay = t(mk("sub", n1(1), t(mk("mul", t(lr), n1(o.WeightDecay)))))
 			}
-			next = mk("sub", t(base), t(step))
+			next = mk("adam_update", t(p), t(nm), t(nv), t(mk("div", t(lr), t(bc1))), t(mk("sqrt", t(bc2))), n1(o.Eps), decay)
 		}
 		next.Name = p.Name + ".next"
 		tr.Carry = append([]Carry{{p, next}}, tr.Carry...)

@@ -108,6 +108,9 @@ func (c *CPU) compute(call *OpCall) (*Tensor, error) {
 	if t, ok, err := c.computeGrad(call); ok {
 		return t, err
 	}
+	if t, ok := c.computeOptim(call); ok {
+		return t, nil
+	}
 	return nil, fmt.Errorf("no CPU kernel for op %s", v.Op)
 }
 

@@ -87,6 +87,10 @@ var opCases = []opCase{
 	{"embedding_i32", "input W : f64[5, 3] = normal(0, 1)\ninput i : i32[5] = uniform(0, 5)\ny = embedding(W, i)"},
 	{"cross_entropy", "input a : f64[5, 4] = normal(0, 1)\ninput t : i64[5] = uniform(0, 4)\ny = cross_entropy(a, t)"},
 	{"mse", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = mse(a, b)"},
+	// fused optimizer ops
+	{"adam_moment", "input m : f64[3, 5] = normal(0, 1)\ninput g : f64[3, 5] = normal(0, 1)\ny = adam_moment(m, g, 0.9)"},
+	{"adam_moment2", "input m : f64[3, 5] = uniform(0, 1)\ninput g : f64[3, 5] = normal(0, 1)\ny = adam_moment2(m, g, 0.99)"},
+	{"adam_update", "input p : f64[3, 5] = normal(0, 1)\ninput s : f64[] = uniform(0.1, 0.2)\ny = adam_update(p, p * 0.5, p * p + 0.1, s, 0.9, 0.00000001, 0.99)"},
 	// gradient helper ops
 	{"relu_grad", "input a : f64[3, 5] = normal(0, 1)\ny = relu_grad(a)"},
 	{"gelu_grad", "input a : f64[3, 5] = normal(0, 1)\ny = gelu_grad(a)"},
@@ -126,7 +130,7 @@ func checkCase(t *testing.T, c opCase, m *mesh.Mesh) *lang.Graph {
 }
 
 func TestEveryOpHasARule(t *testing.T) {
-	all := append(lang.BuiltinOps(), lang.GradOps()...)
+	all := append(append(lang.BuiltinOps(), lang.GradOps()...), lang.OptimOps()...)
 	for _, op := range all {
 		_, ok := sbp.Lookup(op)
 		require.True(t, ok, "op %s has no placement rule", op)

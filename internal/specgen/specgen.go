@@ -56,6 +56,7 @@ var ruleExamples = []ruleExample{
 	{"cross_entropy", "Y[] = cross_entropy(logits[n,c], labels[n])", sbp.OpDesc{In: [][]int{{4, 4}, {4}}, Out: []int{}}},
 	{"mse", "Y[] = mse(A[m,n], B[m,n])", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{}}},
 	{"const", "a number used as a tensor", sbp.OpDesc{Out: []int{}}},
+	{"adam_update", "P'[m,n] = adam_update(P, M, V, step, root_bc2, eps, decay) (also adam_moment, adam_moment2)", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}, {4, 4}, {}, {}, {}, {}}, Out: []int{4, 4}}},
 	{"relu_grad", "Y = relu_grad(A[m,n]) (also gelu_grad)", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}},
 	{"softmax_grad", "D[m,n] = softmax_grad(Y[m,n], G[m,n], axis=1)", sbp.OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}, Axis: 1}},
 	{"normalize", "Y[m,n] = normalize(A[m,n])", sbp.OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}},
@@ -109,7 +110,7 @@ func Rules() string {
 // coveredBy: ops documented together with another op of the same rule.
 func coveredBy(op string) bool {
 	switch op {
-	case "sub", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid", "log_softmax", "mean", "gelu_grad", "maximum", "cast":
+	case "sub", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid", "log_softmax", "mean", "gelu_grad", "maximum", "cast", "adam_moment", "adam_moment2":
 		return true
 	}
 	return false

@@ -1,0 +1,53 @@
+package rt
+
+import "math"
+
+// Kernels of the fused optimizer ops (lang/builtins_optim.go).
+
+func (c *CPU) computeOptim(call *OpCall) (*Tensor, bool) {
+	a := call.Args
+	switch call.Value.Op {
+	case "adam_moment", "adam_moment2":
+		out := NewTensor(a[0].DType, a[0].Shape)
+		sq := call.Value.Op == "adam_moment2"
+		switch d := out.Data.(type) {
+		case []float32:
+			moment(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32)[0], sq)
+		case []float64:
+			moment(d, a[0].Data.([]float64), a[1].Data.([]float64), a[2].Data.([]float64)[0], sq)
+		}
+		return out, true
+	case "adam_update":
+		out := NewTensor(a[0].DType, a[0].Shape)
+		switch d := out.Data.(type) {
+		case []float32:
+			s := func(i int) float32 { return a[i].Data.([]float32)[0] }
+			adamUpdate(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32), s(3), s(4), s(5), s(6))
+		case []float64:
+			s := func(i int) float64 { return a[i].Data.([]float64)[0] }
+			adamUpdate(d, a[0].Data.([]float64), a[1].Data.([]float64), a[2].Data.([]float64), s(3), s(4), s(5), s(6))
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+func moment[T Float](out, m, g []T, beta T, square bool) {
+	w := 1 - beta
+	if square {
+		for i := range out {
+			out[i] = m[i]*beta + g[i]*g[i]*w
+		}
+		return
+	}
+	for i := range out {
+		out[i] = m[i]*beta + g[i]*w
+	}
+}
+
+func adamUpdate[T Float](out, p, m, v []T, step, rootBC2, eps, decay T) {
+	for i := range out {
+		denom := T(math.Sqrt(float64(v[i])))/rootBC2 + eps
+		out[i] = p[i]*decay - step*(m[i]/denom)
+	}
+}
