@@ -223,17 +223,35 @@ func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y [
 		return
 	}
 	// the common shapes get loops with the arithmetic inline
+	fast := func(xScalar, yScalar bool) bool {
+		switch op {
+		case "add", "sub", "mul", "div":
+		default:
+			return false
+		}
+		parallelFor(n, func(lo, hi int) {
+			xs, ys := x, y
+			if !xScalar {
+				xs = x[lo:hi]
+			}
+			if !yScalar {
+				ys = y[lo:hi]
+			}
+			fastBinary(op, out[lo:hi], xs, ys, xScalar, yScalar)
+		})
+		return true
+	}
 	switch {
 	case sameShape(xs, ys):
-		if fastBinary(op, out, x, y, false, false) {
+		if fast(false, false) {
 			return
 		}
 	case len(y) == 1 && sameShape(xs, shape):
-		if fastBinary(op, out, x, y, false, true) {
+		if fast(false, true) {
 			return
 		}
 	case len(x) == 1 && sameShape(ys, shape):
-		if fastBinary(op, out, x, y, true, false) {
+		if fast(true, false) {
 			return
 		}
 	}
@@ -375,14 +393,18 @@ func unary(op string, x *Tensor) *Tensor {
 				d[i] = float32(math.Sqrt(float64(v)))
 			}
 		case "gelu":
-			for i, v := range in {
-				x := float64(v)
-				d[i] = float32(0.5 * x * (1 + math.Erf(x*(1/math.Sqrt2))))
-			}
+			parallelFor(len(in), func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					x := float64(in[i])
+					d[i] = float32(0.5 * x * (1 + math.Erf(x*(1/math.Sqrt2))))
+				}
+			})
 		default:
-			for i, v := range in {
-				d[i] = float32(f(float64(v)))
-			}
+			parallelFor(len(in), func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					d[i] = float32(f(float64(in[i])))
+				}
+			})
 		}
 	case []float64:
 		for i, v := range x.Data.([]float64) {

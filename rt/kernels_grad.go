@@ -56,9 +56,11 @@ func geluGrad(x *Tensor) *Tensor {
 	if in, ok := x.Data.([]float32); ok {
 		out := NewTensor(x.DType, x.Shape)
 		d := out.Data.([]float32)
-		for i, v := range in {
-			d[i] = float32(f(float64(v)))
-		}
+		parallelFor(len(in), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				d[i] = float32(f(float64(in[i])))
+			}
+		})
 		return out
 	}
 	return mapFloat(x, f)

@@ -34,20 +34,24 @@ func (c *CPU) computeOptim(call *OpCall) (*Tensor, bool) {
 
 func moment[T Float](out, m, g []T, beta T, square bool) {
 	w := 1 - beta
-	if square {
-		for i := range out {
-			out[i] = m[i]*beta + g[i]*g[i]*w
+	parallelFor(len(out), func(lo, hi int) {
+		if square {
+			for i := lo; i < hi; i++ {
+				out[i] = m[i]*beta + g[i]*g[i]*w
+			}
+			return
 		}
-		return
-	}
-	for i := range out {
-		out[i] = m[i]*beta + g[i]*w
-	}
+		for i := lo; i < hi; i++ {
+			out[i] = m[i]*beta + g[i]*w
+		}
+	})
 }
 
 func adamUpdate[T Float](out, p, m, v []T, step, rootBC2, eps, decay T) {
-	for i := range out {
-		denom := T(math.Sqrt(float64(v[i])))/rootBC2 + eps
-		out[i] = p[i]*decay - step*(m[i]/denom)
-	}
+	parallelFor(len(out), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			denom := T(math.Sqrt(float64(v[i])))/rootBC2 + eps
+			out[i] = p[i]*decay - step*(m[i]/denom)
+		}
+	})
 }
