@@ -3,6 +3,7 @@ package lang
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // The built-in ops and their type rules (dtype and shape). Placement rules
@@ -292,7 +293,7 @@ func layernormOp(c *Checker, b *binder) *Value {
 	}
 	h := x.Type.Shape[x.Type.Rank()-1]
 	for _, p := range []*Value{g, be} {
-		if ShapeString(p.Type.Shape) != ShapeString([]int{h}) {
+		if !slices.Equal(p.Type.Shape, []int{h}) {
 			return c.fail(b, "shape mismatch in layernorm: gamma and beta must be [%d] for input %s, got %s", h, ShapeString(x.Type.Shape), ShapeString(p.Type.Shape))
 		}
 	}
@@ -420,7 +421,7 @@ func mseOp(c *Checker, b *binder) *Value {
 	if !c.floatTensor(b, x) || !c.floatTensor(b, y) || !c.sameDType(b, x, y) {
 		return nil
 	}
-	if ShapeString(x.Type.Shape) != ShapeString(y.Type.Shape) {
+	if !slices.Equal(x.Type.Shape, y.Type.Shape) {
 		return c.fail(b, "shape mismatch in mse: %s and %s", ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
 	}
 	return newValue(b, Type{x.Type.DType, []int{}}, x, y)

@@ -1,5 +1,7 @@
 package lang
 
+import "slices"
+
 // Gradient helper ops. Autodiff builds backward graphs from these and the
 // ordinary ops; they are callable from programs too (and so tested like
 // every other op). Each is the derivative of a forward op that is not a
@@ -28,7 +30,7 @@ func GradOps() []string {
 }
 
 func (c *Checker) sameShape(b *binder, x, y *Value) bool {
-	if ShapeString(x.Type.Shape) != ShapeString(y.Type.Shape) {
+	if !slices.Equal(x.Type.Shape, y.Type.Shape) {
 		c.fail(b, "shape mismatch in %s: %s and %s", b.name, ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
 		return false
 	}
@@ -137,7 +139,7 @@ func maxGradOp(c *Checker, b *binder) *Value {
 	if axis >= 0 {
 		want = append(append([]int{}, x.Type.Shape[:axis]...), x.Type.Shape[axis+1:]...)
 	}
-	if ShapeString(want) != ShapeString(y.Type.Shape) {
+	if !slices.Equal(want, y.Type.Shape) {
 		return c.fail(b, "shape mismatch in max_grad: max of %s is %s, got %s", ShapeString(x.Type.Shape), ShapeString(want), ShapeString(y.Type.Shape))
 	}
 	v := newValue(b, x.Type, x, y, g)
@@ -165,7 +167,7 @@ func broadcastToOp(c *Checker, b *binder) *Value {
 		}
 		shape[i] = d
 	}
-	if out, ok := Broadcast(x.Type.Shape, shape); !ok || ShapeString(out) != ShapeString(shape) {
+	if out, ok := Broadcast(x.Type.Shape, shape); !ok || !slices.Equal(out, shape) {
 		return c.fail(b, "shape mismatch in broadcast_to: %s does not broadcast to %s", ShapeString(x.Type.Shape), ShapeString(shape))
 	}
 	return newValue(b, Type{x.Type.DType, shape}, x)
@@ -208,7 +210,7 @@ func embeddingGradOp(c *Checker, b *binder) *Value {
 		return c.fail(b, "embedding_grad: vocab must be positive")
 	}
 	r := idx.Type.Rank()
-	if g.Type.Rank() != r+1 || ShapeString(g.Type.Shape[:r]) != ShapeString(idx.Type.Shape) {
+	if g.Type.Rank() != r+1 || !slices.Equal(g.Type.Shape[:r], idx.Type.Shape) {
 		return c.fail(b, "shape mismatch in embedding_grad: indices %s and gradient %s", ShapeString(idx.Type.Shape), ShapeString(g.Type.Shape))
 	}
 	return newValue(b, Type{g.Type.DType, []int{vocab, g.Type.Shape[r]}}, idx, g)

@@ -1,5 +1,7 @@
 package lang
 
+import "slices"
+
 // Fused optimizer ops: the Adam update in three passes over the
 // parameters instead of a dozen elementwise ops (as torch.optim's fused and
 // foreach kernels do). Callable like other ops; the train block uses them.
@@ -39,7 +41,7 @@ func fusedOp(n int) builtinFn {
 			if !c.floatTensor(b, a) || !c.sameDType(b, first, a) {
 				return nil
 			}
-			if i < n && ShapeString(a.Type.Shape) != ShapeString(first.Type.Shape) {
+			if i < n && !slices.Equal(a.Type.Shape, first.Type.Shape) {
 				return c.fail(b, "shape mismatch in %s: %s and %s", b.name, ShapeString(first.Type.Shape), ShapeString(a.Type.Shape))
 			}
 			if i >= n && a.Type.Rank() != 0 {

@@ -3,6 +3,7 @@ package lang
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/meshrun/meshrun/internal/npy"
@@ -270,7 +271,7 @@ func (c *Checker) loadInit(pos Pos, file, name string, t Type) (*Init, bool) {
 		c.errorf(pos, "load(%q): file holds %s but %s is declared %s", file, h.DType(), name, t.DType)
 		return nil, false
 	}
-	if ShapeString(h.Shape) != ShapeString(t.Shape) {
+	if !slices.Equal(h.Shape, t.Shape) {
 		c.errorf(pos, "load(%q): file has shape %s but %s is declared %s", file, ShapeString(h.Shape), name, ShapeString(t.Shape))
 		return nil, false
 	}

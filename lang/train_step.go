@@ -222,15 +222,13 @@ func (c *Checker) buildStep(tr *Train) {
 		}
 		next.Name = p.Name + ".next"
 		tr.Carry = append([]Carry{{p, next}}, tr.Carry...)
-		if tr.FoundInf != nil {
-			// an overflow skips the step: parameters and states keep their values
-			for i := range tr.Carry {
-				cr := &tr.Carry[i]
-				if cr.Next.Op != "where" {
-					cr.Next = mk("where", t(tr.FoundInf), t(cr.Source), t(cr.Next))
-					cr.Next.Name = cr.Source.Name + ".next"
-				}
-			}
+	}
+	if tr.FoundInf != nil {
+		// an overflow skips the step: parameters and states keep their values
+		for i := range tr.Carry {
+			cr := &tr.Carry[i]
+			cr.Next = mk("where", t(tr.FoundInf), t(cr.Source), t(cr.Next))
+			cr.Next.Name = cr.Source.Name + ".next"
 		}
 	}
 }

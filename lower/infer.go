@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/sbp"
@@ -121,7 +122,7 @@ func (p *Plan) choose(v *lang.Value) (*Choice, error) {
 		// A gradient looks ahead to where it is headed: its forward value's
 		// splits (a replicated value's gradient may stay partial). Price
 		// the conversion there as if a consumer asked for it.
-		if pv := v.Primal; pv != nil && sbp.SameShapeAndRank(pv.Type.Shape, v.Type.Shape) {
+		if pv := v.Primal; pv != nil && slices.Equal(pv.Type.Shape, v.Type.Shape) {
 			if dual := dualOf(p.Placement[pv], s.Out); !dual.Equal(s.Out) {
 				if path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), s.Out, dual); err == nil {
 					sc.time += path.Time

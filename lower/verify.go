@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/sbp"
@@ -99,7 +100,7 @@ func Verify(p *Plan) error {
 				}
 				written[in.Out] = true
 				want := sbp.Layout(p.Mesh, in.Value.Type.Shape, outPlacement(p, &in), prog.Device).Len
-				if lang.ShapeString(want) != lang.ShapeString(in.Shape) {
+				if !slices.Equal(want, in.Shape) {
 					return fmt.Errorf("device %d instruction %d (%s): local shape %v, layout says %v", prog.Device, i, in.Name(), in.Shape, want)
 				}
 			}

@@ -2,6 +2,7 @@ package rt
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/meshrun/meshrun/lang"
 )
@@ -221,14 +222,4 @@ func ConcatDim(ts []*Tensor, dim int) *Tensor {
 }
 
 // sameShape reports equal shapes.
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
+func sameShape(a, b []int) bool { return slices.Equal(a, b) }

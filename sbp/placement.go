@@ -159,16 +159,3 @@ func All(rank, axes int, partial bool) []NdSBP {
 	}
 	return out
 }
-
-// SameShapeAndRank reports whether two shapes are equal.
-func SameShapeAndRank(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
