@@ -23,29 +23,26 @@ var ErrPeerTimeout = errors.New("timed out")
 // per ordered pair. Every device runs the same instruction sequence, so
 // messages between two devices are matched in order.
 type ChanTransport struct {
-	mu    sync.Mutex
-	chans map[[2]int]chan *Tensor
+	chans sync.Map       // [2]int{from, to} → chan *Tensor, made on first use
 	sent  []atomic.Int64 // bytes sent per device
 }
 
 // NewChanTransport makes a transport for n devices.
 func NewChanTransport(n int) *ChanTransport {
-	return &ChanTransport{chans: map[[2]int]chan *Tensor{}, sent: make([]atomic.Int64, n)}
+	return &ChanTransport{sent: make([]atomic.Int64, n)}
 }
 
+// ch finds a pair's channel without a lock once it exists.
 func (c *ChanTransport) ch(from, to int) chan *Tensor {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	k := [2]int{from, to}
-	ch, ok := c.chans[k]
-	if !ok {
-		// A collective sends at most a group's worth of messages to one
-		// peer before it must receive, so this never fills in practice;
-		// if it did, Send would wait (bounded by ctx).
-		ch = make(chan *Tensor, 64)
-		c.chans[k] = ch
+	if ch, ok := c.chans.Load(k); ok {
+		return ch.(chan *Tensor)
 	}
-	return ch
+	// A collective sends at most a group's worth of messages to one peer
+	// before it must receive, so this never fills in practice; if it did,
+	// Send would wait (bounded by ctx).
+	ch, _ := c.chans.LoadOrStore(k, make(chan *Tensor, 64))
+	return ch.(chan *Tensor)
 }
 
 // Send implements Transport. Tensors are immutable once produced, so the
