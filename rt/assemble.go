@@ -67,11 +67,21 @@ func Assemble(m *mesh.Mesh, t lang.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor
 // (partial placements: one device of each partial group holds the value).
 func Scatter(m *mesh.Mesh, full *Tensor, pl sbp.NdSBP, dev int) *Tensor {
 	b := sbp.Layout(m, full.Shape, pl, dev)
+	if !holdsPartialValue(m, pl, b, dev) {
+		return NewTensor(full.DType, b.Len)
+	}
+	return Extract(full, b.Off, b.Len)
+}
+
+// holdsPartialValue reports whether dev holds the value (rather than zeros)
+// when a logical tensor is placed partial: one device of each P(sum) group,
+// the one at coordinate 0; every device for P(max).
+func holdsPartialValue(m *mesh.Mesh, pl sbp.NdSBP, b sbp.Block, dev int) bool {
 	coord := m.Coord(dev)
 	for _, a := range b.Partial {
 		if pl[a].Reduce == sbp.Sum && coord[a] != 0 {
-			return NewTensor(full.DType, b.Len)
+			return false
 		}
 	}
-	return Extract(full, b.Off, b.Len)
+	return true
 }

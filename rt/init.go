@@ -84,15 +84,8 @@ func (c *npyCache) load(path string) (*Tensor, error) {
 // materialise builds device dev's block of a source value.
 func materialise(v *lang.Value, m *mesh.Mesh, pl sbp.NdSBP, dev int, seed uint64, cache *npyCache) (*Tensor, error) {
 	b := sbp.Layout(m, v.Type.Shape, pl, dev)
-	coord := m.Coord(dev)
-	zero := false // partial sources: one device of each partial group holds the value
-	for _, a := range b.Partial {
-		if pl[a].Reduce == sbp.Sum && coord[a] != 0 {
-			zero = true
-		}
-	}
 	out := NewTensor(v.Type.DType, b.Len)
-	if zero {
+	if !holdsPartialValue(m, pl, b, dev) {
 		return out, nil
 	}
 	init := v.Attrs.Init
