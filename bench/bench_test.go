@@ -43,7 +43,7 @@ func BenchmarkMatmulBackendVsRawBLAS(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				if _, err := cpu.Compute(&rt.OpCall{Value: v, Args: []*rt.Tensor{x, w}}); err != nil {
+				if _, err := cpu.Compute(&rt.OpCall{Kernel: lower.KernelOf(v), Args: []*rt.Tensor{x, w}}); err != nil {
 					b.Fatal(err)
 				}
 				t1 := time.Now()

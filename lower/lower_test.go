@@ -4,10 +4,12 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 	"github.com/stretchr/testify/require"
 )
@@ -129,9 +131,23 @@ func TestVerifierCatchesABrokenPlan(t *testing.T) {
 	// pretend the output's conversion went somewhere else
 	p.Outputs[0].Conv.Path = &sbp.Path{From: p.Outputs[0].Conv.Path.From, To: sbp.NdSBP{sbp.B, sbp.B}}
 	require.ErrorContains(t, Verify(p), "conversion c0")
+	// rank 3 runs a program whose all-reduce became a different step
 	p = compileExample(t, "megatron_mlp")
-	p.Programs[3].Instrs = p.Programs[3].Instrs[1:]
-	require.ErrorContains(t, Verify(p), "device 3 has")
+	bad := *p.Exec.Programs[0]
+	bad.Instrs = slices.Clone(bad.Instrs)
+	for i := range bad.Instrs {
+		if bad.Instrs[i].Kind == plan.Collective {
+			st := *bad.Instrs[i].Step
+			st.Kind = sbp.AllGather
+			bad.Instrs[i].Step = &st
+			break
+		}
+	}
+	p.Exec.Programs = append(p.Exec.Programs, &bad)
+	p.Exec.RankProgram = make([]int, p.Mesh.Size())
+	p.Exec.RankProgram[3] = 1
+	require.ErrorContains(t, Verify(p), "disagree on a collective")
+	require.ErrorContains(t, Verify(p), "rank 3 runs all_gather(y)")
 }
 
 func TestMissingRuleIsACompileErrorAtTheOp(t *testing.T) {

@@ -13,10 +13,12 @@
 //	        differs from its argument's placement, and for output/to(); each
 //	        is a shortest path of single-axis steps (sbp.Planner) and
 //	        remembers the source position that caused it
-//	spmd    emit one program per device: the same instruction list with
-//	        that device's local shapes and shard offsets, slots for values
-//	        and step results, and the slots each instruction frees last
-//	memory  simulate each program's allocations: per-device peak bytes
+//	spmd    emit the executable plan (package plan): a program over
+//	        numbered slots with global shapes and placements, shared by
+//	        every rank whose work differs only by its coordinate, the
+//	        groups its collectives use, and the slots each instruction
+//	        frees last; it refers to nothing in the graph
+//	memory  simulate each rank's allocations: per-device peak bytes
 //
 // Results live in side tables on the Plan (placements, choices,
 // conversions), never on the graph. With Options.Verify a verifier checks
@@ -31,6 +33,7 @@ import (
 
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -64,8 +67,12 @@ type Plan struct {
 	Convs     []*Conversion
 	Outputs   []*OutputPlan
 	Carry     []*CarryPlan // training: the values that replace sources each step
-	Programs  []*Program
-	Peak      []int64 // per-device peak bytes (memory pass)
+	// Exec is the executable plan the spmd pass emits: self-contained
+	// per-rank programs (package plan); SourceIndex maps each source value
+	// to its index in Exec.Sources.
+	Exec        *plan.Plan
+	SourceIndex map[*lang.Value]int
+	Peak        []int64 // per-device peak bytes (memory pass)
 
 	done map[string]bool
 }
@@ -208,12 +215,7 @@ func (p *Plan) Dump() string {
 		fmt.Fprintf(&b, "output %s %s\n", o.Output.Name, o.Placement)
 	}
 	if p.done["spmd"] {
-		for _, prog := range p.Programs {
-			if prog.Device > 0 {
-				break
-			}
-			fmt.Fprintf(&b, "program for device 0 (%d slots):\n%s", prog.NumSlots, prog.Dump())
-		}
+		b.WriteString(p.Exec.Dump())
 	}
 	if p.done["memory"] {
 		fmt.Fprintf(&b, "peak bytes per device: %v\n", p.Peak)

@@ -2,163 +2,161 @@ package lower
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 
 	"github.com/meshrun/meshrun/lang"
-	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
 
-// InstrKind says what an instruction does.
-type InstrKind uint8
-
-const (
-	Source  InstrKind = iota // materialise this device's block of an input or param
-	Compute                  // run an op's kernel on local blocks
-	Box                      // one boxing step: a collective or a local conversion
-)
-
-func (k InstrKind) String() string {
-	return [...]string{"source", "compute", "box"}[k]
-}
-
-// Instr is one instruction of a device program.
-type Instr struct {
-	Kind  InstrKind
-	Value *lang.Value // Source, Compute: the value computed; Box: the value converted
-	Conv  *Conversion // Box
-	Step  *sbp.Step   // Box
-	Args  []int       // slots read
-	Out   int         // slot written
-	Shape []int       // local shape of the result
-	In    []sbp.Block // blocks of the arguments as read
-	Block sbp.Block   // block of the result
-	Group []int       // Box: the devices of this device's group, in ring order
-	Rank  int         // Box: this device's index in Group
-	// Lens is, for a step that gathers, scatters or exchanges along a dim,
-	// every group member's block length along it (uneven splits included):
-	// the From dim for an all-gather, the To dim otherwise.
-	Lens []int
-	Pos  lang.Pos // the source position responsible
-	Free []int    // slots whose last use is this instruction
-}
-
-// Program is one device's instruction list.
-type Program struct {
-	Device      int
-	Instrs      []Instr
-	NumSlots    int
-	OutputSlots []int // per Plan.Outputs
-	CarrySlots  []int // per Plan.Carry
-	SlotType    []lang.DType
-}
-
-// Name describes an instruction for errors, timelines and dumps.
-func (in *Instr) Name() string {
-	switch in.Kind {
-	case Box:
-		return fmt.Sprintf("%s(%s)", in.Step.Kind, in.Value.Label())
-	case Source:
-		return fmt.Sprintf("%s %s", in.Value.Op, in.Value.Label())
-	}
-	return fmt.Sprintf("%s -> %s", in.Value.Op, in.Value.Label())
-}
-
+// buildPrograms emits the executable plan: one program every rank shares
+// (global shapes and placements; a rank's blocks follow from its
+// coordinate), the groups its collectives use, and the sources, outputs
+// and carried values it names. Nothing in it points into the graph.
 func buildPrograms(p *Plan) error {
-	for dev := 0; dev < p.Mesh.Size(); dev++ {
-		p.Programs = append(p.Programs, p.program(dev))
+	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: map[*lang.Value]int{},
+		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{}}
+	p.SourceIndex = map[*lang.Value]int{}
+	for _, v := range p.Values {
+		if err := e.value(v); err != nil {
+			return err
+		}
 	}
+	for _, o := range p.Outputs {
+		s := e.slotOf[o.Output.Value]
+		if o.Conv != nil {
+			s = e.convert(o.Conv)
+		}
+		e.prog.OutputSlots = append(e.prog.OutputSlots, s)
+		e.exec.Outputs = append(e.exec.Outputs, plan.Tensor{Name: o.Output.Name, DType: o.Output.Value.Type.DType,
+			Shape: slices.Clone(o.Output.Value.Type.Shape), Placement: o.Placement.Clone()})
+	}
+	for _, c := range p.Carry {
+		s := e.slotOf[c.Next]
+		if c.Conv != nil {
+			s = e.convert(c.Conv)
+		}
+		e.prog.CarrySlots = append(e.prog.CarrySlots, s)
+		e.exec.Carry = append(e.exec.Carry, p.SourceIndex[c.Source])
+	}
+	freeAfterLastUse(e.prog)
+	e.exec.Programs = []*plan.Program{e.prog}
+	p.Exec = e.exec
 	return nil
 }
 
-func (p *Plan) program(dev int) *Program {
-	m := p.Mesh
-	prog := &Program{Device: dev}
-	slotOf := map[*lang.Value]int{}
-	convSlot := map[*Conversion]int{}
-	newSlot := func(dt lang.DType) int {
-		prog.SlotType = append(prog.SlotType, dt)
-		prog.NumSlots++
-		return prog.NumSlots - 1
+type emitter struct {
+	p        *Plan
+	exec     *plan.Plan
+	prog     *plan.Program
+	slotOf   map[*lang.Value]int
+	convSlot map[*Conversion]int
+	groups   map[string]int // group axes → index in exec.Groups
+}
+
+func (e *emitter) newSlot(dt lang.DType) int {
+	e.prog.SlotType = append(e.prog.SlotType, dt)
+	return len(e.prog.SlotType) - 1
+}
+
+func (e *emitter) emit(in plan.Instr) {
+	e.prog.Instrs = append(e.prog.Instrs, in)
+}
+
+func (e *emitter) value(v *lang.Value) error {
+	p := e.p
+	if v.IsSource() {
+		idx := len(e.exec.Sources)
+		p.SourceIndex[v] = idx
+		var init *lang.Init
+		if v.Attrs.Init != nil {
+			c := *v.Attrs.Init
+			init = &c
+		}
+		e.exec.Sources = append(e.exec.Sources, plan.Tensor{Name: v.Name, Role: v.Op, DType: v.Type.DType,
+			Shape: slices.Clone(v.Type.Shape), Placement: p.Placement[v].Clone(), Init: init})
+		out := e.newSlot(v.Type.DType)
+		e.emit(plan.Instr{Kind: plan.Source, Label: v.Label(), Src: idx, DType: v.Type.DType, Shape: v.Type.Shape,
+			Placement: p.Placement[v], Out: out, Pos: v.Pos, Where: v.Where()})
+		e.slotOf[v] = out
+		return nil
 	}
-	layout := func(v *lang.Value, pl sbp.NdSBP) sbp.Block {
-		return sbp.Layout(m, v.Type.Shape, pl, dev)
+	ch := p.Choice[v]
+	if ch == nil {
+		return fmt.Errorf("%s: %s has no placement choice", v.Where(), v.Label())
 	}
-	// convert emits the steps of c (once) and returns the slot holding the result.
-	convert := func(c *Conversion) int {
-		if s, ok := convSlot[c]; ok {
-			return s
+	args := make([]int, len(v.Args))
+	for i, a := range v.Args {
+		if c := ch.ArgConv[i]; c != nil {
+			args[i] = e.convert(c)
+		} else {
+			args[i] = e.slotOf[a]
 		}
-		cur := slotOf[c.Value]
-		for i := range c.Path.Steps {
-			st := &c.Path.Steps[i]
-			out := newSlot(c.Value.Type.DType)
-			in := Instr{Kind: Box, Value: c.Value, Conv: c, Step: st, Args: []int{cur}, Out: out,
-				In: []sbp.Block{layout(c.Value, st.From)}, Block: layout(c.Value, st.To),
-				Group: m.Group(dev, st.Axis), Rank: m.Coord(dev)[st.Axis], Pos: c.Pos}
-			in.Shape = in.Block.Len
-			in.Lens = stepLens(m, c.Value.Type.Shape, st, in.Group)
-			prog.Instrs = append(prog.Instrs, in)
-			cur = out
-		}
-		convSlot[c] = cur
-		return cur
 	}
-	for _, v := range p.Values {
-		if v.IsSource() {
-			out := newSlot(v.Type.DType)
-			b := layout(v, p.Placement[v])
-			prog.Instrs = append(prog.Instrs, Instr{Kind: Source, Value: v, Out: out, Shape: b.Len, Block: b, Pos: v.Pos})
-			slotOf[v] = out
-			continue
-		}
-		ch := p.Choice[v]
-		args := make([]int, len(v.Args))
-		blocks := make([]sbp.Block, len(v.Args))
-		for i, a := range v.Args {
-			if c := ch.ArgConv[i]; c != nil {
-				args[i] = convert(c)
-			} else {
-				args[i] = slotOf[a]
-			}
-			blocks[i] = layout(a, ch.Sig.In[i])
-		}
-		if v.Op == "to" {
-			slotOf[v] = args[0] // a conversion, already emitted; the value aliases its result
-			continue
-		}
-		out := newSlot(v.Type.DType)
-		b := layout(v, p.Placement[v])
-		prog.Instrs = append(prog.Instrs, Instr{Kind: Compute, Value: v, Args: args, Out: out, Shape: b.Len, In: blocks, Block: b, Pos: v.Pos})
-		slotOf[v] = out
+	if v.Op == "to" {
+		e.slotOf[v] = args[0] // a conversion, already emitted; the value aliases its result
+		return nil
 	}
-	for _, o := range p.Outputs {
-		s := slotOf[o.Output.Value]
-		if o.Conv != nil {
-			s = convert(o.Conv)
-		}
-		prog.OutputSlots = append(prog.OutputSlots, s)
+	out := e.newSlot(v.Type.DType)
+	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: KernelOf(v), DType: v.Type.DType, Shape: v.Type.Shape,
+		Placement: p.Placement[v], ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: v.Where()})
+	e.slotOf[v] = out
+	return nil
+}
+
+// convert emits the steps of c (once) and returns the slot holding the result.
+func (e *emitter) convert(c *Conversion) int {
+	if s, ok := e.convSlot[c]; ok {
+		return s
 	}
-	for _, c := range p.Carry {
-		s := slotOf[c.Next]
-		if c.Conv != nil {
-			s = convert(c.Conv)
-		}
-		prog.CarrySlots = append(prog.CarrySlots, s)
+	v := c.Value
+	cur := e.slotOf[v]
+	where := lang.FormatPos(c.Pos)
+	for _, cp := range c.Calls {
+		where += " (called from " + lang.FormatPos(cp) + ")"
 	}
-	// liveness: free each slot after its last reader; outputs and carried
-	// values live to the end.
-	last := make([]int, prog.NumSlots)
+	for i := range c.Path.Steps {
+		st := c.Path.Steps[i]
+		out := e.newSlot(v.Type.DType)
+		in := plan.Instr{Kind: plan.Local, Label: v.Label(), Step: &st, DType: v.Type.DType, Shape: v.Type.Shape,
+			Placement: st.To, ArgPlace: []sbp.NdSBP{st.From}, Args: []int{cur}, Out: out, Pos: c.Pos, Where: where}
+		if st.Kind.Communicates() {
+			in.Kind, in.Group = plan.Collective, e.group([]int{st.Axis})
+		}
+		e.emit(in)
+		cur = out
+	}
+	e.convSlot[c] = cur
+	return cur
+}
+
+// group returns the index of the group over axes, declaring it on first use.
+func (e *emitter) group(axes []int) int {
+	k := fmt.Sprint(axes)
+	if g, ok := e.groups[k]; ok {
+		return g
+	}
+	e.exec.Groups = append(e.exec.Groups, plan.Group{Axes: slices.Clone(axes)})
+	e.groups[k] = len(e.exec.Groups) - 1
+	return e.groups[k]
+}
+
+// freeAfterLastUse frees each slot after its last reader; outputs and
+// carried values live to the end.
+func freeAfterLastUse(prog *plan.Program) {
+	last := make([]int, prog.NumSlots())
 	for i := range last {
 		last[i] = -1
 	}
 	for i, in := range prog.Instrs {
-		last[in.Out] = max(last[in.Out], i)
+		if in.Out >= 0 {
+			last[in.Out] = max(last[in.Out], i)
+		}
 		for _, a := range in.Args {
 			last[a] = i
 		}
 	}
-	for _, s := range append(append([]int{}, prog.OutputSlots...), prog.CarrySlots...) {
+	for _, s := range append(slices.Clone(prog.OutputSlots), prog.CarrySlots...) {
 		last[s] = len(prog.Instrs)
 	}
 	for s, i := range last {
@@ -166,70 +164,26 @@ func (p *Plan) program(dev int) *Program {
 			prog.Instrs[i].Free = append(prog.Instrs[i].Free, s)
 		}
 	}
-	return prog
 }
 
-// stepLens lists the group members' block lengths along the dim a step
-// cuts or joins (nil for steps that need none).
-func stepLens(m *mesh.Mesh, shape []int, st *sbp.Step, group []int) []int {
-	pl, dim := st.To, -1
-	switch st.Kind {
-	case sbp.AllGather:
-		pl, dim = st.From, st.From[st.Axis].Dim
-	case sbp.ReduceScatter, sbp.AllToAll:
-		dim = st.To[st.Axis].Dim
+// KernelOf is the kernel description of an op value: what a backend needs
+// to run it, with nothing pointing into the graph.
+func KernelOf(v *lang.Value) *plan.Kernel {
+	k := &plan.Kernel{Op: v.Op, Attrs: v.Attrs, DType: v.Type.DType, Shape: slices.Clone(v.Type.Shape)}
+	k.Attrs.Perm = slices.Clone(v.Attrs.Perm)
+	k.Attrs.Init = nil
+	for _, a := range v.Args {
+		k.ArgDTypes = append(k.ArgDTypes, a.Type.DType)
+		k.ArgShapes = append(k.ArgShapes, slices.Clone(a.Type.Shape))
 	}
-	if dim < 0 {
-		return nil
-	}
-	out := make([]int, len(group))
-	for i, d := range group {
-		out[i] = sbp.Layout(m, shape, pl, d).Len[dim]
-	}
-	return out
+	return k
 }
 
-// Dump prints a program.
-func (prog *Program) Dump() string {
-	var b strings.Builder
-	for _, in := range prog.Instrs {
-		var args []string
-		for _, a := range in.Args {
-			args = append(args, fmt.Sprintf("s%d", a))
-		}
-		fmt.Fprintf(&b, "  s%d = %s(%s) local%s", in.Out, in.Name(), strings.Join(args, ", "), lang.ShapeString(in.Shape))
-		if in.Kind == Box {
-			fmt.Fprintf(&b, " group%v", in.Group)
-		}
-		if len(in.Free) > 0 {
-			fmt.Fprintf(&b, " free%v", in.Free)
-		}
-		b.WriteByte('\n')
-	}
-	fmt.Fprintf(&b, "  outputs %v\n", prog.OutputSlots)
-	return b.String()
-}
-
-// simulateMemory replays each program's allocations: every slot holds its
-// local block from the instruction that writes it until its last reader.
+// simulateMemory replays each rank's allocations (plan.Peak).
 func simulateMemory(p *Plan) error {
-	p.Peak = make([]int64, len(p.Programs))
-	for d, prog := range p.Programs {
-		var cur, peak int64
-		size := make([]int64, prog.NumSlots)
-		for _, in := range prog.Instrs {
-			n := int64(1)
-			for _, l := range in.Shape {
-				n *= int64(l)
-			}
-			size[in.Out] = n * int64(prog.SlotType[in.Out].Size())
-			cur += size[in.Out]
-			peak = max(peak, cur)
-			for _, s := range in.Free {
-				cur -= size[s]
-			}
-		}
-		p.Peak[d] = peak
+	p.Peak = make([]int64, p.Mesh.Size())
+	for r := range p.Peak {
+		p.Peak[r] = p.Exec.Peak(r)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package lower
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/sbp"
@@ -79,41 +78,11 @@ func Verify(p *Plan) error {
 		}
 	}
 	if p.done["spmd"] {
-		if len(p.Programs) != p.Mesh.Size() {
-			return fmt.Errorf("%d programs for %d devices", len(p.Programs), p.Mesh.Size())
-		}
-		ref := p.Programs[0]
-		for _, prog := range p.Programs {
-			if len(prog.Instrs) != len(ref.Instrs) {
-				return fmt.Errorf("device %d has %d instructions, device 0 has %d", prog.Device, len(prog.Instrs), len(ref.Instrs))
-			}
-			written := make([]bool, prog.NumSlots)
-			for i, in := range prog.Instrs {
-				r := ref.Instrs[i]
-				if in.Kind != r.Kind || in.Value != r.Value || in.Step != r.Step {
-					return fmt.Errorf("device %d instruction %d (%s) differs from device 0's (%s)", prog.Device, i, in.Name(), r.Name())
-				}
-				for _, a := range in.Args {
-					if !written[a] {
-						return fmt.Errorf("device %d instruction %d (%s) reads slot %d before it is written", prog.Device, i, in.Name(), a)
-					}
-				}
-				written[in.Out] = true
-				want := sbp.Layout(p.Mesh, in.Value.Type.Shape, outPlacement(p, &in), prog.Device).Len
-				if !slices.Equal(want, in.Shape) {
-					return fmt.Errorf("device %d instruction %d (%s): local shape %v, layout says %v", prog.Device, i, in.Name(), in.Shape, want)
-				}
-			}
+		if err := p.Exec.Verify(); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-func outPlacement(p *Plan, in *Instr) sbp.NdSBP {
-	if in.Kind == Box {
-		return in.Step.To
-	}
-	return p.Placement[in.Value]
 }
 
 func verifySig(p *Plan, v *lang.Value, s sbp.NdSig) error {

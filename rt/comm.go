@@ -8,89 +8,45 @@ import (
 	"sync/atomic"
 )
 
-// Transport moves tensors between devices point to point. The in-process
-// transport uses channels; an NCCL or MPI runtime provides its own
-// Collectives instead (see Collectives).
-type Transport interface {
-	Send(ctx context.Context, from, to int, t *Tensor) error
-	Recv(ctx context.Context, to, from int) (*Tensor, error)
+// Comm is one rank's connection to the other ranks of a run: tagged
+// point-to-point messages, and the groups its collectives run on, created
+// once at start-up. The in-process communicator (NewInProc) connects
+// goroutines; package rt/mpi's connects processes.
+type Comm interface {
+	Rank() int
+	Size() int
+	// NewGroup is called by every rank once per plan group, at start-up
+	// and in plan order, with id the plan's group index and members its
+	// own group's ranks in ring order.
+	NewGroup(ctx context.Context, id int, members []int) (Group, error)
+	// Send may return before the peer receives (it is buffered); the
+	// buffer must not change afterwards. Recv waits for the message from
+	// peer with that tag, first sent first received.
+	Send(ctx context.Context, peer, tag int, b Buffer) error
+	Recv(ctx context.Context, peer, tag int) (Buffer, error)
+	// BytesSent is what this rank has sent so far.
+	BytesSent() int64
 }
 
-// ErrPeerTimeout is wrapped by errors of receives whose peer never sent.
-var ErrPeerTimeout = errors.New("timed out")
-
-// ChanTransport connects the devices of one process with a buffered channel
-// per ordered pair. Every device runs the same instruction sequence, so
-// messages between two devices are matched in order.
-type ChanTransport struct {
-	chans sync.Map       // [2]int{from, to} → chan *Tensor, made on first use
-	sent  []atomic.Int64 // bytes sent per device
+// Group runs collectives among its members. Lengths are per member along
+// the dim a collective cuts or joins, so uneven splits need no padding.
+type Group interface {
+	Size() int
+	Index() int // this rank's position in the group
+	// AllReduce reduces x over the group; every member gets the result.
+	AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, error)
+	// AllGather concatenates every member's x along dim; lens[i] is
+	// member i's length along dim.
+	AllGather(ctx context.Context, x Buffer, dim int, lens []int) (Buffer, error)
+	// ReduceScatter reduces x over the group and returns chunk Index of
+	// the result cut along dim into lens.
+	ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int, op ReduceOp) (Buffer, error)
+	// AllToAll cuts x along splitDim into lens, sends piece i to member i,
+	// and concatenates what arrives along catDim in member order.
+	AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int, catDim int) (Buffer, error)
+	// Broadcast returns root's x on every member (others pass nil).
+	Broadcast(ctx context.Context, x Buffer, root int) (Buffer, error)
 }
-
-// NewChanTransport makes a transport for n devices.
-func NewChanTransport(n int) *ChanTransport {
-	return &ChanTransport{sent: make([]atomic.Int64, n)}
-}
-
-// ch finds a pair's channel without a lock once it exists.
-func (c *ChanTransport) ch(from, to int) chan *Tensor {
-	k := [2]int{from, to}
-	if ch, ok := c.chans.Load(k); ok {
-		return ch.(chan *Tensor)
-	}
-	// A collective sends at most a group's worth of messages to one peer
-	// before it must receive, so this never fills in practice; if it did,
-	// Send would wait (bounded by ctx).
-	ch, _ := c.chans.LoadOrStore(k, make(chan *Tensor, 64))
-	return ch.(chan *Tensor)
-}
-
-// Send implements Transport. Tensors are immutable once produced, so the
-// receiver may share t's storage with the sender.
-func (c *ChanTransport) Send(ctx context.Context, from, to int, t *Tensor) error {
-	select {
-	case c.ch(from, to) <- t:
-		c.sent[from].Add(t.Bytes())
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("send to device %d: %w", to, ctxErr(ctx))
-	}
-}
-
-// Recv implements Transport.
-func (c *ChanTransport) Recv(ctx context.Context, to, from int) (*Tensor, error) {
-	select {
-	case t := <-c.ch(from, to):
-		return t, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for device %d: %w", from, ctxErr(ctx))
-	}
-}
-
-// BytesSent is the bytes device dev has sent so far.
-func (c *ChanTransport) BytesSent(dev int) int64 { return c.sent[dev].Load() }
-
-func ctxErr(ctx context.Context) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return ErrPeerTimeout
-	}
-	return ctx.Err()
-}
-
-// Group is the devices of one collective in ring order, and the caller's
-// index among them.
-type Group struct {
-	Devices []int
-	Rank    int
-}
-
-func (g Group) size() int      { return len(g.Devices) }
-func (g Group) next() int      { return g.Devices[(g.Rank+1)%g.size()] }
-func (g Group) prev() int      { return g.Devices[(g.Rank-1+g.size())%g.size()] }
-func (g Group) me() int        { return g.Devices[g.Rank] }
-func (g Group) at(i int) int   { return g.Devices[((i%g.size())+g.size())%g.size()] }
-func mod(a, p int) int         { return ((a % p) + p) % p }
-func (g Group) String() string { return fmt.Sprint(g.Devices) }
 
 // ReduceOp combines partial values.
 type ReduceOp uint8
@@ -100,53 +56,174 @@ const (
 	OpMax
 )
 
-// Collectives is what the interpreter asks of the network. The ring
-// implementation below runs over any Transport; a GPU runtime implements it
-// with NCCL.
-type Collectives interface {
-	// AllGather concatenates every member's t along dim; lens[i] is member
-	// i's length along dim.
-	AllGather(ctx context.Context, g Group, t *Tensor, dim int, lens []int) (*Tensor, error)
-	// ReduceScatter reduces t over the group and returns chunk Rank of the
-	// result cut along dim into lens.
-	ReduceScatter(ctx context.Context, g Group, t *Tensor, dim int, lens []int, op ReduceOp) (*Tensor, error)
-	// AllReduce reduces t over the group; every member gets the result.
-	AllReduce(ctx context.Context, g Group, t *Tensor, op ReduceOp) (*Tensor, error)
-	// AllToAll cuts t along splitDim into lens, sends piece i to member i,
-	// and concatenates what arrives along catDim in member order.
-	AllToAll(ctx context.Context, g Group, t *Tensor, splitDim int, lens []int, catDim int) (*Tensor, error)
-	// Broadcast sends root's t to every member (others pass nil).
-	Broadcast(ctx context.Context, g Group, t *Tensor, root int) (*Tensor, error)
-	// Send and Recv move one tensor between two devices.
-	Send(ctx context.Context, from, to int, t *Tensor) error
-	Recv(ctx context.Context, to, from int) (*Tensor, error)
+// ErrPeerTimeout is wrapped by errors of receives whose peer never sent.
+var ErrPeerTimeout = errors.New("timed out")
+
+func ctxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ErrPeerTimeout
+	}
+	return ctx.Err()
 }
 
-// Ring implements Collectives with the classic algorithms over a Transport:
-// ring all-gather, ring reduce-scatter, all-reduce as reduce-scatter then
+// Transport moves host tensors between the ranks of one process, per
+// (sender, receiver, tag) channel in order.
+type Transport interface {
+	Send(ctx context.Context, from, to, tag int, t *Tensor) error
+	Recv(ctx context.Context, to, from, tag int) (*Tensor, error)
+}
+
+// ChanTransport connects the ranks of one process with a buffered channel
+// per (sender, receiver, tag).
+type ChanTransport struct {
+	chans sync.Map       // [3]int{from, to, tag} → chan *Tensor, made on first use
+	sent  []atomic.Int64 // bytes sent per rank
+}
+
+// NewChanTransport makes a transport for n ranks.
+func NewChanTransport(n int) *ChanTransport {
+	return &ChanTransport{sent: make([]atomic.Int64, n)}
+}
+
+// ch finds a channel without a lock once it exists.
+func (c *ChanTransport) ch(from, to, tag int) chan *Tensor {
+	k := [3]int{from, to, tag}
+	if ch, ok := c.chans.Load(k); ok {
+		return ch.(chan *Tensor)
+	}
+	// A collective sends at most a group's worth of messages to one peer
+	// before it must receive, so this rarely fills; if it does, Send
+	// waits (bounded by ctx).
+	ch, _ := c.chans.LoadOrStore(k, make(chan *Tensor, 64))
+	return ch.(chan *Tensor)
+}
+
+// Send implements Transport. Tensors are immutable once produced, so the
+// receiver may share t's storage with the sender.
+func (c *ChanTransport) Send(ctx context.Context, from, to, tag int, t *Tensor) error {
+	select {
+	case c.ch(from, to, tag) <- t:
+		c.sent[from].Add(t.Bytes())
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("send to rank %d: %w", to, ctxErr(ctx))
+	}
+}
+
+// Recv implements Transport.
+func (c *ChanTransport) Recv(ctx context.Context, to, from, tag int) (*Tensor, error) {
+	select {
+	case t := <-c.ch(from, to, tag):
+		return t, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for rank %d: %w", from, ctxErr(ctx))
+	}
+}
+
+// BytesSent is the bytes rank dev has sent so far.
+func (c *ChanTransport) BytesSent(dev int) int64 { return c.sent[dev].Load() }
+
+// InProc is one goroutine rank's Comm over a shared ChanTransport.
+type InProc struct {
+	T    *ChanTransport
+	rank int
+	size int
+}
+
+// NewInProc returns the n communicators of an in-process world.
+func NewInProc(n int) []*InProc {
+	t := NewChanTransport(n)
+	out := make([]*InProc, n)
+	for r := range out {
+		out[r] = &InProc{T: t, rank: r, size: n}
+	}
+	return out
+}
+
+func (c *InProc) Rank() int        { return c.rank }
+func (c *InProc) Size() int        { return c.size }
+func (c *InProc) BytesSent() int64 { return c.T.BytesSent(c.rank) }
+
+// collectiveTag keeps each group's ring messages apart from the others'
+// and from point-to-point tags (which are small non-negative numbers).
+func collectiveTag(group int) int { return -1 - group }
+
+// NewGroup implements Comm: an in-process group needs no set-up beyond
+// knowing its members.
+func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, error) {
+	idx := -1
+	for i, m := range members {
+		if m == c.rank {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil, fmt.Errorf("rank %d is not in group %v", c.rank, members)
+	}
+	return &Ring{T: c.T, Devices: members, Rank: idx, Tag: collectiveTag(id)}, nil
+}
+
+// Send implements Comm.
+func (c *InProc) Send(ctx context.Context, peer, tag int, b Buffer) error {
+	t, err := host(b)
+	if err != nil {
+		return err
+	}
+	return c.T.Send(ctx, c.rank, peer, tag, t)
+}
+
+// Recv implements Comm.
+func (c *InProc) Recv(ctx context.Context, peer, tag int) (Buffer, error) {
+	return c.T.Recv(ctx, c.rank, peer, tag)
+}
+
+// Ring is a Group running the classic algorithms over a Transport: ring
+// all-gather, ring reduce-scatter, all-reduce as reduce-scatter then
 // all-gather (each rank sends 2(p-1)/p of the data), pairwise all-to-all,
-// binomial-tree broadcast.
-type Ring struct{ T Transport }
-
-func (r Ring) Send(ctx context.Context, from, to int, t *Tensor) error {
-	return r.T.Send(ctx, from, to, t)
+// binomial-tree broadcast. Devices are the members in ring order, Rank
+// the caller's index among them, Tag the channel its messages use.
+type Ring struct {
+	T       Transport
+	Devices []int
+	Rank    int
+	Tag     int
 }
-func (r Ring) Recv(ctx context.Context, to, from int) (*Tensor, error) {
-	return r.T.Recv(ctx, to, from)
+
+func (g *Ring) Size() int    { return len(g.Devices) }
+func (g *Ring) Index() int   { return g.Rank }
+func (g *Ring) next() int    { return g.Devices[(g.Rank+1)%g.Size()] }
+func (g *Ring) prev() int    { return g.Devices[(g.Rank-1+g.Size())%g.Size()] }
+func (g *Ring) me() int      { return g.Devices[g.Rank] }
+func (g *Ring) at(i int) int { return g.Devices[mod(i, g.Size())] }
+func mod(a, p int) int       { return ((a % p) + p) % p }
+
+func (g *Ring) send(ctx context.Context, to int, t *Tensor) error {
+	return g.T.Send(ctx, g.me(), to, g.Tag, t)
 }
 
-// AllGather: p-1 steps; in step k each rank forwards the block it received
-// in step k-1 (its own at k=0) to the next rank.
-func (r Ring) AllGather(ctx context.Context, g Group, t *Tensor, dim int, lens []int) (*Tensor, error) {
-	p := g.size()
+func (g *Ring) recv(ctx context.Context, from int) (*Tensor, error) {
+	return g.T.Recv(ctx, g.me(), from, g.Tag)
+}
+
+// AllGather implements Group: p-1 steps; in step k each rank forwards the
+// block it received in step k-1 (its own at k=0) to the next rank.
+func (g *Ring) AllGather(ctx context.Context, x Buffer, dim int, lens []int) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	return g.allGather(ctx, t, dim, lens)
+}
+
+func (g *Ring) allGather(ctx context.Context, t *Tensor, dim int, lens []int) (*Tensor, error) {
+	p := g.Size()
 	blocks := make([]*Tensor, p)
 	blocks[g.Rank] = t
 	for k := 0; k < p-1; k++ {
-		send := mod(g.Rank-k, p)
-		if err := r.T.Send(ctx, g.me(), g.next(), blocks[send]); err != nil {
+		if err := g.send(ctx, g.next(), blocks[mod(g.Rank-k, p)]); err != nil {
 			return nil, err
 		}
-		got, err := r.T.Recv(ctx, g.me(), g.prev())
+		got, err := g.recv(ctx, g.prev())
 		if err != nil {
 			return nil, err
 		}
@@ -159,44 +236,54 @@ func (r Ring) AllGather(ctx context.Context, g Group, t *Tensor, dim int, lens [
 	return ConcatDim(blocks, dim), nil
 }
 
-// ReduceScatter: in step k rank r sends its running sum of chunk r-k-1 to
-// the next rank and adds the chunk r-k-2 it receives; after p-1 steps chunk
-// r is complete on rank r.
-func (r Ring) ReduceScatter(ctx context.Context, g Group, t *Tensor, dim int, lens []int, op ReduceOp) (*Tensor, error) {
-	p := g.size()
+// ReduceScatter implements Group: in step k rank r sends its running sum
+// of chunk r-k-1 to the next rank and adds the chunk r-k-2 it receives;
+// after p-1 steps chunk r is complete on rank r.
+func (g *Ring) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int, op ReduceOp) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	return g.reduceScatter(ctx, t, dim, lens, op)
+}
+
+func (g *Ring) reduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (*Tensor, error) {
+	p := g.Size()
 	chunks := SplitDim(t, dim, lens)
 	for k := 0; k < p-1; k++ {
-		send := mod(g.Rank-k-1, p)
-		if err := r.T.Send(ctx, g.me(), g.next(), chunks[send]); err != nil {
+		if err := g.send(ctx, g.next(), chunks[mod(g.Rank-k-1, p)]); err != nil {
 			return nil, err
 		}
-		got, err := r.T.Recv(ctx, g.me(), g.prev())
+		got, err := g.recv(ctx, g.prev())
 		if err != nil {
 			return nil, err
 		}
-		recv := mod(g.Rank-k-2, p)
-		if err := accumulate(chunks[recv], got, op); err != nil {
+		if err := accumulate(chunks[mod(g.Rank-k-2, p)], got, op); err != nil {
 			return nil, err
 		}
 	}
 	return chunks[g.Rank], nil
 }
 
-// AllReduce: ring reduce-scatter of the flattened tensor in p balanced
-// chunks, then ring all-gather of the chunks.
-func (r Ring) AllReduce(ctx context.Context, g Group, t *Tensor, op ReduceOp) (*Tensor, error) {
-	p := g.size()
+// AllReduce implements Group: ring reduce-scatter of the flattened tensor
+// in p balanced chunks, then ring all-gather of the chunks.
+func (g *Ring) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	p := g.Size()
 	if p == 1 {
 		return t.Clone(), nil
 	}
 	n := t.Numel()
 	flat := &Tensor{DType: t.DType, Shape: []int{n}, Data: t.Data}
 	lens := balanced(n, p)
-	mine, err := r.ReduceScatter(ctx, g, flat, 0, lens, op)
+	mine, err := g.reduceScatter(ctx, flat, 0, lens, op)
 	if err != nil {
 		return nil, err
 	}
-	all, err := r.AllGather(ctx, g, mine, 0, lens)
+	all, err := g.allGather(ctx, mine, 0, lens)
 	if err != nil {
 		return nil, err
 	}
@@ -204,18 +291,22 @@ func (r Ring) AllReduce(ctx context.Context, g Group, t *Tensor, op ReduceOp) (*
 	return all, nil
 }
 
-// AllToAll: p-1 pairwise rounds; in round k rank r sends to r+k and
-// receives from r-k.
-func (r Ring) AllToAll(ctx context.Context, g Group, t *Tensor, splitDim int, lens []int, catDim int) (*Tensor, error) {
-	p := g.size()
+// AllToAll implements Group: p-1 pairwise rounds; in round k rank r sends
+// to r+k and receives from r-k.
+func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int, catDim int) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	p := g.Size()
 	pieces := SplitDim(t, splitDim, lens)
 	got := make([]*Tensor, p)
 	got[g.Rank] = pieces[g.Rank]
 	for k := 1; k < p; k++ {
-		if err := r.T.Send(ctx, g.me(), g.at(g.Rank+k), pieces[mod(g.Rank+k, p)]); err != nil {
+		if err := g.send(ctx, g.at(g.Rank+k), pieces[mod(g.Rank+k, p)]); err != nil {
 			return nil, err
 		}
-		x, err := r.T.Recv(ctx, g.me(), g.at(g.Rank-k))
+		x, err := g.recv(ctx, g.at(g.Rank-k))
 		if err != nil {
 			return nil, err
 		}
@@ -224,18 +315,25 @@ func (r Ring) AllToAll(ctx context.Context, g Group, t *Tensor, splitDim int, le
 	return ConcatDim(got, catDim), nil
 }
 
-// Broadcast: binomial tree rooted at root; lg p rounds.
-func (r Ring) Broadcast(ctx context.Context, g Group, t *Tensor, root int) (*Tensor, error) {
-	p := g.size()
+// Broadcast implements Group: binomial tree rooted at root; lg p rounds.
+func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int) (Buffer, error) {
+	var t *Tensor
+	if x != nil {
+		var err error
+		if t, err = host(x); err != nil {
+			return nil, err
+		}
+	}
+	p := g.Size()
 	vr := mod(g.Rank-root, p)
 	mask := 1
 	for mask < p {
 		if vr&mask != 0 {
-			x, err := r.T.Recv(ctx, g.me(), g.at(vr-mask+root))
+			got, err := g.recv(ctx, g.at(vr-mask+root))
 			if err != nil {
 				return nil, err
 			}
-			t = x
+			t = got
 			break
 		}
 		mask <<= 1
@@ -243,7 +341,7 @@ func (r Ring) Broadcast(ctx context.Context, g Group, t *Tensor, root int) (*Ten
 	mask >>= 1
 	for mask > 0 {
 		if vr+mask < p {
-			if err := r.T.Send(ctx, g.me(), g.at(vr+mask+root), t); err != nil {
+			if err := g.send(ctx, g.at(vr+mask+root), t); err != nil {
 				return nil, err
 			}
 		}

@@ -12,10 +12,9 @@ import (
 )
 
 // runGroup runs f on every member of a p-device group concurrently.
-func runGroup(t *testing.T, p int, f func(ctx context.Context, g Group, c Collectives) (*Tensor, error)) []*Tensor {
+func runGroup(t *testing.T, p int, f func(ctx context.Context, g Group, c Comm) (Buffer, error)) []*Tensor {
 	t.Helper()
-	tr := NewChanTransport(p)
-	c := Ring{T: tr}
+	comms := NewInProc(p)
 	devs := make([]int, p)
 	for i := range devs {
 		devs[i] = i
@@ -29,7 +28,16 @@ func runGroup(t *testing.T, p int, f func(ctx context.Context, g Group, c Collec
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			out[r], errs[r] = f(ctx, Group{Devices: devs, Rank: r}, c)
+			g, err := comms[r].NewGroup(ctx, 0, devs)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			b, err := f(ctx, g, comms[r])
+			if b != nil {
+				out[r] = b.(*Tensor)
+			}
+			errs[r] = err
 		}(r)
 	}
 	wg.Wait()
@@ -60,8 +68,8 @@ func TestAllGatherMatchesConcat(t *testing.T) {
 			}
 			lens := balanced(sz.rows, sz.p)
 			blocks := SplitDim(full, dim, lens)
-			out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
-				return c.AllGather(ctx, g, blocks[g.Rank], dim, lens)
+			out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Comm) (Buffer, error) {
+				return g.AllGather(ctx, blocks[g.Index()], dim, lens)
 			})
 			for _, o := range out {
 				require.Equal(t, full.Data, o.Data, "p=%d rows=%d dim=%d", sz.p, sz.rows, dim)
@@ -84,15 +92,15 @@ func TestReduceScatterAndAllReduceMatchSum(t *testing.T) {
 		}
 		lens := balanced(sz.rows, sz.p)
 		want := SplitDim(sum, 0, lens)
-		out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
-			return c.ReduceScatter(ctx, g, inputs[g.Rank], 0, lens, OpSum)
+		out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Comm) (Buffer, error) {
+			return g.ReduceScatter(ctx, inputs[g.Index()], 0, lens, OpSum)
 		})
 		for i, o := range out {
 			require.Equal(t, want[i].Data, o.Data, "reduce-scatter p=%d rows=%d rank %d", sz.p, sz.rows, i)
 		}
 		for _, op := range []ReduceOp{OpSum, OpMax} {
-			out = runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
-				return c.AllReduce(ctx, g, inputs[g.Rank], op)
+			out = runGroup(t, sz.p, func(ctx context.Context, g Group, c Comm) (Buffer, error) {
+				return g.AllReduce(ctx, inputs[g.Index()], op)
 			})
 			ref := sum
 			if op == OpMax {
@@ -115,8 +123,8 @@ func TestAllToAllTransposesBlocks(t *testing.T) {
 		rl, cl := balanced(sz.rows, sz.p), balanced(cols, sz.p)
 		rowBlocks := SplitDim(full, 0, rl)
 		colBlocks := SplitDim(full, 1, cl)
-		out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
-			return c.AllToAll(ctx, g, rowBlocks[g.Rank], 1, cl, 0)
+		out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Comm) (Buffer, error) {
+			return g.AllToAll(ctx, rowBlocks[g.Index()], 1, cl, 0)
 		})
 		for i, o := range out {
 			require.Equal(t, colBlocks[i].Data, o.Data, "p=%d rank %d", sz.p, i)
@@ -129,12 +137,12 @@ func TestBroadcastFromEveryRoot(t *testing.T) {
 	for _, sz := range collectiveSizes {
 		for root := 0; root < sz.p; root++ {
 			x := randTensor(r, []int{sz.rows})
-			out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
-				var in *Tensor
-				if g.Rank == root {
+			out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Comm) (Buffer, error) {
+				var in Buffer
+				if g.Index() == root {
 					in = x
 				}
-				return c.Broadcast(ctx, g, in, root)
+				return g.Broadcast(ctx, in, root)
 			})
 			for _, o := range out {
 				require.Equal(t, x.Data, o.Data)
@@ -145,11 +153,11 @@ func TestBroadcastFromEveryRoot(t *testing.T) {
 
 func TestSendRecv(t *testing.T) {
 	x := randTensor(rand.New(rand.NewSource(5)), []int{4})
-	out := runGroup(t, 2, func(ctx context.Context, g Group, c Collectives) (*Tensor, error) {
-		if g.Rank == 0 {
-			return x, c.Send(ctx, 0, 1, x)
+	out := runGroup(t, 2, func(ctx context.Context, g Group, c Comm) (Buffer, error) {
+		if g.Index() == 0 {
+			return x, c.Send(ctx, 1, 0, x)
 		}
-		return c.Recv(ctx, 1, 0)
+		return c.Recv(ctx, 0, 0)
 	})
 	require.Equal(t, x.Data, out[1].Data)
 }
@@ -168,7 +176,8 @@ func TestRingBytesMatchModel(t *testing.T) {
 				for i := range devs {
 					devs[i] = i
 				}
-				_, err := Ring{T: tr}.AllReduce(context.Background(), Group{Devices: devs, Rank: r}, NewTensor(2, []int{n}), OpSum)
+				g := &Ring{T: tr, Devices: devs, Rank: r}
+				_, err := g.AllReduce(context.Background(), NewTensor(2, []int{n}), OpSum)
 				require.NoError(t, err)
 			}(r)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/meshrun/meshrun/internal/npy"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -81,27 +82,28 @@ func (c *npyCache) load(path string) (*Tensor, error) {
 	return t, nil
 }
 
-// materialise builds device dev's block of a source value.
-func materialise(v *lang.Value, m *mesh.Mesh, pl sbp.NdSBP, dev int, seed uint64, cache *npyCache) (*Tensor, error) {
-	b := sbp.Layout(m, v.Type.Shape, pl, dev)
-	out := NewTensor(v.Type.DType, b.Len)
+// materialise builds device dev's block of a source tensor.
+func materialise(src *plan.Tensor, m *mesh.Mesh, dev int, seed uint64, cache *npyCache) (*Tensor, error) {
+	pl := src.Placement
+	b := sbp.Layout(m, src.Shape, pl, dev)
+	out := NewTensor(src.DType, b.Len)
 	if !holdsPartialValue(m, pl, b, dev) {
 		return out, nil
 	}
-	init := v.Attrs.Init
+	init := src.Init
 	if init.Kind == "load" {
 		full, err := cache.load(init.Path)
 		if err != nil {
 			return nil, fmt.Errorf("load(%q): %v", init.Src, err)
 		}
-		if full.DType != v.Type.DType || !sameShape(full.Shape, v.Type.Shape) {
-			return nil, fmt.Errorf("load(%q): file now holds %s%v, declared %s", init.Src, full.DType, full.Shape, v.Type)
+		if full.DType != src.DType || !sameShape(full.Shape, src.Shape) {
+			return nil, fmt.Errorf("load(%q): file now holds %s%v, declared %s", init.Src, full.DType, full.Shape, lang.Type{DType: src.DType, Shape: src.Shape})
 		}
 		CopyBlock(out, make([]int, len(b.Len)), full, b.Off, b.Len)
 		return out, nil
 	}
-	key := initKey(seed, v.Name)
-	gst := strides(v.Type.Shape)
+	key := initKey(seed, src.Name)
+	gst := strides(src.Shape)
 	n := out.Numel()
 	vals := make([]float64, n)
 	idx := make([]int, len(b.Len))

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -18,10 +19,10 @@ type CPU struct {
 
 // OpCall is one kernel invocation.
 type OpCall struct {
-	Value *lang.Value
-	Args  []*Tensor
-	In    []sbp.Block // the arguments' blocks
-	Out   sbp.Block   // the result's block
+	Kernel *plan.Kernel
+	Args   []*Tensor
+	In     []sbp.Block // the arguments' blocks
+	Out    sbp.Block   // the result's block
 }
 
 // Compute runs v's kernel on local tensors. Half-precision operands are
@@ -31,7 +32,7 @@ func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
 	for _, a := range call.Args {
 		half = half || isHalf(a.DType)
 	}
-	if !half && !isHalf(call.Value.Type.DType) {
+	if !half && !isHalf(call.Kernel.DType) {
 		return c.compute(call)
 	}
 	wide := *call
@@ -40,22 +41,22 @@ func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
 		wide.Args[i] = widen(a)
 	}
 	out, err := c.compute(&wide)
-	if err != nil || !isHalf(call.Value.Type.DType) {
+	if err != nil || !isHalf(call.Kernel.DType) {
 		return out, err
 	}
-	return narrow(out, call.Value.Type.DType), nil
+	return narrow(out, call.Kernel.DType), nil
 }
 
 func (c *CPU) compute(call *OpCall) (*Tensor, error) {
-	v := call.Value
+	v := call.Kernel
 	a := call.Args
 	switch v.Op {
 	case "const":
-		t := NewTensor(wideDType(v.Type.DType), nil)
+		t := NewTensor(wideDType(v.DType), nil)
 		setScalar(t, v.Attrs.Scalar)
 		return t, nil
 	case "cast":
-		return castTensor(a[0], v.Type.DType), nil
+		return castTensor(a[0], v.DType), nil
 	case "where":
 		return where(a[0], a[1], a[2])
 	case "nonfinite":
@@ -99,11 +100,11 @@ func (c *CPU) compute(call *OpCall) (*Tensor, error) {
 		count[v.Attrs.Axis] = v.Attrs.End - v.Attrs.Start
 		return Extract(a[0], off, count), nil
 	case "embedding":
-		return embedding(a[0], a[1], call.In[0].Off[0], v.Args[0].Type.Shape[0])
+		return embedding(a[0], a[1], call.In[0].Off[0], v.ArgShapes[0][0])
 	case "cross_entropy":
-		return crossEntropy(a[0], a[1], v.Args[0].Type.Shape[0])
+		return crossEntropy(a[0], a[1], v.ArgShapes[0][0])
 	case "mse":
-		return mse(a[0], a[1], v.Args[0].Type.Numel())
+		return mse(a[0], a[1], numel(v.ArgShapes[0]))
 	}
 	if t, ok, err := c.computeGrad(call); ok {
 		return t, err

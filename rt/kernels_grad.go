@@ -8,7 +8,7 @@ import (
 // Kernels of the gradient helper ops (see lang/builtins_grad.go).
 
 func (c *CPU) computeGrad(call *OpCall) (*Tensor, bool, error) {
-	v, a := call.Value, call.Args
+	v, a := call.Kernel, call.Args
 	switch v.Op {
 	case "relu_grad":
 		return mapFloat(a[0], func(x float64) float64 {
@@ -31,7 +31,7 @@ func (c *CPU) computeGrad(call *OpCall) (*Tensor, bool, error) {
 		return broadcastTo(a[0], call.Out.Len), true, nil
 	case "pad":
 		shape := append([]int{}, a[0].Shape...)
-		shape[v.Attrs.Axis] += v.Type.Shape[v.Attrs.Axis] - v.Args[0].Type.Shape[v.Attrs.Axis]
+		shape[v.Attrs.Axis] += v.Shape[v.Attrs.Axis] - v.ArgShapes[0][v.Attrs.Axis]
 		out := NewTensor(a[0].DType, shape)
 		off := make([]int, len(shape))
 		off[v.Attrs.Axis] = v.Attrs.Start
@@ -41,7 +41,7 @@ func (c *CPU) computeGrad(call *OpCall) (*Tensor, bool, error) {
 		t, err := embeddingGrad(a[0], a[1], call.Out.Len, call.Out.Off[0])
 		return t, true, err
 	case "cross_entropy_grad":
-		t, err := crossEntropyGrad(a[0], a[1], a[2], v.Args[0].Type.Shape[0])
+		t, err := crossEntropyGrad(a[0], a[1], a[2], v.ArgShapes[0][0])
 		return t, true, err
 	}
 	return nil, false, nil

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
 )
 
 // Reductions and row-wise ops accumulate in float64 and round once.
@@ -103,16 +104,16 @@ func layernorm(x, g, b *Tensor, eps float64) *Tensor {
 // reduce computes sum, mean or max along Attrs.Axis (-1: all dims). mean
 // divides by the global count from the value's type, so a split input gives
 // the right partial.
-func reduce(v *lang.Value, x *Tensor) *Tensor {
+func reduce(v *plan.Kernel, x *Tensor) *Tensor {
 	in := x.Float64s()
 	axis := v.Attrs.Axis
 	var outShape []int
 	outer, n, inner := 1, len(in), 1
-	globalN := v.Args[0].Type.Numel()
+	globalN := numel(v.ArgShapes[0])
 	if axis >= 0 {
 		outer, n, inner = axisView(x.Shape, axis)
 		outShape = append(append([]int{}, x.Shape[:axis]...), x.Shape[axis+1:]...)
-		globalN = v.Args[0].Type.Shape[axis]
+		globalN = v.ArgShapes[0][axis]
 	}
 	o := make([]float64, outer*inner)
 	for a := 0; a < outer; a++ {

@@ -6,10 +6,10 @@ import "math"
 
 func (c *CPU) computeOptim(call *OpCall) (*Tensor, bool) {
 	a := call.Args
-	switch call.Value.Op {
+	switch call.Kernel.Op {
 	case "adam_moment", "adam_moment2":
 		out := NewTensor(a[0].DType, a[0].Shape)
-		sq := call.Value.Op == "adam_moment2"
+		sq := call.Kernel.Op == "adam_moment2"
 		switch d := out.Data.(type) {
 		case []float32:
 			moment(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32)[0], sq)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/plan"
 )
 
 // StepInfo reports one finished training step.
@@ -66,54 +68,141 @@ func (r *TrainResult) Param(name string) *Tensor {
 	return nil
 }
 
-// Train runs a lowered train program: the step plan, Steps times. Each
-// device keeps the blocks of its parameters and optimizer states from one
-// step to the next (they never leave the device); the trainer feeds the
-// per-step scalars (learning rate after its schedule, Adam's bias
-// corrections). onStep, if given, sees every step; an error from it stops
-// the run.
+// Train runs a lowered train program: the step plan, Steps times, on the
+// local launcher's workers, made once for the whole run. Each rank keeps
+// the blocks of its parameters and optimizer states from one step to the
+// next in its backend's memory (they never leave the rank; Snapshot copies
+// them out only when asked, e.g. for a checkpoint); the trainer feeds the
+// per-step batches and scalars (learning rate after its schedule, Adam's
+// bias corrections, the loss scale). cfg.OnStep, if given, sees every
+// step; an error from it stops the run.
 func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*TrainResult, error) {
 	t := p.Graph.Train
 	if t == nil {
 		return nil, fmt.Errorf("the program has no train block")
 	}
-	n := p.Mesh.Size()
-	state := make([]map[*lang.Value]*Tensor, n)
-	for d := range state {
-		state[d] = map[*lang.Value]*Tensor{}
+	cache := &npyCache{}
+	opts.files = cache // inputs are read from disk once, not every step
+	l, err := NewLocal(ctx, p.Exec, opts)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Initial != nil {
-		for _, c := range p.Carry {
-			full, ok := cfg.Initial[c.Source.Name]
-			if !ok {
-				return nil, fmt.Errorf("the checkpoint has no %s", c.Source.Name)
-			}
-			if full.DType != c.Source.Type.DType || !sameShape(full.Shape, c.Source.Type.Shape) {
-				return nil, fmt.Errorf("the checkpoint's %s is %s%v, the program declares %s", c.Source.Name, full.DType, full.Shape, c.Source.Type)
-			}
-			for d := 0; d < n; d++ {
-				state[d][c.Source] = Scatter(p.Mesh, full, p.Placement[c.Source], d)
-			}
+	tr := &trainer{p: p, l: l, opts: opts, cache: cache}
+	if err := tr.start(cfg.Initial); err != nil {
+		return nil, err
+	}
+	return tr.run(ctx, cfg)
+}
+
+// trainer is one training run's state: per rank, the carried blocks.
+type trainer struct {
+	p     *lower.Plan
+	l     *Local
+	opts  Options
+	cache *npyCache
+	state [][]Buffer // per rank, per Plan.Carry
+}
+
+// start places every rank's initial carried state: from a checkpoint (any
+// mesh: the logical tensors are cut to this mesh's blocks), or nothing
+// (the first step runs the initialisers).
+func (tr *trainer) start(initial map[string]*Tensor) error {
+	p, ex := tr.p, tr.p.Exec
+	tr.state = make([][]Buffer, p.Mesh.Size())
+	for r := range tr.state {
+		tr.state[r] = make([]Buffer, len(ex.Carry))
+	}
+	if initial == nil {
+		return nil
+	}
+	for i, si := range ex.Carry {
+		src := &ex.Sources[si]
+		full, ok := initial[src.Name]
+		if !ok {
+			return fmt.Errorf("the checkpoint has no %s", src.Name)
 		}
-	}
-	snapshot := func() (map[string]*Tensor, error) {
-		out := map[string]*Tensor{}
-		for _, c := range p.Carry {
-			parts := make([]*Tensor, n)
-			for d := range parts {
-				parts[d] = state[d][c.Source]
-			}
-			full, err := Assemble(p.Mesh, c.Source.Type, p.Placement[c.Source], parts)
+		if full.DType != src.DType || !sameShape(full.Shape, src.Shape) {
+			return fmt.Errorf("the checkpoint's %s is %s%v, the program declares %s", src.Name, full.DType, full.Shape, lang.Type{DType: src.DType, Shape: src.Shape})
+		}
+		for r := range tr.state {
+			b, err := tr.l.Workers[r].Backend.CopyIn(Scatter(p.Mesh, full, src.Placement, r))
 			if err != nil {
-				return nil, fmt.Errorf("%s: %v", c.Source.Name, err)
+				return err
 			}
-			out[c.Source.Name] = full
+			tr.state[r][i] = b
 		}
-		return out, nil
 	}
+	return nil
+}
+
+// snapshot assembles the logical value of every carried tensor by name.
+func (tr *trainer) snapshot() (map[string]*Tensor, error) {
+	ex := tr.p.Exec
+	out := map[string]*Tensor{}
+	for i, si := range ex.Carry {
+		src := &ex.Sources[si]
+		full, err := tr.assemble(src, i)
+		if err != nil {
+			return nil, err
+		}
+		out[src.Name] = full
+	}
+	return out, nil
+}
+
+// assemble copies carried value i out of every rank and joins the blocks.
+func (tr *trainer) assemble(src *plan.Tensor, i int) (*Tensor, error) {
+	parts := make([]*Tensor, len(tr.state))
+	for r := range parts {
+		t, err := tr.l.Workers[r].Backend.CopyOut(tr.state[r][i])
+		if err != nil {
+			return nil, err
+		}
+		parts[r] = t
+	}
+	full, err := Assemble(tr.p.Mesh, lang.Type{DType: src.DType, Shape: src.Shape}, src.Placement, parts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", src.Name, err)
+	}
+	return full, nil
+}
+
+// feeds builds each rank's Feed for one step: the batch blocks, the
+// per-step scalars and the carried state.
+func (tr *trainer) feeds(batches map[int]*Tensor, hyper map[int]float64) func(rank int) Feed {
+	ex := tr.p.Exec
+	carried := map[int]int{}
+	for i, si := range ex.Carry {
+		carried[si] = i
+	}
+	return func(r int) Feed {
+		be := tr.l.Workers[r].Backend
+		return func(src int) Buffer {
+			if b, ok := batches[src]; ok {
+				buf, err := be.CopyIn(Scatter(ex.Mesh, b, ex.Sources[src].Placement, r))
+				if err != nil {
+					return nil
+				}
+				return buf
+			}
+			if h, ok := hyper[src]; ok {
+				s := NewTensor(ex.Sources[src].DType, nil)
+				setScalar(s, h)
+				buf, _ := be.CopyIn(s)
+				return buf
+			}
+			if i, ok := carried[src]; ok && tr.state[r][i] != nil {
+				return tr.state[r][i]
+			}
+			return nil
+		}
+	}
+}
+
+func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, error) {
+	p, t := tr.p, tr.p.Graph.Train
 	res := &TrainResult{Params: t.Params}
 	o := t.Optimizer
-	cache := &npyCache{}
 	var scaler *GradScaler
 	if t.Hyper["loss_scale"] != nil {
 		scaler = NewGradScaler()
@@ -125,59 +214,43 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 	if cfg.Applied > 0 {
 		applied = cfg.Applied
 	}
+	src := func(v *lang.Value) int { return p.SourceIndex[v] }
 	for step := cfg.Start + 1; step <= t.Steps; step++ {
 		start := time.Now()
 		lr := t.LR(step)
-		hyper := map[*lang.Value]float64{}
+		hyper := map[int]float64{}
 		if v := t.Hyper["lr"]; v != nil {
-			hyper[v] = lr
+			hyper[src(v)] = lr
 		}
 		if v := t.Hyper["bc1"]; v != nil {
-			hyper[v] = 1 - math.Pow(o.Beta1, float64(applied+1))
+			hyper[src(v)] = 1 - math.Pow(o.Beta1, float64(applied+1))
 		}
 		if v := t.Hyper["bc2"]; v != nil {
-			hyper[v] = 1 - math.Pow(o.Beta2, float64(applied+1))
+			hyper[src(v)] = 1 - math.Pow(o.Beta2, float64(applied+1))
 		}
 		scale := 1.0
 		if scaler != nil {
 			scale = scaler.Scale
-			hyper[t.Hyper["loss_scale"]] = scale
+			hyper[src(t.Hyper["loss_scale"])] = scale
 		}
-		batches := map[*lang.Value]*Tensor{}
+		batches := map[int]*Tensor{}
 		for _, bi := range t.Batches {
-			b, err := batchFor(bi, step, opts.Seed, cache)
+			b, err := batchFor(bi, step, tr.opts.Seed, tr.cache)
 			if err != nil {
 				return nil, fmt.Errorf("step %d: batch of %s: %v", step, bi.Dataset.Name, err)
 			}
-			batches[bi.Source] = b
+			batches[src(bi.Source)] = b
 		}
-		stepOpts := opts
-		stepOpts.files = cache // inputs are read from disk once, not every step
-		stepOpts.Feed = func(dev int, v *lang.Value) *Tensor {
-			if b, ok := batches[v]; ok {
-				return Scatter(p.Mesh, b, p.Placement[v], dev)
-			}
-			if h, ok := hyper[v]; ok {
-				s := NewTensor(v.Type.DType, nil)
-				setScalar(s, h)
-				return s
-			}
-			if st := state[dev][v]; st != nil {
-				return st
-			}
-			if opts.Feed != nil {
-				return opts.Feed(dev, v)
-			}
-			return nil
-		}
-		run, err := Run(ctx, p, stepOpts)
+		rs, wall, err := tr.l.Exec(ctx, tr.feeds(batches, hyper))
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
-		for d := 0; d < n; d++ {
-			for i, c := range p.Carry {
-				state[d][c.Source] = run.Carry[d][i]
-			}
+		for r, rr := range rs {
+			copy(tr.state[r], rr.Carry)
+		}
+		run, err := tr.l.collect(rs, wall)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
 		loss := run.Output("loss").Float64s()[0]
 		res.Losses = append(res.Losses, loss)
@@ -193,7 +266,7 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 		}
 		res.Applied = applied
 		if cfg.OnStep != nil {
-			if err := cfg.OnStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run, Snapshot: snapshot, Scale: scale, Skipped: skipped, Applied: applied, Scaler: scaler}); err != nil {
+			if err := cfg.OnStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run, Snapshot: tr.snapshot, Scale: scale, Skipped: skipped, Applied: applied, Scaler: scaler}); err != nil {
 				return nil, err
 			}
 		}
@@ -201,14 +274,15 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 	if res.Last == nil {
 		return nil, fmt.Errorf("nothing to do: the run starts after step %d of %d", cfg.Start, t.Steps)
 	}
+	ex := p.Exec
 	for _, prm := range t.Params {
-		parts := make([]*Tensor, n)
-		for d := range parts {
-			parts[d] = state[d][prm]
+		i := slices.Index(ex.Carry, src(prm))
+		if i < 0 {
+			return nil, fmt.Errorf("param %s is not carried between steps", prm.Name)
 		}
-		full, err := Assemble(p.Mesh, prm.Type, p.Placement[prm], parts)
+		full, err := tr.assemble(&ex.Sources[ex.Carry[i]], i)
 		if err != nil {
-			return nil, fmt.Errorf("param %s: %v", prm.Name, err)
+			return nil, fmt.Errorf("param %w", err)
 		}
 		res.Final = append(res.Final, full)
 	}

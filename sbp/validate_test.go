@@ -200,7 +200,7 @@ func TestRulesAgainstReference(t *testing.T) {
 			require.True(t, ok, "missing rule for %s", v.Op)
 			args := logical(t, v, 1)
 			one := mesh.New("M", m.Single().Axes...)
-			want, err := cpu.Compute(&rt.OpCall{Value: v, Args: args, In: blocksFor(one, v, sbp.NdSig{In: broadcasts(len(args), m.NumAxes())}, 0), Out: sbp.Layout(one, v.Type.Shape, sbp.Broadcasts(m.NumAxes()), 0)})
+			want, err := cpu.Compute(&rt.OpCall{Kernel: lower.KernelOf(v), Args: args, In: blocksFor(one, v, sbp.NdSig{In: broadcasts(len(args), m.NumAxes())}, 0), Out: sbp.Layout(one, v.Type.Shape, sbp.Broadcasts(m.NumAxes()), 0)})
 			require.NoError(t, err)
 			sigs, err := sbp.NdSigs(rule, lower.Desc(v), m)
 			require.NoError(t, err)
@@ -215,7 +215,7 @@ func TestRulesAgainstReference(t *testing.T) {
 					for i := range args {
 						local[i] = rt.Scatter(m, args[i], s.In[i], d)
 					}
-					out, err := cpu.Compute(&rt.OpCall{Value: v, Args: local, In: blocksFor(m, v, s, d), Out: sbp.Layout(m, v.Type.Shape, s.Out, d)})
+					out, err := cpu.Compute(&rt.OpCall{Kernel: lower.KernelOf(v), Args: local, In: blocksFor(m, v, s, d), Out: sbp.Layout(m, v.Type.Shape, s.Out, d)})
 					require.NoError(t, err, name)
 					parts[d] = out
 				}

@@ -1,0 +1,231 @@
+// Package plan is the runtime contract: what every rank of a mesh executes,
+// self-contained (it refers to nothing in the compiler's IR) so that it can
+// be encoded, shipped to another process and run there.
+//
+// A Plan holds a mesh, the communication groups every rank creates once at
+// start-up, the distinct Programs, and which program each rank runs. A
+// program is written once for all ranks that run it: it names global
+// shapes and placements, never a rank's local block, so the ranks whose
+// work differs only by their mesh coordinate share one program and Bind
+// computes a rank's local shapes, shard offsets, group members and peers
+// from its coordinate. An SPMD program on a 4096-device mesh is therefore
+// one program, not 4096 copies; pipeline stages are a handful.
+//
+// Instructions are straight-line over numbered slots: materialise a source,
+// run a kernel, a local boxing step (slice, make_partial), a collective on
+// a declared group (a group may span several mesh axes), or a tagged
+// point-to-point send/recv with a peer given as a shift along mesh axes.
+// Verify checks the ranks' programs against each other by simulating all
+// of them (see verify.go); Encode and Decode round-trip a plan.
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Kind says what an instruction does.
+type Kind uint8
+
+const (
+	Source     Kind = iota // materialise this rank's block of a source tensor
+	Compute                // run an op's kernel on local blocks
+	Local                  // a boxing step without communication (slice, make_partial)
+	Collective             // a boxing step on a group: all-gather, reduce-scatter, ...
+	Send                   // send a slot to a peer, with a tag
+	Recv                   // receive a tensor from a peer, with a tag
+)
+
+var kindNames = [...]string{"source", "compute", "local", "collective", "send", "recv"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", k)
+}
+
+// Communicates reports whether the instruction waits for other ranks.
+func (k Kind) Communicates() bool { return k == Collective || k == Send || k == Recv }
+
+// Plan is everything the ranks of one mesh execute.
+type Plan struct {
+	Mesh *mesh.Mesh
+	// Groups are created once at start-up, in this order, by every rank.
+	Groups []Group
+	// Programs are the distinct programs; RankProgram[r] is rank r's
+	// (nil: every rank runs Programs[0]).
+	Programs    []*Program
+	RankProgram []int
+	Sources     []Tensor // every source a program materialises (Instr.Src)
+	Outputs     []Tensor // the program's outputs, in Program.OutputSlots order
+	// Carry lists, for a training step, which source each carried value
+	// replaces in the next step (indices into Sources), in
+	// Program.CarrySlots order.
+	Carry []int
+}
+
+// Group is a set of mesh axes: rank r's group is the ranks that share r's
+// coordinates on every other axis, in row-major order of their coordinates
+// on these axes (the ring order of the collectives).
+type Group struct {
+	Axes []int
+}
+
+// Tensor describes a logical tensor: its name, type and placement.
+type Tensor struct {
+	Name      string
+	Role      string // sources: "input", "param", "state", "hyper"
+	DType     lang.DType
+	Shape     []int
+	Placement sbp.NdSBP
+	Init      *lang.Init // sources: how they get their values
+}
+
+// Program is one straight-line instruction list over numbered slots.
+type Program struct {
+	Instrs      []Instr
+	SlotType    []lang.DType
+	OutputSlots []int // per Plan.Outputs
+	CarrySlots  []int // per Plan.Carry
+}
+
+// NumSlots is how many slots the program uses.
+func (p *Program) NumSlots() int { return len(p.SlotType) }
+
+// Instr is one instruction. Shapes and placements are global; a rank's
+// local blocks follow from its coordinate (Bind).
+type Instr struct {
+	Kind  Kind
+	Label string // the value it computes or moves, for humans ("W1", "matmul#12")
+	// Kernel is the op a Compute instruction runs.
+	Kernel *Kernel
+	// Src indexes Plan.Sources for a Source instruction.
+	Src int
+	// Step is the boxing step of a Local or Collective instruction.
+	Step *sbp.Step
+	// Group indexes Plan.Groups for a Collective.
+	Group int
+	// Peer and Tag address a Send or Recv.
+	Peer Peer
+	Tag  int
+
+	DType     lang.DType
+	Shape     []int       // global shape of the result (Send: of what is sent)
+	Placement sbp.NdSBP   // placement of the result (Send: of what is sent)
+	ArgPlace  []sbp.NdSBP // placements of the arguments as read
+	Args      []int       // slots read
+	Out       int         // slot written; -1 for Send
+	Free      []int       // slots whose last use this is
+
+	Pos   lang.Pos
+	Where string // Pos with the call chain, for errors
+}
+
+// Kernel is an op application as a backend sees it: plain attributes and
+// the global types of its result and arguments (a kernel on a shard needs
+// the global sizes, e.g. the count a mean divides by).
+type Kernel struct {
+	Op        string
+	Attrs     lang.Attrs
+	DType     lang.DType
+	Shape     []int
+	ArgDTypes []lang.DType
+	ArgShapes [][]int
+}
+
+// Peer names the other end of a send or recv relative to the sender: the
+// rank whose coordinate is this rank's plus Shift on each of Axes.
+type Peer struct {
+	Axes  []int
+	Shift []int
+}
+
+// Name describes an instruction for errors, timelines and dumps.
+func (in *Instr) Name() string {
+	switch in.Kind {
+	case Local, Collective:
+		return fmt.Sprintf("%s(%s)", in.Step.Kind, in.Label)
+	case Source:
+		return "source " + in.Label
+	case Send, Recv:
+		return fmt.Sprintf("%s(%s) tag %d", in.Kind, in.Label, in.Tag)
+	}
+	return fmt.Sprintf("%s -> %s", in.Kernel.Op, in.Label)
+}
+
+// ProgramOf is the program rank r runs.
+func (p *Plan) ProgramOf(r int) *Program {
+	if p.RankProgram == nil {
+		return p.Programs[0]
+	}
+	return p.Programs[p.RankProgram[r]]
+}
+
+// Dump prints the plan's groups and programs.
+func (p *Plan) Dump() string {
+	var b strings.Builder
+	for i, g := range p.Groups {
+		var names []string
+		for _, a := range g.Axes {
+			names = append(names, p.Mesh.Axes[a].Name)
+		}
+		fmt.Fprintf(&b, "group g%d over %s\n", i, strings.Join(names, "×"))
+	}
+	for i, prog := range p.Programs {
+		fmt.Fprintf(&b, "program %d (%d slots", i, prog.NumSlots())
+		if p.RankProgram != nil {
+			fmt.Fprintf(&b, ", ranks %v", p.ranksOf(i))
+		} else {
+			b.WriteString(", every rank")
+		}
+		fmt.Fprintf(&b, "):\n%s", prog.Dump())
+	}
+	return b.String()
+}
+
+func (p *Plan) ranksOf(prog int) []int {
+	var out []int
+	for r, q := range p.RankProgram {
+		if q == prog {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Dump prints a program, one instruction a line.
+func (prog *Program) Dump() string {
+	var b strings.Builder
+	for _, in := range prog.Instrs {
+		var args []string
+		for _, a := range in.Args {
+			args = append(args, fmt.Sprintf("s%d", a))
+		}
+		if in.Out >= 0 {
+			fmt.Fprintf(&b, "  s%d = ", in.Out)
+		} else {
+			b.WriteString("  ")
+		}
+		fmt.Fprintf(&b, "%s(%s) %s%s %s", in.Name(), strings.Join(args, ", "), in.DType, lang.ShapeString(in.Shape), in.Placement)
+		switch in.Kind {
+		case Collective:
+			fmt.Fprintf(&b, " g%d", in.Group)
+		case Send, Recv:
+			fmt.Fprintf(&b, " peer%v%+v", in.Peer.Axes, in.Peer.Shift)
+		}
+		if len(in.Free) > 0 {
+			fmt.Fprintf(&b, " free%v", in.Free)
+		}
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "  outputs %v\n", prog.OutputSlots)
+	if len(prog.CarrySlots) > 0 {
+		fmt.Fprintf(&b, "  carry %v\n", prog.CarrySlots)
+	}
+	return b.String()
+}

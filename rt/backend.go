@@ -1,0 +1,128 @@
+package rt
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Buffer is a tensor in one backend's memory. The interpreter only reads
+// its type and size (for checks, accounting and the timeline); what the
+// bytes are and where they live is the backend's business.
+type Buffer interface {
+	Elem() lang.DType
+	Dims() []int
+	Bytes() int64
+}
+
+// Fill is what make_partial puts where a rank holds no part of the value.
+type Fill uint8
+
+const (
+	FillZero   Fill = iota // the identity of a sum
+	FillNegInf             // the identity of a max
+)
+
+// Backend is one rank's device: memory and kernels. The interpreter moves
+// every tensor through it, so a GPU backend plugs in by implementing it.
+// Buffers a backend returns are immutable once returned: the interpreter
+// never writes into an argument, and may hand a buffer to a collective or
+// keep it across steps.
+type Backend interface {
+	Name() string
+	// Alloc returns a zero-filled buffer.
+	Alloc(dt lang.DType, shape []int) (Buffer, error)
+	// Free releases a buffer the interpreter no longer needs.
+	Free(Buffer)
+	// CopyIn moves a host tensor to the device (the backend may take
+	// ownership of t).
+	CopyIn(t *Tensor) (Buffer, error)
+	// CopyOut returns a host copy of a buffer.
+	CopyOut(b Buffer) (*Tensor, error)
+	// Launch runs kernel k on local blocks; in are the arguments' blocks
+	// and out the result's (kernels on a shard need offsets and sizes).
+	Launch(ctx context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block) (Buffer, error)
+	// Slice returns the box [off, off+count) of x (the B → S(i) step).
+	Slice(x Buffer, off, count []int) (Buffer, error)
+	// Embed returns a buffer of shape holding x at off and fill elsewhere
+	// (the S(i) → P step).
+	Embed(x Buffer, shape, off []int, fill Fill) (Buffer, error)
+	// Sync waits until everything launched has finished.
+	Sync(ctx context.Context) error
+}
+
+// Elem, Dims and Bytes make a host tensor the CPU backend's Buffer.
+func (t *Tensor) Elem() lang.DType { return t.DType }
+func (t *Tensor) Dims() []int      { return t.Shape }
+
+// host asserts that b is host memory: what the CPU backend and the
+// host-side communicators work on.
+func host(b Buffer) (*Tensor, error) {
+	t, ok := b.(*Tensor)
+	if !ok {
+		return nil, fmt.Errorf("a %T is not host memory", b)
+	}
+	return t, nil
+}
+
+// Name implements Backend.
+func (c *CPU) Name() string {
+	if c.BLAS == nil {
+		return "cpu"
+	}
+	return "cpu (" + c.BLAS.Name() + ")"
+}
+
+// Alloc implements Backend.
+func (c *CPU) Alloc(dt lang.DType, shape []int) (Buffer, error) { return NewTensor(dt, shape), nil }
+
+// Free implements Backend: Go's collector reclaims host tensors.
+func (c *CPU) Free(Buffer) {}
+
+// CopyIn implements Backend: host memory is the CPU's own.
+func (c *CPU) CopyIn(t *Tensor) (Buffer, error) { return t, nil }
+
+// CopyOut implements Backend.
+func (c *CPU) CopyOut(b Buffer) (*Tensor, error) { return host(b) }
+
+// Sync implements Backend: CPU kernels finish before Launch returns.
+func (c *CPU) Sync(context.Context) error { return nil }
+
+// Launch implements Backend.
+func (c *CPU) Launch(_ context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block) (Buffer, error) {
+	ts := make([]*Tensor, len(args))
+	for i, a := range args {
+		t, err := host(a)
+		if err != nil {
+			return nil, err
+		}
+		ts[i] = t
+	}
+	return c.Compute(&OpCall{Kernel: k, Args: ts, In: in, Out: out})
+}
+
+// Slice implements Backend.
+func (c *CPU) Slice(x Buffer, off, count []int) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	return Extract(t, off, count), nil
+}
+
+// Embed implements Backend.
+func (c *CPU) Embed(x Buffer, shape, off []int, fill Fill) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	out := NewTensor(t.DType, shape)
+	if fill == FillNegInf {
+		fillNegInf(out)
+	}
+	CopyBlock(out, off, t, make([]int, len(t.Shape)), t.Shape)
+	return out, nil
+}

@@ -1,0 +1,252 @@
+package rt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Worker runs one rank's program against a Backend and a Comm. It is made
+// once per run (its groups are created at start-up) and executes the
+// program as many times as the trainer has steps.
+type Worker struct {
+	Plan    *plan.Plan
+	Prog    *plan.RankProgram
+	Backend Backend
+	Comm    Comm
+	Groups  []Group // per plan group: this rank's
+	Timeout time.Duration
+	Seed    uint64
+	files   *npyCache
+}
+
+// NewWorker binds rank's program and creates its groups (every rank of
+// the plan must call it, as group creation may be collective).
+func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, opts Options) (*Worker, error) {
+	rp, err := p.Bind(rank)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{Plan: p, Prog: rp, Backend: be, Comm: c, Timeout: opts.Timeout, Seed: opts.Seed, files: opts.files}
+	if w.Timeout == 0 {
+		w.Timeout = 60 * time.Second
+	}
+	if w.files == nil {
+		w.files = &npyCache{}
+	}
+	for gi, g := range p.Groups {
+		cctx, cancel := context.WithTimeout(ctx, w.Timeout)
+		grp, err := c.NewGroup(cctx, gi, plan.Members(p.Mesh, rank, g.Axes))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: creating group g%d: %w", rank, gi, err)
+		}
+		w.Groups = append(w.Groups, grp)
+	}
+	return w, nil
+}
+
+// Feed supplies a rank's block of source src for one execution; nil means
+// the source's initialiser.
+type Feed func(src int) Buffer
+
+// RankResult is what one execution of a rank's program produced.
+type RankResult struct {
+	Outputs []Buffer // per Plan.Outputs
+	Carry   []Buffer // per Plan.Carry
+	Stats   DeviceStats
+}
+
+// execution is one run of a worker's program: its slots and accounting.
+type execution struct {
+	w      *Worker
+	feed   Feed
+	start  time.Time
+	slots  []Buffer
+	cur    int64
+	peak   int64
+	events []Event
+}
+
+// Run executes the program once. start is the run's common time origin
+// (timelines of all ranks share it).
+func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResult, error) {
+	prog := w.Prog.Prog
+	x := &execution{w: w, feed: feed, start: start, slots: make([]Buffer, prog.NumSlots())}
+	sent0 := w.Comm.BytesSent()
+	for i := range prog.Instrs {
+		in, b := &prog.Instrs[i], &w.Prog.Instrs[i]
+		t0 := time.Since(start)
+		before := w.Comm.BytesSent()
+		out, kind, err := x.exec(ctx, in, b)
+		if err == nil && out != nil && !slices.Equal(out.Dims(), b.Out.Len) {
+			err = fmt.Errorf("result has local shape %v, the plan says %v", out.Dims(), b.Out.Len)
+		}
+		if err != nil {
+			return nil, w.fault(in, err)
+		}
+		x.events = append(x.events, Event{Name: in.Name(), Kind: kind, Start: t0, Dur: time.Since(start) - t0,
+			Bytes: w.Comm.BytesSent() - before, Where: lang.FormatPos(in.Pos)})
+		if in.Out >= 0 {
+			x.slots[in.Out] = out
+			x.cur += out.Bytes()
+			x.peak = max(x.peak, x.cur)
+		}
+		for _, s := range in.Free {
+			x.cur -= x.slots[s].Bytes()
+			w.Backend.Free(x.slots[s])
+			x.slots[s] = nil
+		}
+	}
+	if err := w.Backend.Sync(ctx); err != nil {
+		return nil, fmt.Errorf("rank %d: %v", w.Prog.Rank, err)
+	}
+	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
+		BytesSent: w.Comm.BytesSent() - sent0}}
+	for _, s := range prog.OutputSlots {
+		res.Outputs = append(res.Outputs, x.slots[s])
+	}
+	for _, s := range prog.CarrySlots {
+		res.Carry = append(res.Carry, x.slots[s])
+	}
+	return res, nil
+}
+
+// fault wraps an instruction's error with the rank, its coordinate, the
+// op and the source line.
+func (w *Worker) fault(in *plan.Instr, err error) error {
+	if errors.Is(err, ErrPeerTimeout) {
+		err = fmt.Errorf("%w after %v", err, w.Timeout)
+	}
+	m := w.Plan.Mesh
+	return &RunError{Device: w.Prog.Rank, Coord: m.CoordString(w.Prog.Rank), Op: w.describe(in), Pos: in.Pos, Err: err}
+}
+
+func (w *Worker) describe(in *plan.Instr) string {
+	switch in.Kind {
+	case plan.Local, plan.Collective:
+		return fmt.Sprintf("%s over %s of %s", in.Step.Kind, w.Plan.Mesh.Axes[in.Step.Axis].Name, in.Label)
+	case plan.Source:
+		return "initialising " + in.Label
+	case plan.Send, plan.Recv:
+		return fmt.Sprintf("%s of %s (tag %d)", in.Kind, in.Label, in.Tag)
+	}
+	return fmt.Sprintf("%s (%s)", in.Kernel.Op, in.Label)
+}
+
+func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (out Buffer, kind string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error: %v", r)
+		}
+	}()
+	w := x.w
+	args := make([]Buffer, len(in.Args))
+	for i, s := range in.Args {
+		args[i] = x.slots[s]
+	}
+	switch in.Kind {
+	case plan.Source:
+		out, err = x.source(in)
+		return out, "source", err
+	case plan.Compute:
+		out, err = w.Backend.Launch(ctx, in.Kernel, args, b.In, b.Out)
+		return out, "compute", err
+	case plan.Local:
+		out, err = localStep(w.Backend, in, b, args[0])
+		return out, "local", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.Timeout)
+	defer cancel()
+	switch in.Kind {
+	case plan.Collective:
+		out, err = collectiveStep(cctx, w.Groups[in.Group], in, b, args[0])
+	case plan.Send:
+		err = w.Comm.Send(cctx, b.Peer, in.Tag, args[0])
+	case plan.Recv:
+		out, err = w.Comm.Recv(cctx, b.Peer, in.Tag)
+	}
+	return out, "comm", err
+}
+
+// source builds this rank's block of a source: fed by the caller (the
+// trainer's carried state, batches and per-step scalars) or from its
+// initialiser.
+func (x *execution) source(in *plan.Instr) (Buffer, error) {
+	src := &x.w.Plan.Sources[in.Src]
+	if x.feed != nil {
+		if b := x.feed(in.Src); b != nil {
+			return b, nil
+		}
+	}
+	if src.Role == "hyper" || src.Init == nil {
+		return nil, fmt.Errorf("no value fed for %s", in.Label)
+	}
+	t, err := materialise(src, x.w.Plan.Mesh, x.w.Prog.Rank, x.w.Seed, x.w.files)
+	if err != nil {
+		return nil, err
+	}
+	return x.w.Backend.CopyIn(t)
+}
+
+func reduceOp(st *sbp.Step) ReduceOp {
+	if st.Reduce == sbp.Max {
+		return OpMax
+	}
+	return OpSum
+}
+
+// collectiveStep runs one communicating boxing step on the rank's group.
+func collectiveStep(ctx context.Context, g Group, in *plan.Instr, b *plan.Bound, x Buffer) (Buffer, error) {
+	st := in.Step
+	from, to := st.From[st.Axis], st.To[st.Axis]
+	switch st.Kind {
+	case sbp.AllGather:
+		return g.AllGather(ctx, x, from.Dim, b.Lens)
+	case sbp.ReduceScatter:
+		return g.ReduceScatter(ctx, x, to.Dim, b.Lens, reduceOp(st))
+	case sbp.AllReduce:
+		return g.AllReduce(ctx, x, reduceOp(st))
+	case sbp.AllToAll:
+		return g.AllToAll(ctx, x, to.Dim, b.Lens, from.Dim)
+	}
+	return nil, fmt.Errorf("unknown collective step %s", st.Kind)
+}
+
+// localStep runs a boxing step without communication: B → S(i) slices the
+// rank's block; making a value partial keeps it on one rank of the group
+// (sum over B), on every rank (max), or places each S block in the
+// identity of the reduction.
+func localStep(be Backend, in *plan.Instr, b *plan.Bound, x Buffer) (Buffer, error) {
+	st := in.Step
+	off := make([]int, len(in.Shape))
+	switch st.Kind {
+	case sbp.LocalSlice:
+		for i := range off {
+			off[i] = b.Out.Off[i] - b.In[0].Off[i]
+		}
+		return be.Slice(x, off, b.Out.Len)
+	case sbp.LocalPartial:
+		fill := FillZero
+		if st.Reduce == sbp.Max {
+			fill = FillNegInf
+		}
+		if st.From[st.Axis].IsB() && (fill == FillNegInf || b.Index == 0) {
+			return be.Slice(x, off, b.Out.Len) // a copy of the whole block
+		}
+		if st.From[st.Axis].IsB() {
+			return be.Alloc(in.DType, b.Out.Len)
+		}
+		for i := range off {
+			off[i] = b.In[0].Off[i] - b.Out.Off[i]
+		}
+		return be.Embed(x, b.Out.Len, off, fill)
+	}
+	return nil, fmt.Errorf("unknown local step %s", st.Kind)
+}
