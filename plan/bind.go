@@ -21,6 +21,9 @@ type Bound struct {
 	// every member's block length along it (uneven splits included): the
 	// From dim for an all-gather, the To dim otherwise.
 	Lens []int
+	// CatLens is, for an all-to-all, every member's block length along the
+	// dim it concatenates (the From split's dim).
+	CatLens []int
 	// Peer is the other rank of a Send or Recv.
 	Peer int
 }
@@ -61,6 +64,9 @@ func (p *Plan) Bind(r int) (*RankProgram, error) {
 			b.Members = Members(p.Mesh, r, p.Groups[in.Group].Axes)
 			b.Index = indexOf(b.Members, r)
 			b.Lens = stepLens(p.Mesh, in.Shape, in.Step, b.Members)
+			if in.Step.Kind == sbp.AllToAll {
+				b.CatLens = dimLens(p.Mesh, in.Shape, in.Step.From, in.Step.From[in.Step.Axis].Dim, b.Members)
+			}
 		case Send, Recv:
 			peer, err := PeerOf(p.Mesh, r, in.Peer)
 			if err != nil {
@@ -132,6 +138,11 @@ func stepLens(m *mesh.Mesh, shape []int, st *sbp.Step, members []int) []int {
 	if dim < 0 {
 		return nil
 	}
+	return dimLens(m, shape, pl, dim, members)
+}
+
+// dimLens lists the members' block lengths along dim under pl.
+func dimLens(m *mesh.Mesh, shape []int, pl sbp.NdSBP, dim int, members []int) []int {
 	out := make([]int, len(members))
 	for i, d := range members {
 		out[i] = sbp.Layout(m, shape, pl, d).Len[dim]

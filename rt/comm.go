@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/meshrun/meshrun/lang"
 )
 
 // Comm is one rank's connection to the other ranks of a run: tagged
@@ -21,9 +23,11 @@ type Comm interface {
 	NewGroup(ctx context.Context, id int, members []int) (Group, error)
 	// Send may return before the peer receives (it is buffered); the
 	// buffer must not change afterwards. Recv waits for the message from
-	// peer with that tag, first sent first received.
+	// peer with that tag, first sent first received, which must be a
+	// tensor of type dt and the given shape (a receiver posts its buffer
+	// before the data arrives).
 	Send(ctx context.Context, peer, tag int, b Buffer) error
-	Recv(ctx context.Context, peer, tag int) (Buffer, error)
+	Recv(ctx context.Context, peer, tag int, dt lang.DType, shape []int) (Buffer, error)
 	// BytesSent is what this rank has sent so far.
 	BytesSent() int64
 }
@@ -41,11 +45,13 @@ type Group interface {
 	// ReduceScatter reduces x over the group and returns chunk Index of
 	// the result cut along dim into lens.
 	ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int, op ReduceOp) (Buffer, error)
-	// AllToAll cuts x along splitDim into lens, sends piece i to member i,
-	// and concatenates what arrives along catDim in member order.
-	AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int, catDim int) (Buffer, error)
-	// Broadcast returns root's x on every member (others pass nil).
-	Broadcast(ctx context.Context, x Buffer, root int) (Buffer, error)
+	// AllToAll cuts x along splitDim into splitLens, sends piece i to
+	// member i, and concatenates what arrives along catDim in member
+	// order; catLens[i] is member i's length along catDim.
+	AllToAll(ctx context.Context, x Buffer, splitDim int, splitLens []int, catDim int, catLens []int) (Buffer, error)
+	// Broadcast returns root's x on every member; the others pass nil and
+	// the type and shape they expect.
+	Broadcast(ctx context.Context, x Buffer, root int, dt lang.DType, shape []int) (Buffer, error)
 }
 
 // ReduceOp combines partial values.
@@ -173,8 +179,15 @@ func (c *InProc) Send(ctx context.Context, peer, tag int, b Buffer) error {
 }
 
 // Recv implements Comm.
-func (c *InProc) Recv(ctx context.Context, peer, tag int) (Buffer, error) {
-	return c.T.Recv(ctx, c.rank, peer, tag)
+func (c *InProc) Recv(ctx context.Context, peer, tag int, dt lang.DType, shape []int) (Buffer, error) {
+	t, err := c.T.Recv(ctx, c.rank, peer, tag)
+	if err != nil {
+		return nil, err
+	}
+	if t.DType != dt || !sameShape(t.Shape, shape) {
+		return nil, fmt.Errorf("received %s%v from rank %d (tag %d), expected %s%v", t.DType, t.Shape, peer, tag, dt, shape)
+	}
+	return t, nil
 }
 
 // Ring is a Group running the classic algorithms over a Transport: ring
@@ -293,7 +306,7 @@ func (g *Ring) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, er
 
 // AllToAll implements Group: p-1 pairwise rounds; in round k rank r sends
 // to r+k and receives from r-k.
-func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int, catDim int) (Buffer, error) {
+func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int, catDim int, catLens []int) (Buffer, error) {
 	t, err := host(x)
 	if err != nil {
 		return nil, err
@@ -310,13 +323,17 @@ func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int,
 		if err != nil {
 			return nil, err
 		}
-		got[mod(g.Rank-k, p)] = x
+		from := mod(g.Rank-k, p)
+		if x.Shape[catDim] != catLens[from] {
+			return nil, fmt.Errorf("all_to_all: member %d's piece has length %d along dim %d, expected %d", from, x.Shape[catDim], catDim, catLens[from])
+		}
+		got[from] = x
 	}
 	return ConcatDim(got, catDim), nil
 }
 
 // Broadcast implements Group: binomial tree rooted at root; lg p rounds.
-func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int) (Buffer, error) {
+func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int, dt lang.DType, shape []int) (Buffer, error) {
 	var t *Tensor
 	if x != nil {
 		var err error
@@ -346,6 +363,9 @@ func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int) (Buffer, error
 			}
 		}
 		mask >>= 1
+	}
+	if t.DType != dt || !sameShape(t.Shape, shape) {
+		return nil, fmt.Errorf("broadcast: got %s%v from the root, expected %s%v", t.DType, t.Shape, dt, shape)
 	}
 	return t, nil
 }

@@ -124,7 +124,7 @@ func TestAllToAllTransposesBlocks(t *testing.T) {
 		rowBlocks := SplitDim(full, 0, rl)
 		colBlocks := SplitDim(full, 1, cl)
 		out := runGroup(t, sz.p, func(ctx context.Context, g Group, c Comm) (Buffer, error) {
-			return g.AllToAll(ctx, rowBlocks[g.Index()], 1, cl, 0)
+			return g.AllToAll(ctx, rowBlocks[g.Index()], 1, cl, 0, rl)
 		})
 		for i, o := range out {
 			require.Equal(t, colBlocks[i].Data, o.Data, "p=%d rank %d", sz.p, i)
@@ -142,7 +142,7 @@ func TestBroadcastFromEveryRoot(t *testing.T) {
 				if g.Index() == root {
 					in = x
 				}
-				return g.Broadcast(ctx, in, root)
+				return g.Broadcast(ctx, in, root, x.DType, x.Shape)
 			})
 			for _, o := range out {
 				require.Equal(t, x.Data, o.Data)
@@ -157,7 +157,7 @@ func TestSendRecv(t *testing.T) {
 		if g.Index() == 0 {
 			return x, c.Send(ctx, 1, 0, x)
 		}
-		return c.Recv(ctx, 0, 0)
+		return c.Recv(ctx, 0, 0, x.DType, x.Shape)
 	})
 	require.Equal(t, x.Data, out[1].Data)
 }

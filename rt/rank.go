@@ -170,7 +170,7 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	case plan.Send:
 		err = w.Comm.Send(cctx, b.Peer, in.Tag, args[0])
 	case plan.Recv:
-		out, err = w.Comm.Recv(cctx, b.Peer, in.Tag)
+		out, err = w.Comm.Recv(cctx, b.Peer, in.Tag, in.DType, b.Out.Len)
 	}
 	return out, "comm", err
 }
@@ -214,7 +214,7 @@ func collectiveStep(ctx context.Context, g Group, in *plan.Instr, b *plan.Bound,
 	case sbp.AllReduce:
 		return g.AllReduce(ctx, x, reduceOp(st))
 	case sbp.AllToAll:
-		return g.AllToAll(ctx, x, to.Dim, b.Lens, from.Dim)
+		return g.AllToAll(ctx, x, to.Dim, b.Lens, from.Dim, b.CatLens)
 	}
 	return nil, fmt.Errorf("unknown collective step %s", st.Kind)
 }
