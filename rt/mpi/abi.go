@@ -176,6 +176,14 @@ func Load() error {
 }
 
 func load() error {
+	// Ask Open MPI and UCX not to catch fatal signals at all (the shim also
+	// restores the Go runtime's handlers after loading and MPI_Init, for
+	// libraries that ignore these). A setting made by the user wins.
+	for _, kv := range [][2]string{{"OMPI_MCA_opal_signal", ""}, {"UCX_ERROR_SIGNALS", ""}} {
+		if _, set := os.LookupEnv(kv[0]); !set {
+			os.Setenv(kv[0], kv[1])
+		}
+	}
 	var tried []string
 	for _, path := range candidates(os.Getenv, os.Environ()) {
 		err := libOpen(path)

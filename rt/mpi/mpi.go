@@ -163,14 +163,6 @@ func Init(ctx context.Context) error {
 	if already, _ := libInitialized(); already {
 		return errors.New("mpi: MPI was initialised outside this package")
 	}
-	if lib.abi == abiOpenMPI {
-		// Open MPI installs handlers for SIGSEGV, SIGBUS, SIGFPE and SIGABRT
-		// to print its own backtrace. They would replace the Go runtime's,
-		// which turns nil dereferences into panics; an empty list keeps Go's.
-		if _, set := os.LookupEnv("OMPI_MCA_opal_signal"); !set {
-			os.Setenv("OMPI_MCA_opal_signal", "")
-		}
-	}
 	var provided int
 	err := blocking(ctx, "Init", func() int {
 		p, rc := libInitThread(threadMultiple)

@@ -5,6 +5,7 @@ package mpi
 /*
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +36,30 @@ static struct { const char *name; void **fn; } entries[] = {
 	{"MPI_Test", &f_test}, {"MPI_Cancel", &f_cancel}, {"MPI_Get_count", &f_get_count},
 };
 
+// MPI libraries and the transports under them (Open MPI's opal, UCX) install
+// their own handlers for fatal signals, to print a backtrace. They replace
+// the Go runtime's, which turn faults in Go code into panics and report the
+// rest with goroutine stacks, so the Go handlers are put back after each
+// call that may install them: loading (library constructors) and MPI_Init.
+static const int guarded[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+#define NGUARDED (sizeof guarded / sizeof guarded[0])
+
+static void save_signals(struct sigaction *saved) {
+	for (size_t i = 0; i < NGUARDED; i++) sigaction(guarded[i], NULL, &saved[i]);
+}
+
+static void restore_signals(const struct sigaction *saved) {
+	for (size_t i = 0; i < NGUARDED; i++) sigaction(guarded[i], &saved[i], NULL);
+}
+
 // sh_open returns NULL on success, else a message (dlerror's or the name of
 // a missing entry point). RTLD_GLOBAL: Open MPI's plugins, opened later by
 // libmpi itself, resolve their symbols against libmpi's.
 static const char *sh_open(const char *path) {
+	struct sigaction saved[NGUARDED];
+	save_signals(saved);
 	void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+	restore_signals(saved);
 	if (!h) return dlerror();
 	for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
 		*entries[i].fn = dlsym(h, entries[i].name);
@@ -58,7 +78,11 @@ static int sh_version(char *buf, int *len) {
 static int sh_initialized(int *flag) { return ((int (*)(int *))f_initialized)(flag); }
 static int sh_finalized(int *flag) { return ((int (*)(int *))f_finalized)(flag); }
 static int sh_init_thread(int required, int *provided) {
-	return ((int (*)(int *, char ***, int, int *))f_init_thread)(NULL, NULL, required, provided);
+	struct sigaction saved[NGUARDED];
+	save_signals(saved);
+	int e = ((int (*)(int *, char ***, int, int *))f_init_thread)(NULL, NULL, required, provided);
+	restore_signals(saved);
+	return e;
 }
 static int sh_finalize(void) { return ((int (*)(void))f_finalize)(); }
 static int sh_error_string(int code, char *buf, int *len) {
