@@ -76,6 +76,12 @@ func TestUnderLaunchers(t *testing.T) {
 				}
 				t.Logf("4 ranks in %v", took.Round(time.Millisecond))
 			})
+			t.Run("serialized", func(t *testing.T) {
+				out, err, took := launch(t, l, 4, "serialized", 40*time.Second)
+				if err != nil || strings.Count(out, "RANK-OK") != 4 {
+					t.Fatalf("exit %v after %v, want 4 RANK-OK lines:\n%s", err, took, out)
+				}
+			})
 			t.Run("recv-timeout", func(t *testing.T) {
 				out, err, took := launch(t, l, 2, "timeout", 30*time.Second)
 				if err != nil || !strings.Contains(out, "TIMEOUT-OK") || strings.Count(out, "RANK-OK") != 2 {
@@ -89,6 +95,12 @@ func TestUnderLaunchers(t *testing.T) {
 					t.Fatalf("exit %v after %v; want a failure within seconds and no rank finishing:\n%s", err, took, out)
 				}
 				t.Logf("job ended %v after Abort: %v", took.Round(time.Millisecond), err)
+			})
+			t.Run("collective-timeout", func(t *testing.T) {
+				out, err, took := launch(t, l, 3, "collective-timeout", 30*time.Second)
+				if err == nil || took > 15*time.Second || !strings.Contains(out, "Allreduce timed out") {
+					t.Fatalf("exit %v after %v; want an Allreduce timeout, then the job ended by Abort:\n%s", err, took, out)
+				}
 			})
 		})
 	}

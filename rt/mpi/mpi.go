@@ -35,6 +35,10 @@ var (
 	finalDone bool
 	world     *Comm
 
+	// requestLevel is what Init asks for; tests lower it to exercise the
+	// SERIALIZED path.
+	requestLevel = threadMultiple
+
 	// callMu serialises MPI calls when the library granted only
 	// MPI_THREAD_SERIALIZED; serial is written once, in Init.
 	callMu sync.Mutex
@@ -165,7 +169,7 @@ func Init(ctx context.Context) error {
 	}
 	var provided int
 	err := blocking(ctx, "Init", func() int {
-		p, rc := libInitThread(threadMultiple)
+		p, rc := libInitThread(requestLevel)
 		provided = p
 		return rc
 	})

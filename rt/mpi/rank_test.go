@@ -21,6 +21,9 @@ func TestRank(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	if mode == "serialized" {
+		requestLevel = threadSerialized
+	}
 	if err := Init(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "Init:", err)
 		os.Exit(2)
@@ -29,9 +32,14 @@ func TestRank(t *testing.T) {
 	if li := Launcher(); li.Rank != w.Rank() || li.Size != w.Size() || li.LocalRank < 0 {
 		fail(w, "Launcher() = %+v, MPI says rank %d of %d", li, w.Rank(), w.Size())
 	}
+	if ThreadMultiple() != (mode != "serialized") {
+		fail(w, "mode %s: ThreadMultiple() = %v", mode, ThreadMultiple())
+	}
 	switch mode {
-	case "collectives":
+	case "collectives", "serialized":
 		rankCollectives(ctx, w)
+	case "collective-timeout":
+		rankCollectiveTimeout(ctx, w)
 	case "timeout":
 		rankTimeout(ctx, w)
 	case "abort":
@@ -153,6 +161,43 @@ func rankCollectives(ctx context.Context, w *Comm) {
 		}
 	}
 	sendRecv(ctx, w)
+	concurrent(ctx, w)
+}
+
+// concurrent runs collectives on two communicators from two goroutines at
+// once: legal under MPI_THREAD_MULTIPLE, and serialised by the package's
+// mutex under SERIALIZED.
+func concurrent(ctx context.Context, w *Comm) {
+	var comms [2]*Comm
+	for i := range comms {
+		c, err := w.Split(ctx, 0, w.Rank())
+		check(w, "Split copy", err)
+		comms[i] = c
+	}
+	errs := make(chan error, len(comms))
+	for i, c := range comms {
+		go func() {
+			for k := range 50 {
+				buf := []int64{int64(w.Rank() + i + k)}
+				if err := Allreduce(ctx, c, nil, buf, Sum); err != nil {
+					errs <- err
+					return
+				}
+				n := int64(w.Size())
+				if want := n*(n-1)/2 + n*int64(i+k); buf[0] != want {
+					errs <- fmt.Errorf("comm %d round %d: %d, want %d", i, k, buf[0], want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range comms {
+		check(w, "concurrent Allreduce", <-errs)
+	}
+	for _, c := range comms {
+		check(w, "Free copy", c.Free())
+	}
 }
 
 func allreduce[T Number](ctx context.Context, w *Comm, g group) {
@@ -328,6 +373,12 @@ func rankTimeout(ctx context.Context, w *Comm) {
 		if !errors.As(err, &te) || te.Op != "Recv" || !errors.Is(err, context.DeadlineExceeded) || time.Since(t0) > 5*time.Second {
 			fail(w, "Recv from a silent peer: %v after %v", err, time.Since(t0))
 		}
+		abandonMu.Lock()
+		left := len(abandoned)
+		abandonMu.Unlock()
+		if left != 0 {
+			fail(w, "the timed-out Recv was not cancelled (%d requests abandoned)", left)
+		}
 		fmt.Println("TIMEOUT-OK:", err)
 	}
 	check(w, "Barrier", w.Barrier(ctx))
@@ -342,4 +393,23 @@ func rankAbort(ctx context.Context, w *Comm) {
 	}
 	_, err := Recv(ctx, w, make([]byte, 1), 1, 0)
 	fail(w, "still running after rank 1 aborted (Recv: %v)", err)
+}
+
+// rankCollectiveTimeout: rank 0 never joins an Allreduce; the others time
+// out naming it, and abort the job as a caller would.
+func rankCollectiveTimeout(ctx context.Context, w *Comm) {
+	check(w, "Barrier", w.Barrier(ctx))
+	if w.Rank() == 0 {
+		_, err := Recv(ctx, w, make([]byte, 1), 1, 0)
+		fail(w, "still running after the others aborted (Recv: %v)", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err := Allreduce(short, w, nil, []float32{1, 2}, Sum)
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.Op != "Allreduce" {
+		fail(w, "Allreduce without rank 0: %v", err)
+	}
+	fmt.Fprintf(os.Stderr, "rank %d: %v\n", w.Rank(), err)
+	Abort(4)
 }

@@ -159,6 +159,9 @@ func TestCallsBeforeInitFail(t *testing.T) {
 	if err := Allreduce(context.Background(), c, nil, []float32{1}, Sum); err == nil || !strings.Contains(err.Error(), "not initialised") {
 		t.Errorf("Allreduce before Init: %v", err)
 	}
+	if err := (&Comm{world: true}).Free(); err == nil {
+		t.Error("freeing the world succeeded")
+	}
 	if World() != nil {
 		t.Error("World before Init is not nil")
 	}
