@@ -218,6 +218,6 @@ func Library() (path, abi, version string) {
 	if Load() != nil {
 		return "", "", ""
 	}
-	first, _, _ := strings.Cut(strings.TrimSpace(lib.version), "\n")
-	return lib.path, lib.abi.String(), first
+	first, _, _ := strings.Cut(lib.version, "\n")
+	return lib.path, lib.abi.String(), strings.TrimSpace(first)
 }

@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -53,6 +54,14 @@ func launch(t *testing.T, l launcher, np int, mode string, limit time.Duration) 
 	return string(out), err, time.Since(t0)
 }
 
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
 func TestUnderLaunchers(t *testing.T) {
 	if os.Getenv("MESHRUN_MPI_TEST_MODE") != "" {
 		t.Skip("inside a rank")
@@ -91,15 +100,17 @@ func TestUnderLaunchers(t *testing.T) {
 			t.Run("abort", func(t *testing.T) {
 				out, err, took := launch(t, l, 4, "abort", 30*time.Second)
 				// The others wait 20 s in Recv; the launcher must end them first.
-				if err == nil || took > 15*time.Second || strings.Contains(out, "RANK-OK") {
+				if exitCode(err) != 3 || took > 15*time.Second || strings.Contains(out, "RANK-OK") {
 					t.Fatalf("exit %v after %v; want a failure within seconds and no rank finishing:\n%s", err, took, out)
 				}
 				t.Logf("job ended %v after Abort: %v", took.Round(time.Millisecond), err)
 			})
 			t.Run("collective-timeout", func(t *testing.T) {
 				out, err, took := launch(t, l, 3, "collective-timeout", 30*time.Second)
-				if err == nil || took > 15*time.Second || !strings.Contains(out, "Allreduce timed out") {
-					t.Fatalf("exit %v after %v; want an Allreduce timeout, then the job ended by Abort:\n%s", err, took, out)
+				// Exit code 4 comes only from the Abort after the expected
+				// TimeoutError (the launcher may not forward the message).
+				if exitCode(err) != 4 || took > 15*time.Second {
+					t.Fatalf("exit %v after %v; want an Allreduce timeout, then the job ended by Abort(4):\n%s", err, took, out)
 				}
 			})
 		})

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,11 +30,11 @@ const (
 )
 
 var (
-	// initMu guards the life-cycle state below.
-	initMu    sync.Mutex
-	initDone  bool
-	finalDone bool
-	world     *Comm
+	// initMu serialises Init and Finalize. phase and world are atomics so
+	// that operations and Abort never wait behind a slow Init or Finalize.
+	initMu sync.Mutex
+	phase  atomic.Int32
+	world  atomic.Pointer[Comm]
 
 	// requestLevel is what Init asks for; tests lower it to exercise the
 	// SERIALIZED path.
@@ -61,6 +62,15 @@ func unlockMPI() {
 		callMu.Unlock()
 	}
 }
+
+// The life cycle, in phase.
+const (
+	phaseNone     = iota
+	phaseStarting // MPI_Init_thread called, may still be running
+	phaseUp       // MPI initialised (MPI_Abort works) but not usable here
+	phaseReady    // Init succeeded
+	phaseDone     // Finalize called
+)
 
 // DefaultTimeout bounds every operation whose context has no deadline, so
 // that no call can hang for ever. MESHRUN_MPI_TIMEOUT (a Go duration such as
@@ -158,15 +168,18 @@ func Init(ctx context.Context) error {
 	}
 	initMu.Lock()
 	defer initMu.Unlock()
-	if initDone {
-		if finalDone {
-			return errors.New("mpi: Init after Finalize")
-		}
+	switch phase.Load() {
+	case phaseReady:
 		return nil
+	case phaseDone:
+		return errors.New("mpi: Init after Finalize")
+	case phaseStarting, phaseUp:
+		return errors.New("mpi: an earlier Init failed; call Abort")
 	}
 	if already, _ := libInitialized(); already {
 		return errors.New("mpi: MPI was initialised outside this package")
 	}
+	phase.Store(phaseStarting)
 	var provided int
 	err := blocking(ctx, "Init", func() int {
 		p, rc := libInitThread(requestLevel)
@@ -176,11 +189,11 @@ func Init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	phase.Store(phaseUp)
 	if provided < threadSerialized {
 		return fmt.Errorf("mpi: %s granted thread level %d, need MPI_THREAD_SERIALIZED (2) or more", lib.abi, provided)
 	}
 	serial = provided < threadMultiple
-	initDone = true
 	if rc := libSetErrhandler(lib.h.world, lib.h.errorsReturn); rc != 0 {
 		return codeErr("MPI_Comm_set_errhandler", rc)
 	}
@@ -188,16 +201,13 @@ func Init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	world = w
+	world.Store(w)
+	phase.Store(phaseReady)
 	return nil
 }
 
 // Initialized reports whether Init succeeded and Finalize has not run.
-func Initialized() bool {
-	initMu.Lock()
-	defer initMu.Unlock()
-	return initDone && !finalDone
-}
+func Initialized() bool { return phase.Load() == phaseReady }
 
 // ThreadMultiple reports whether the library granted MPI_THREAD_MULTIPLE
 // (false: calls are serialised by a mutex).
@@ -207,10 +217,10 @@ func ThreadMultiple() bool { return Initialized() && !serial }
 func Finalize(ctx context.Context) error {
 	initMu.Lock()
 	defer initMu.Unlock()
-	if !initDone || finalDone {
+	if phase.Load() != phaseReady {
 		return nil
 	}
-	finalDone = true
+	phase.Store(phaseDone)
 	return blocking(ctx, "Finalize", libFinalize)
 }
 
@@ -218,18 +228,19 @@ func Finalize(ctx context.Context) error {
 // return. It takes no lock, so it works while another goroutine is stuck in
 // MPI, which is when it is needed. Without MPI it just exits.
 func Abort(code int) {
-	initMu.Lock()
-	ok := initDone && !finalDone
-	initMu.Unlock()
-	if ok {
+	if p := phase.Load(); p == phaseUp || p == phaseReady {
 		libAbort(lib.h.world, code)
 	}
 	os.Exit(code)
 }
 
-func ready() error {
+// ready says whether c can be used now.
+func ready(c *Comm) error {
 	if !Initialized() {
 		return errors.New("mpi: not initialised (call Init) or already finalised")
+	}
+	if c == nil || c.h == lib.h.commNull {
+		return errors.New("mpi: nil or freed communicator")
 	}
 	return nil
 }
@@ -254,11 +265,7 @@ func newComm(h uintptr, isWorld bool) (*Comm, error) {
 }
 
 // World is MPI_COMM_WORLD, or nil before Init.
-func World() *Comm {
-	initMu.Lock()
-	defer initMu.Unlock()
-	return world
-}
+func World() *Comm { return world.Load() }
 
 // Rank is this process's rank in c.
 func (c *Comm) Rank() int { return c.rank }
@@ -274,7 +281,7 @@ func (c *Comm) String() string {
 // communicator, ordered by key (ties by rank in c). A rank passing
 // Undefined gets nil. Every rank of c must call it.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
-	if err := ready(); err != nil {
+	if err := ready(c); err != nil {
 		return nil, err
 	}
 	if color < 0 && color != Undefined {
@@ -303,7 +310,7 @@ func (c *Comm) Free() error {
 	if c.world {
 		return errors.New("mpi: cannot free the world communicator")
 	}
-	if err := ready(); err != nil {
+	if err := ready(c); err != nil {
 		return err
 	}
 	err := blocking(context.Background(), "Free", func() int { return libCommFree(c.h) })

@@ -107,8 +107,8 @@ func checkCount(op string, n int) error {
 // then, as cgo requires of memory C keeps using after a call returns.
 // Point-to-point requests that time out are cancelled if MPI can still do
 // so; anything left pending keeps its pins for ever (see abandoned).
-func run(ctx context.Context, op string, dt uintptr, p2p bool, pins []unsafe.Pointer, start func() (uintptr, int)) (Status, error) {
-	if err := ready(); err != nil {
+func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []unsafe.Pointer, start func() (uintptr, int)) (Status, error) {
+	if err := ready(c); err != nil {
 		return Status{}, err
 	}
 	ctx, cancel := withDefault(ctx)
@@ -189,7 +189,7 @@ func Send[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
 		return err
 	}
 	p := ptr(buf)
-	_, err := run(ctx, "Send", 0, true, []unsafe.Pointer{p}, func() (uintptr, int) {
+	_, err := run(ctx, c, "Send", 0, true, []unsafe.Pointer{p}, func() (uintptr, int) {
 		return libIsend(p, len(buf), dtype[T](), dest, tag, c.h)
 	})
 	return err
@@ -208,7 +208,7 @@ func Recv[T Elem](ctx context.Context, c *Comm, buf []T, source, tag int) (Statu
 		tag = lib.h.anyTag
 	}
 	p, dt := ptr(buf), dtype[T]()
-	return run(ctx, "Recv", dt, true, []unsafe.Pointer{p}, func() (uintptr, int) {
+	return run(ctx, c, "Recv", dt, true, []unsafe.Pointer{p}, func() (uintptr, int) {
 		return libIrecv(p, len(buf), dt, source, tag, c.h)
 	})
 }
@@ -231,7 +231,7 @@ func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) er
 	case len(send) != len(recv):
 		return checkLen("Allreduce", "send", len(send), len(recv))
 	}
-	_, err = run(ctx, "Allreduce", 0, false, []unsafe.Pointer{s, r}, func() (uintptr, int) {
+	_, err = run(ctx, c, "Allreduce", 0, false, []unsafe.Pointer{s, r}, func() (uintptr, int) {
 		return libIallreduce(s, r, len(recv), dtype[T](), oh, c.h)
 	})
 	return err
@@ -252,7 +252,7 @@ func Allgatherv[T Elem](ctx context.Context, c *Comm, send, recv []T, counts []i
 		return err
 	}
 	s, r := ptr(send), ptr(recv)
-	_, err = run(ctx, "Allgatherv", 0, false, []unsafe.Pointer{s, r, ptr(cnt), ptr(disp)}, func() (uintptr, int) {
+	_, err = run(ctx, c, "Allgatherv", 0, false, []unsafe.Pointer{s, r, ptr(cnt), ptr(disp)}, func() (uintptr, int) {
 		return libIallgatherv(s, len(send), r, &cnt[0], &disp[0], dtype[T](), c.h)
 	})
 	return err
@@ -277,7 +277,7 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, count
 		return err
 	}
 	s, r := ptr(send), ptr(recv)
-	_, err = run(ctx, "ReduceScatter", 0, false, []unsafe.Pointer{s, r, ptr(cnt)}, func() (uintptr, int) {
+	_, err = run(ctx, c, "ReduceScatter", 0, false, []unsafe.Pointer{s, r, ptr(cnt)}, func() (uintptr, int) {
 		return libIreduceScatter(s, r, &cnt[0], dtype[T](), oh, c.h)
 	})
 	return err
@@ -303,7 +303,7 @@ func Alltoallv[T Elem](ctx context.Context, c *Comm, send []T, sendCounts []int,
 	}
 	s, r := ptr(send), ptr(recv)
 	pins := []unsafe.Pointer{s, r, ptr(sc), ptr(sd), ptr(rc), ptr(rd)}
-	_, err = run(ctx, "Alltoallv", 0, false, pins, func() (uintptr, int) {
+	_, err = run(ctx, c, "Alltoallv", 0, false, pins, func() (uintptr, int) {
 		return libIalltoallv(s, &sc[0], &sd[0], r, &rc[0], &rd[0], dtype[T](), c.h)
 	})
 	return err
@@ -315,7 +315,7 @@ func Bcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 		return err
 	}
 	p := ptr(buf)
-	_, err := run(ctx, "Bcast", 0, false, []unsafe.Pointer{p}, func() (uintptr, int) {
+	_, err := run(ctx, c, "Bcast", 0, false, []unsafe.Pointer{p}, func() (uintptr, int) {
 		return libIbcast(p, len(buf), dtype[T](), root, c.h)
 	})
 	return err
@@ -323,7 +323,7 @@ func Bcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 
 // Barrier returns once every rank of c has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
-	_, err := run(ctx, "Barrier", 0, false, nil, func() (uintptr, int) {
+	_, err := run(ctx, c, "Barrier", 0, false, nil, func() (uintptr, int) {
 		return libIbarrier(c.h)
 	})
 	return err

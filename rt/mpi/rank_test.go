@@ -138,6 +138,11 @@ func rankCollectives(ctx context.Context, w *Comm) {
 		var p *int
 		_ = *p
 	}()
+	// A bad argument comes back as an *Error, not an abort inside MPI.
+	var me *Error
+	if err := Send(ctx, w, []byte{1}, w.Size()+5, 0); !errors.As(err, &me) {
+		fail(w, "Send to a rank that does not exist: %v", err)
+	}
 	for _, g := range splits(ctx, w) {
 		allreduce[float32](ctx, w, g)
 		allreduce[float64](ctx, w, g)

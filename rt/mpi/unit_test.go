@@ -155,7 +155,7 @@ func TestCallsBeforeInitFail(t *testing.T) {
 	if Initialized() {
 		t.Skip("MPI initialised in this process")
 	}
-	c := &Comm{size: 1}
+	c := &Comm{size: 1, h: 1}
 	if err := Allreduce(context.Background(), c, nil, []float32{1}, Sum); err == nil || !strings.Contains(err.Error(), "not initialised") {
 		t.Errorf("Allreduce before Init: %v", err)
 	}
