@@ -1,0 +1,330 @@
+package mpi
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"time"
+	"unsafe"
+)
+
+// Elem are the element types the package moves; byte and uint16 only move
+// (uint16 carries bf16/f16 bits).
+type Elem interface {
+	float32 | float64 | int32 | int64 | uint16 | byte
+}
+
+// Number are the element types the reductions accept.
+type Number interface {
+	float32 | float64 | int32 | int64
+}
+
+// Op is a reduction.
+type Op int
+
+const (
+	Sum Op = iota
+	Max
+)
+
+func (o Op) handle() (uintptr, error) {
+	switch o {
+	case Sum:
+		return lib.h.sum, nil
+	case Max:
+		return lib.h.max, nil
+	}
+	return 0, fmt.Errorf("mpi: unknown reduction %d", int(o))
+}
+
+// Status describes a completed receive.
+type Status struct {
+	Source, Tag int // the sender and tag that matched
+	Count       int // elements received
+}
+
+func dtype[T Elem]() uintptr {
+	var z T
+	switch any(z).(type) {
+	case float32:
+		return lib.h.types[dtFloat32]
+	case float64:
+		return lib.h.types[dtFloat64]
+	case int32:
+		return lib.h.types[dtInt32]
+	case int64:
+		return lib.h.types[dtInt64]
+	case uint16:
+		return lib.h.types[dtUint16]
+	}
+	return lib.h.types[dtByte]
+}
+
+// ptr is the address of s's first element, nil for an empty slice (MPI
+// accepts any pointer with a zero count; nil keeps Pin away from it).
+func ptr[T any](s []T) unsafe.Pointer {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&s[0])
+}
+
+// layout converts per-rank element counts to MPI's C ints and their
+// displacements (each rank's block follows the previous one), after checking
+// there is one per rank and all fit.
+func layout(op string, c *Comm, n []int) (cnt, disp []int32, total int, err error) {
+	if len(n) != c.size {
+		return nil, nil, 0, fmt.Errorf("mpi: %s: %d counts for %d ranks", op, len(n), c.size)
+	}
+	cnt, disp = make([]int32, len(n)), make([]int32, len(n))
+	for i, k := range n {
+		if k < 0 || total+k > math.MaxInt32 {
+			return nil, nil, 0, fmt.Errorf("mpi: %s: count %d for rank %d is negative or too large", op, k, i)
+		}
+		cnt[i], disp[i] = int32(k), int32(total)
+		total += k
+	}
+	return cnt, disp, total, nil
+}
+
+func checkLen(op, what string, got, want int) error {
+	if got != want {
+		return fmt.Errorf("mpi: %s: %s has %d elements, want %d", op, what, got, want)
+	}
+	return nil
+}
+
+func checkCount(op string, n int) error {
+	if n > math.MaxInt32 {
+		return fmt.Errorf("mpi: %s: %d elements exceed MPI's int count", op, n)
+	}
+	return nil
+}
+
+// run starts a nonblocking operation and polls it to completion. Every
+// pointer in pins (buffers and count arrays MPI reads later) is pinned until
+// then, as cgo requires of memory C keeps using after a call returns.
+// Point-to-point requests that time out are cancelled if MPI can still do
+// so; anything left pending keeps its pins for ever (see abandoned).
+func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []unsafe.Pointer, start func() (uintptr, int)) (Status, error) {
+	if err := ready(c); err != nil {
+		return Status{}, err
+	}
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	pin := new(runtime.Pinner)
+	for _, p := range pins {
+		if p != nil {
+			pin.Pin(p)
+		}
+	}
+	lockMPI()
+	req, rc := start()
+	unlockMPI()
+	if rc != 0 {
+		pin.Unpin()
+		return Status{}, codeErr(op, rc)
+	}
+	t0 := time.Now()
+	st, done, err := poll(ctx, op, &req, dt)
+	if done {
+		pin.Unpin()
+		return st, err
+	}
+	if err == nil {
+		err = &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
+	}
+	if p2p {
+		lockMPI()
+		libCancel(&req)
+		unlockMPI()
+		grace, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, done, _ = poll(grace, op, &req, 0)
+		stop()
+		if done {
+			pin.Unpin()
+			return Status{}, err
+		}
+	}
+	abandonMu.Lock()
+	abandoned = append(abandoned, pin)
+	abandonMu.Unlock()
+	return Status{}, err
+}
+
+// poll tests req until it completes (done), fails, or ctx ends (neither
+// done nor an error). It spins briefly, for the latency of small messages,
+// then sleeps with doubling intervals up to a millisecond, so a long wait
+// costs little CPU; each MPI_Test also drives the library's progress.
+func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, bool, error) {
+	var nap time.Duration
+	for i := 0; ; i++ {
+		lockMPI()
+		done, st, rc := libTest(req, dt)
+		unlockMPI()
+		if rc != 0 {
+			// A failed request is complete; its buffers are free again.
+			return Status{}, true, codeErr(op, rc)
+		}
+		if done {
+			return st, true, nil
+		}
+		if ctx.Err() != nil {
+			return Status{}, false, nil
+		}
+		if i < 100 {
+			runtime.Gosched()
+			continue
+		}
+		nap = min(max(2*nap, 5*time.Microsecond), time.Millisecond)
+		time.Sleep(nap)
+	}
+}
+
+// Send sends buf to rank dest of c with a tag (>= 0), waiting until the
+// buffer may be reused.
+func Send[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
+	if err := checkCount("Send", len(buf)); err != nil {
+		return err
+	}
+	p := ptr(buf)
+	_, err := run(ctx, c, "Send", 0, true, []unsafe.Pointer{p}, func() (uintptr, int) {
+		return libIsend(p, len(buf), dtype[T](), dest, tag, c.h)
+	})
+	return err
+}
+
+// Recv receives into buf from rank source (or AnySource) with a tag (or
+// AnyTag). The message may be shorter than buf; Status.Count says how long.
+func Recv[T Elem](ctx context.Context, c *Comm, buf []T, source, tag int) (Status, error) {
+	if err := checkCount("Recv", len(buf)); err != nil {
+		return Status{}, err
+	}
+	if source == AnySource {
+		source = lib.h.anySource
+	}
+	if tag == AnyTag {
+		tag = lib.h.anyTag
+	}
+	p, dt := ptr(buf), dtype[T]()
+	return run(ctx, c, "Recv", dt, true, []unsafe.Pointer{p}, func() (uintptr, int) {
+		return libIrecv(p, len(buf), dt, source, tag, c.h)
+	})
+}
+
+// Allreduce combines send across the ranks of c element by element and
+// leaves the result in recv on every rank. With send nil, or the same slice
+// as recv, it works in place on recv.
+func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	oh, err := op.handle()
+	if err != nil {
+		return err
+	}
+	if err := checkCount("Allreduce", len(recv)); err != nil {
+		return err
+	}
+	s, r := ptr(send), ptr(recv)
+	switch {
+	case send == nil || (s == r && len(send) == len(recv)):
+		s = nil // in place
+	case len(send) != len(recv):
+		return checkLen("Allreduce", "send", len(send), len(recv))
+	}
+	_, err = run(ctx, c, "Allreduce", 0, false, []unsafe.Pointer{s, r}, func() (uintptr, int) {
+		return libIallreduce(s, r, len(recv), dtype[T](), oh, c.h)
+	})
+	return err
+}
+
+// Allgatherv concatenates every rank's send, in rank order, into recv on
+// every rank; counts[i] is the length of rank i's send (it may differ, and
+// be zero).
+func Allgatherv[T Elem](ctx context.Context, c *Comm, send, recv []T, counts []int) error {
+	cnt, disp, total, err := layout("Allgatherv", c, counts)
+	if err != nil {
+		return err
+	}
+	if err := checkLen("Allgatherv", "send", len(send), counts[c.rank]); err != nil {
+		return err
+	}
+	if err := checkLen("Allgatherv", "recv", len(recv), total); err != nil {
+		return err
+	}
+	s, r := ptr(send), ptr(recv)
+	_, err = run(ctx, c, "Allgatherv", 0, false, []unsafe.Pointer{s, r, ptr(cnt), ptr(disp)}, func() (uintptr, int) {
+		return libIallgatherv(s, len(send), r, &cnt[0], &disp[0], dtype[T](), c.h)
+	})
+	return err
+}
+
+// ReduceScatter reduces send (the concatenation of one block per rank,
+// block i of length counts[i]) across the ranks of c and leaves block i of
+// the result in recv on rank i.
+func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, counts []int, op Op) error {
+	oh, err := op.handle()
+	if err != nil {
+		return err
+	}
+	cnt, _, total, err := layout("ReduceScatter", c, counts)
+	if err != nil {
+		return err
+	}
+	if err := checkLen("ReduceScatter", "send", len(send), total); err != nil {
+		return err
+	}
+	if err := checkLen("ReduceScatter", "recv", len(recv), counts[c.rank]); err != nil {
+		return err
+	}
+	s, r := ptr(send), ptr(recv)
+	_, err = run(ctx, c, "ReduceScatter", 0, false, []unsafe.Pointer{s, r, ptr(cnt)}, func() (uintptr, int) {
+		return libIreduceScatter(s, r, &cnt[0], dtype[T](), oh, c.h)
+	})
+	return err
+}
+
+// Alltoallv sends block i of send (length sendCounts[i]) to rank i and
+// receives rank i's block for us into block i of recv (length
+// recvCounts[i]); blocks are packed in rank order.
+func Alltoallv[T Elem](ctx context.Context, c *Comm, send []T, sendCounts []int, recv []T, recvCounts []int) error {
+	sc, sd, stotal, err := layout("Alltoallv", c, sendCounts)
+	if err != nil {
+		return err
+	}
+	rc, rd, rtotal, err := layout("Alltoallv", c, recvCounts)
+	if err != nil {
+		return err
+	}
+	if err := checkLen("Alltoallv", "send", len(send), stotal); err != nil {
+		return err
+	}
+	if err := checkLen("Alltoallv", "recv", len(recv), rtotal); err != nil {
+		return err
+	}
+	s, r := ptr(send), ptr(recv)
+	pins := []unsafe.Pointer{s, r, ptr(sc), ptr(sd), ptr(rc), ptr(rd)}
+	_, err = run(ctx, c, "Alltoallv", 0, false, pins, func() (uintptr, int) {
+		return libIalltoallv(s, &sc[0], &sd[0], r, &rc[0], &rd[0], dtype[T](), c.h)
+	})
+	return err
+}
+
+// Bcast copies buf on rank root into buf on every other rank of c.
+func Bcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
+	if err := checkCount("Bcast", len(buf)); err != nil {
+		return err
+	}
+	p := ptr(buf)
+	_, err := run(ctx, c, "Bcast", 0, false, []unsafe.Pointer{p}, func() (uintptr, int) {
+		return libIbcast(p, len(buf), dtype[T](), root, c.h)
+	})
+	return err
+}
+
+// Barrier returns once every rank of c has entered it.
+func (c *Comm) Barrier(ctx context.Context) error {
+	_, err := run(ctx, c, "Barrier", 0, false, nil, func() (uintptr, int) {
+		return libIbarrier(c.h)
+	})
+	return err
+}
