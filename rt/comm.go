@@ -28,6 +28,9 @@ type Comm interface {
 	// before the data arrives).
 	Send(ctx context.Context, peer, tag int, b Buffer) error
 	Recv(ctx context.Context, peer, tag int, dt lang.DType, shape []int) (Buffer, error)
+	// Flush waits until every buffered send has completed (the worker
+	// calls it at the end of each execution, so no send outlives it).
+	Flush(ctx context.Context) error
 	// BytesSent is what this rank has sent so far.
 	BytesSent() int64
 }
@@ -149,6 +152,9 @@ func NewInProc(n int) []*InProc {
 func (c *InProc) Rank() int        { return c.rank }
 func (c *InProc) Size() int        { return c.size }
 func (c *InProc) BytesSent() int64 { return c.T.BytesSent(c.rank) }
+
+// Flush implements Comm: a channel send has completed when it returns.
+func (c *InProc) Flush(context.Context) error { return nil }
 
 // collectiveTag keeps each group's ring messages apart from the others'
 // and from point-to-point tags (which are small non-negative numbers).

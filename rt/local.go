@@ -2,11 +2,9 @@ package rt
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/plan"
 )
 
@@ -15,7 +13,7 @@ import (
 // Workers, their groups and the transport are made once and serve every
 // execution, so a training run pays for them once, not once per step.
 type Local struct {
-	Plan    *plan.Plan
+	plan    *plan.Plan
 	Workers []*Worker
 	stall   func(rank int) bool
 }
@@ -27,7 +25,7 @@ func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	}
 	n := p.Mesh.Size()
 	comms := NewInProc(n)
-	l := &Local{Plan: p, Workers: make([]*Worker, n), stall: opts.stall}
+	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall}
 	for r := range l.Workers {
 		w, err := NewWorker(ctx, p, r, opts.Backend, comms[r], opts)
 		if err != nil {
@@ -81,43 +79,49 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 
 // Run executes once and assembles every output on the host.
 func (l *Local) Run(ctx context.Context, feed func(rank int) Feed) (*Result, error) {
-	rs, wall, err := l.Exec(ctx, feed)
-	if err != nil {
-		return nil, err
-	}
-	return l.collect(rs, wall)
+	return RunOn(ctx, l, feed, true)
 }
 
-// collect copies every rank's outputs and carried blocks to the host and
-// assembles the logical outputs.
-func (l *Local) collect(rs []*RankResult, wall time.Duration) (*Result, error) {
-	n := len(rs)
-	res := &Result{Wall: wall, Devices: make([]DeviceStats, n), Carry: make([][]*Tensor, n)}
-	for r, rr := range rs {
-		res.Devices[r] = rr.Stats
-		for _, b := range rr.Carry {
-			t, err := l.Workers[r].Backend.CopyOut(b)
-			if err != nil {
-				return nil, err
-			}
-			res.Carry[r] = append(res.Carry[r], t)
-		}
+// Plan implements Launcher.
+func (l *Local) Plan() *plan.Plan { return l.plan }
+
+// Ranks implements Launcher: every rank.
+func (l *Local) Ranks() []int {
+	out := make([]int, len(l.Workers))
+	for i := range out {
+		out[i] = i
 	}
-	for i, o := range l.Plan.Outputs {
-		parts := make([]*Tensor, n)
+	return out
+}
+
+// Worker implements Launcher.
+func (l *Local) Worker(rank int) *Worker { return l.Workers[rank] }
+
+// Lead implements Launcher: the only process leads.
+func (l *Local) Lead() bool { return true }
+
+// Gather implements Launcher: host copies of every rank's blocks, joined.
+func (l *Local) Gather(_ context.Context, specs []plan.Tensor, blocks [][]Buffer, _ bool) ([]*Tensor, error) {
+	out := make([]*Tensor, len(specs))
+	for j := range specs {
+		parts := make([]*Tensor, len(l.Workers))
 		for r := range parts {
-			t, err := l.Workers[r].Backend.CopyOut(rs[r].Outputs[i])
+			t, err := l.Workers[r].Backend.CopyOut(blocks[r][j])
 			if err != nil {
 				return nil, err
 			}
 			parts[r] = t
 		}
-		t, err := Assemble(l.Plan.Mesh, lang.Type{DType: o.DType, Shape: o.Shape}, o.Placement, parts)
+		t, err := assembleHost(l.plan, &specs[j], parts)
 		if err != nil {
-			return nil, fmt.Errorf("output %s: %v", o.Name, err)
+			return nil, err
 		}
-		res.Names = append(res.Names, o.Name)
-		res.Outputs = append(res.Outputs, t)
+		out[j] = t
 	}
-	return res, nil
+	return out, nil
+}
+
+// GatherStats implements Launcher: every rank's statistics are here.
+func (l *Local) GatherStats(_ context.Context, stats []DeviceStats) ([]DeviceStats, error) {
+	return stats, nil
 }

@@ -107,6 +107,11 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	if err := w.Backend.Sync(ctx); err != nil {
 		return nil, fmt.Errorf("rank %d: %v", w.Prog.Rank, err)
 	}
+	fctx, cancel := context.WithTimeout(ctx, w.Timeout)
+	defer cancel()
+	if err := w.Comm.Flush(fctx); err != nil {
+		return nil, fmt.Errorf("rank %d: %w", w.Prog.Rank, err)
+	}
 	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
 		BytesSent: w.Comm.BytesSent() - sent0}}
 	for _, s := range prog.OutputSlots {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/meshrun/meshrun/lang"
@@ -81,11 +80,24 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 	if t == nil {
 		return nil, fmt.Errorf("the program has no train block")
 	}
-	cache := &npyCache{}
-	opts.files = cache // inputs are read from disk once, not every step
+	opts.files = &npyCache{} // inputs are read from disk once, not every step
 	l, err := NewLocal(ctx, p.Exec, opts)
 	if err != nil {
 		return nil, err
+	}
+	return TrainOn(ctx, l, p, opts, cfg)
+}
+
+// TrainOn runs the training loop under any launcher: every process runs
+// it with its own ranks; the lead gets the results (the final parameters
+// and snapshots are assembled there), every process the losses.
+func TrainOn(ctx context.Context, l Launcher, p *lower.Plan, opts Options, cfg TrainConfig) (*TrainResult, error) {
+	if p.Graph.Train == nil {
+		return nil, fmt.Errorf("the program has no train block")
+	}
+	cache := opts.files
+	if cache == nil {
+		cache = &npyCache{}
 	}
 	tr := &trainer{p: p, l: l, opts: opts, cache: cache}
 	if err := tr.start(cfg.Initial); err != nil {
@@ -94,13 +106,14 @@ func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*
 	return tr.run(ctx, cfg)
 }
 
-// trainer is one training run's state: per rank, the carried blocks.
+// trainer is one training run's state: per rank of this process, the
+// carried blocks.
 type trainer struct {
 	p     *lower.Plan
-	l     *Local
+	l     Launcher
 	opts  Options
 	cache *npyCache
-	state [][]Buffer // per rank, per Plan.Carry
+	state [][]Buffer // per rank of l.Ranks(), per Plan.Carry
 }
 
 // start places every rank's initial carried state: from a checkpoint (any
@@ -108,9 +121,10 @@ type trainer struct {
 // (the first step runs the initialisers).
 func (tr *trainer) start(initial map[string]*Tensor) error {
 	p, ex := tr.p, tr.p.Exec
-	tr.state = make([][]Buffer, p.Mesh.Size())
-	for r := range tr.state {
-		tr.state[r] = make([]Buffer, len(ex.Carry))
+	ranks := tr.l.Ranks()
+	tr.state = make([][]Buffer, len(ranks))
+	for i := range tr.state {
+		tr.state[i] = make([]Buffer, len(ex.Carry))
 	}
 	if initial == nil {
 		return nil
@@ -124,47 +138,35 @@ func (tr *trainer) start(initial map[string]*Tensor) error {
 		if full.DType != src.DType || !sameShape(full.Shape, src.Shape) {
 			return fmt.Errorf("the checkpoint's %s is %s%v, the program declares %s", src.Name, full.DType, full.Shape, lang.Type{DType: src.DType, Shape: src.Shape})
 		}
-		for r := range tr.state {
-			b, err := tr.l.Workers[r].Backend.CopyIn(Scatter(p.Mesh, full, src.Placement, r))
+		for k, r := range ranks {
+			b, err := tr.l.Worker(r).Backend.CopyIn(Scatter(p.Mesh, full, src.Placement, r))
 			if err != nil {
 				return err
 			}
-			tr.state[r][i] = b
+			tr.state[k][i] = b
 		}
 	}
 	return nil
 }
 
-// snapshot assembles the logical value of every carried tensor by name.
-func (tr *trainer) snapshot() (map[string]*Tensor, error) {
+// snapshot assembles the logical value of every carried tensor by name
+// (at the lead; nil elsewhere). Every process must call it: the blocks
+// travel to the lead.
+func (tr *trainer) snapshot(ctx context.Context) (map[string]*Tensor, error) {
 	ex := tr.p.Exec
-	out := map[string]*Tensor{}
+	specs := make([]plan.Tensor, len(ex.Carry))
 	for i, si := range ex.Carry {
-		src := &ex.Sources[si]
-		full, err := tr.assemble(src, i)
-		if err != nil {
-			return nil, err
-		}
-		out[src.Name] = full
+		specs[i] = ex.Sources[si]
+	}
+	full, err := tr.l.Gather(ctx, specs, tr.state, false)
+	if err != nil || full == nil {
+		return nil, err
+	}
+	out := map[string]*Tensor{}
+	for i, s := range specs {
+		out[s.Name] = full[i]
 	}
 	return out, nil
-}
-
-// assemble copies carried value i out of every rank and joins the blocks.
-func (tr *trainer) assemble(src *plan.Tensor, i int) (*Tensor, error) {
-	parts := make([]*Tensor, len(tr.state))
-	for r := range parts {
-		t, err := tr.l.Workers[r].Backend.CopyOut(tr.state[r][i])
-		if err != nil {
-			return nil, err
-		}
-		parts[r] = t
-	}
-	full, err := Assemble(tr.p.Mesh, lang.Type{DType: src.DType, Shape: src.Shape}, src.Placement, parts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", src.Name, err)
-	}
-	return full, nil
 }
 
 // feeds builds each rank's Feed for one step: the batch blocks, the
@@ -175,8 +177,12 @@ func (tr *trainer) feeds(batches map[int]*Tensor, hyper map[int]float64) func(ra
 	for i, si := range ex.Carry {
 		carried[si] = i
 	}
+	pos := map[int]int{}
+	for k, r := range tr.l.Ranks() {
+		pos[r] = k
+	}
 	return func(r int) Feed {
-		be := tr.l.Workers[r].Backend
+		be := tr.l.Worker(r).Backend
 		return func(src int) Buffer {
 			if b, ok := batches[src]; ok {
 				buf, err := be.CopyIn(Scatter(ex.Mesh, b, ex.Sources[src].Placement, r))
@@ -191,8 +197,8 @@ func (tr *trainer) feeds(batches map[int]*Tensor, hyper map[int]float64) func(ra
 				buf, _ := be.CopyIn(s)
 				return buf
 			}
-			if i, ok := carried[src]; ok && tr.state[r][i] != nil {
-				return tr.state[r][i]
+			if i, ok := carried[src]; ok && tr.state[pos[r]][i] != nil {
+				return tr.state[pos[r]][i]
 			}
 			return nil
 		}
@@ -245,12 +251,15 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
-		for r, rr := range rs {
-			copy(tr.state[r], rr.Carry)
+		for k, rr := range rs {
+			copy(tr.state[k], rr.Carry)
 		}
-		run, err := tr.l.collect(rs, wall)
+		run, err := collect(ctx, tr.l, rs, wall, true)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
+		}
+		if err := tr.hostCarry(run); err != nil {
+			return nil, err
 		}
 		loss := run.Output("loss").Float64s()[0]
 		res.Losses = append(res.Losses, loss)
@@ -266,7 +275,7 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 		}
 		res.Applied = applied
 		if cfg.OnStep != nil {
-			if err := cfg.OnStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run, Snapshot: tr.snapshot, Scale: scale, Skipped: skipped, Applied: applied, Scaler: scaler}); err != nil {
+			if err := cfg.OnStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run, Snapshot: func() (map[string]*Tensor, error) { return tr.snapshot(ctx) }, Scale: scale, Skipped: skipped, Applied: applied, Scaler: scaler}); err != nil {
 				return nil, err
 			}
 		}
@@ -274,19 +283,37 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 	if res.Last == nil {
 		return nil, fmt.Errorf("nothing to do: the run starts after step %d of %d", cfg.Start, t.Steps)
 	}
-	ex := p.Exec
-	for _, prm := range t.Params {
-		i := slices.Index(ex.Carry, src(prm))
-		if i < 0 {
-			return nil, fmt.Errorf("param %s is not carried between steps", prm.Name)
+	final, err := tr.snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("final parameters: %w", err)
+	}
+	if final != nil {
+		for _, prm := range t.Params {
+			full, ok := final[prm.Name]
+			if !ok {
+				return nil, fmt.Errorf("param %s is not carried between steps", prm.Name)
+			}
+			res.Final = append(res.Final, full)
 		}
-		full, err := tr.assemble(&ex.Sources[ex.Carry[i]], i)
-		if err != nil {
-			return nil, fmt.Errorf("param %w", err)
-		}
-		res.Final = append(res.Final, full)
 	}
 	return res, nil
+}
+
+// hostCarry puts host copies of this process's carried blocks in the step's
+// result (tests measure what each rank holds between steps).
+func (tr *trainer) hostCarry(run *Result) error {
+	for k, r := range tr.l.Ranks() {
+		var ts []*Tensor
+		for _, b := range tr.state[k] {
+			t, err := tr.l.Worker(r).Backend.CopyOut(b)
+			if err != nil {
+				return err
+			}
+			ts = append(ts, t)
+		}
+		run.Carry = append(run.Carry, ts)
+	}
+	return nil
 }
 
 // batchFor builds the logical batch of a dataset input for a step (1-based).

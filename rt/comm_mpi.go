@@ -1,0 +1,299 @@
+package rt
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/rt/mpi"
+)
+
+// MPIComm is a Comm over MPI: one rank per process, its groups split from
+// MPI_COMM_WORLD once at start-up. Collectives map to MPI's v variants
+// (uneven lengths need no padding); a tensor cut along a dim that is not
+// the outermost is packed into one contiguous block per member first, as
+// MPI concatenates flat buffers. Half-precision values are reduced in f32
+// and rounded once. Every call is bounded by its context (package mpi
+// polls nonblocking requests), so a lost peer is a timeout, never a hang.
+//
+// BytesSent counts what the ring algorithms of the in-process
+// communicator would send for the same calls (MPI chooses its own
+// algorithms and does not report its traffic), so the figures compare
+// with explain's model and with the local launcher.
+type MPIComm struct {
+	world *mpi.Comm
+	sent  atomic.Int64
+	mu    sync.Mutex
+	sends []chan error // sends still in flight (Send is buffered)
+}
+
+// NewMPIComm initialises MPI (once per process) and returns the world.
+func NewMPIComm(ctx context.Context) (*MPIComm, error) {
+	if !mpi.Initialized() {
+		if err := mpi.Init(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return &MPIComm{world: mpi.World()}, nil
+}
+
+func (c *MPIComm) Rank() int        { return c.world.Rank() }
+func (c *MPIComm) Size() int        { return c.world.Size() }
+func (c *MPIComm) BytesSent() int64 { return c.sent.Load() }
+
+// NewGroup implements Comm with MPI_Comm_split: the group's first member
+// names it (every group of one plan group has a different first member)
+// and the position in members is the key, so MPI's rank order is the
+// ring order.
+func (c *MPIComm) NewGroup(ctx context.Context, id int, members []int) (Group, error) {
+	idx := -1
+	for i, m := range members {
+		if m == c.Rank() {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil, fmt.Errorf("rank %d is not in group %v", c.Rank(), members)
+	}
+	sub, err := c.world.Split(ctx, members[0], idx)
+	if err != nil {
+		return nil, err
+	}
+	if sub.Size() != len(members) || sub.Rank() != idx {
+		return nil, fmt.Errorf("MPI made group g%d of %d ranks with this rank at %d; the plan says %d ranks, at %d", id, sub.Size(), sub.Rank(), len(members), idx)
+	}
+	return &mpiGroup{c: sub, parent: c}, nil
+}
+
+// Send implements Comm: MPI sends in the background (the plan's sends are
+// buffered, so a ring shift where every rank sends first cannot
+// deadlock); Flush waits for them.
+func (c *MPIComm) Send(ctx context.Context, peer, tag int, b Buffer) error {
+	t, err := host(b)
+	if err != nil {
+		return err
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(mpi.DefaultTimeout)
+	}
+	done := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithDeadline(context.Background(), dl)
+		defer cancel()
+		done <- forData(t, func(d any) error { return sendAny(sctx, c.world, d, peer, tag) })
+	}()
+	c.mu.Lock()
+	c.sends = append(c.sends, done)
+	c.mu.Unlock()
+	c.sent.Add(t.Bytes())
+	return nil
+}
+
+// Flush waits for every send in flight and reports the first failure.
+func (c *MPIComm) Flush(ctx context.Context) error {
+	c.mu.Lock()
+	sends := c.sends
+	c.sends = nil
+	c.mu.Unlock()
+	var first error
+	for _, d := range sends {
+		select {
+		case err := <-d:
+			if err != nil && first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for sends to complete: %w", ctxErr(ctx))
+		}
+	}
+	return first
+}
+
+// Recv implements Comm.
+func (c *MPIComm) Recv(ctx context.Context, peer, tag int, dt lang.DType, shape []int) (Buffer, error) {
+	t := NewTensor(dt, shape)
+	err := forData(t, func(d any) error {
+		n, err := recvAny(ctx, c.world, d, peer, tag)
+		if err == nil && n != t.Numel() {
+			err = fmt.Errorf("received %d elements from rank %d (tag %d), expected %s%v", n, peer, tag, dt, shape)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, mpiErr(err)
+	}
+	return t, nil
+}
+
+// mpiErr marks MPI timeouts as peer timeouts, which the interpreter
+// reports with the collective and its source line.
+func mpiErr(err error) error {
+	var te *mpi.TimeoutError
+	if err != nil && asTimeout(err, &te) {
+		return fmt.Errorf("%v: %w", err, ErrPeerTimeout)
+	}
+	return err
+}
+
+// mpiGroup is one plan group's MPI communicator.
+type mpiGroup struct {
+	c      *mpi.Comm
+	parent *MPIComm
+}
+
+func (g *mpiGroup) Size() int  { return g.c.Size() }
+func (g *mpiGroup) Index() int { return g.c.Rank() }
+
+// count charges this rank the ring algorithm's bytes for moving n bytes.
+func (g *mpiGroup) count(n int64) { g.parent.sent.Add(n) }
+
+// AllReduce implements Group.
+func (g *mpiGroup) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	p := int64(g.Size())
+	g.count(2 * (p - 1) * t.Bytes() / p)
+	w := widen(t) // half precision reduces in f32
+	out := NewTensor(w.DType, w.Shape)
+	if err := reduceAny(ctx, g.c, w.Data, out.Data, nil, op); err != nil {
+		return nil, mpiErr(err)
+	}
+	return narrowTo(out, t.DType), nil
+}
+
+// AllGather implements Group: every member's block, packed, gathered with
+// MPI_Allgatherv, then joined along dim.
+func (g *mpiGroup) AllGather(ctx context.Context, x Buffer, dim int, lens []int) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	counts, shapes := memberBlocks(t.Shape, dim, lens)
+	total := NewTensor(t.DType, []int{sum(counts)})
+	g.count(int64(sum(counts)-counts[g.Index()]) * int64(t.DType.Size()))
+	if err := forData(t, func(d any) error { return gatherAny(ctx, g.c, d, total.Data, counts) }); err != nil {
+		return nil, mpiErr(err)
+	}
+	return ConcatDim(unpack(total, shapes), dim), nil
+}
+
+// ReduceScatter implements Group: the chunks, packed in member order, go
+// through MPI_Reduce_scatter; this member keeps its chunk.
+func (g *mpiGroup) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int, op ReduceOp) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	counts, shapes := memberBlocks(t.Shape, dim, lens)
+	g.count(int64(sum(counts)-counts[g.Index()]) * int64(t.DType.Size()))
+	packed := widen(pack(SplitDim(t, dim, lens), t.DType))
+	mine := NewTensor(packed.DType, shapes[g.Index()])
+	if err := reduceAny(ctx, g.c, packed.Data, mine.Data, counts, op); err != nil {
+		return nil, mpiErr(err)
+	}
+	return narrowTo(mine, t.DType), nil
+}
+
+// AllToAll implements Group with MPI_Alltoallv over packed pieces.
+func (g *mpiGroup) AllToAll(ctx context.Context, x Buffer, splitDim int, splitLens []int, catDim int, catLens []int) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	pieces := SplitDim(t, splitDim, splitLens)
+	sendCounts := make([]int, len(pieces))
+	for i, pc := range pieces {
+		sendCounts[i] = pc.Numel()
+	}
+	// what arrives from member j: its block with our length along splitDim
+	mineShape := append([]int(nil), t.Shape...)
+	mineShape[splitDim] = splitLens[g.Index()]
+	recvCounts, shapes := memberBlocks(mineShape, catDim, catLens)
+	g.count(int64(sum(sendCounts)-sendCounts[g.Index()]) * int64(t.DType.Size()))
+	recv := NewTensor(t.DType, []int{sum(recvCounts)})
+	send := pack(pieces, t.DType)
+	if err := forData(send, func(d any) error { return alltoallAny(ctx, g.c, d, sendCounts, recv.Data, recvCounts) }); err != nil {
+		return nil, mpiErr(err)
+	}
+	return ConcatDim(unpack(recv, shapes), catDim), nil
+}
+
+// Broadcast implements Group.
+func (g *mpiGroup) Broadcast(ctx context.Context, x Buffer, root int, dt lang.DType, shape []int) (Buffer, error) {
+	t := NewTensor(dt, shape)
+	if g.Index() == root {
+		src, err := host(x)
+		if err != nil {
+			return nil, err
+		}
+		t = src.Clone()
+		g.count(t.Bytes()) // the tree's root sends at least one copy
+	}
+	if err := forData(t, func(d any) error { return bcastAny(ctx, g.c, d, root) }); err != nil {
+		return nil, mpiErr(err)
+	}
+	return t, nil
+}
+
+// memberBlocks gives each member's element count and block shape when a
+// tensor of shape (this member's) is cut or joined along dim into lens.
+func memberBlocks(shape []int, dim int, lens []int) ([]int, [][]int) {
+	counts := make([]int, len(lens))
+	shapes := make([][]int, len(lens))
+	for i, l := range lens {
+		s := append([]int(nil), shape...)
+		s[dim] = l
+		shapes[i], counts[i] = s, numel(s)
+	}
+	return counts, shapes
+}
+
+// pack lays tensors end to end in one flat tensor.
+func pack(ts []*Tensor, dt lang.DType) *Tensor {
+	n := 0
+	for _, t := range ts {
+		n += t.Numel()
+	}
+	out := NewTensor(dt, []int{n})
+	off := 0
+	for _, t := range ts {
+		CopyBlock(out, []int{off}, &Tensor{DType: t.DType, Shape: []int{t.Numel()}, Data: t.Data}, []int{0}, []int{t.Numel()})
+		off += t.Numel()
+	}
+	return out
+}
+
+// unpack cuts a flat tensor into consecutive blocks of the given shapes.
+func unpack(flat *Tensor, shapes [][]int) []*Tensor {
+	out := make([]*Tensor, len(shapes))
+	off := 0
+	for i, s := range shapes {
+		n := numel(s)
+		out[i] = Extract(flat, []int{off}, []int{n})
+		out[i].Shape = s
+		off += n
+	}
+	return out
+}
+
+func sum(xs []int) int {
+	s := 0
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// narrowTo rounds an f32 result back to a half type (or returns it).
+func narrowTo(t *Tensor, dt lang.DType) *Tensor {
+	if isHalf(dt) {
+		return narrow(t, dt)
+	}
+	return t
+}
