@@ -138,6 +138,10 @@ type Kernel struct {
 	ArgShapes [][]int
 }
 
+// MaxTag is the largest tag a plan's send/recv may use: MPI guarantees
+// 32767, and the launchers keep the tags above this for themselves.
+const MaxTag = 32000
+
 // Peer names the other end of a send or recv relative to the sender: the
 // rank whose coordinate is this rank's plus Shift on each of Axes.
 type Peer struct {

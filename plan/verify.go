@@ -129,6 +129,9 @@ func (p *Plan) kindFields(in *Instr) error {
 		if (in.Kind == Send) != (len(in.Args) == 1) || (in.Kind == Recv && len(in.Args) != 0) {
 			return fmt.Errorf("a send reads one slot, a recv none")
 		}
+		if in.Tag < 0 || in.Tag > MaxTag {
+			return fmt.Errorf("tag %d is outside 0..%d", in.Tag, MaxTag)
+		}
 	default:
 		return fmt.Errorf("unknown instruction kind %d", in.Kind)
 	}

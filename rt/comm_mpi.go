@@ -27,7 +27,16 @@ type MPIComm struct {
 	world *mpi.Comm
 	sent  atomic.Int64
 	mu    sync.Mutex
-	sends []chan error // sends still in flight (Send is buffered)
+	sends []chan error         // sends still in flight (Send is buffered)
+	queue map[int]chan sendJob // per peer: sends are posted in order
+}
+
+// sendJob is one buffered send waiting for its peer's queue.
+type sendJob struct {
+	t        *Tensor
+	tag      int
+	deadline time.Time
+	done     chan error
 }
 
 // NewMPIComm initialises MPI (once per process) and returns the world.
@@ -80,17 +89,40 @@ func (c *MPIComm) Send(ctx context.Context, peer, tag int, b Buffer) error {
 	if !ok {
 		dl = time.Now().Add(mpi.DefaultTimeout)
 	}
-	done := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithDeadline(context.Background(), dl)
-		defer cancel()
-		done <- forData(t, func(d any) error { return sendAny(sctx, c.world, d, peer, tag) })
-	}()
+	job := sendJob{t: t, tag: tag, deadline: dl, done: make(chan error, 1)}
 	c.mu.Lock()
-	c.sends = append(c.sends, done)
+	q, ok := c.queue[peer]
+	if !ok {
+		// One poster per peer keeps MPI's order (messages between two
+		// ranks with one tag arrive in the order they were posted) while a
+		// send to a slow peer never holds up a send to another.
+		q = make(chan sendJob, 1024)
+		if c.queue == nil {
+			c.queue = map[int]chan sendJob{}
+		}
+		c.queue[peer] = q
+		go c.post(peer, q)
+	}
+	c.mu.Unlock()
+	select {
+	case q <- job:
+	case <-ctx.Done():
+		return fmt.Errorf("send to rank %d: %w", peer, ctxErr(ctx))
+	}
+	c.mu.Lock()
+	c.sends = append(c.sends, job.done)
 	c.mu.Unlock()
 	c.sent.Add(t.Bytes())
 	return nil
+}
+
+// post sends one peer's messages one after another.
+func (c *MPIComm) post(peer int, q chan sendJob) {
+	for job := range q {
+		ctx, cancel := context.WithDeadline(context.Background(), job.deadline)
+		job.done <- mpiErr(forData(job.t, func(d any) error { return sendAny(ctx, c.world, d, peer, job.tag) }))
+		cancel()
+	}
 }
 
 // Flush waits for every send in flight and reports the first failure.
@@ -134,7 +166,7 @@ func (c *MPIComm) Recv(ctx context.Context, peer, tag int, dt lang.DType, shape 
 func mpiErr(err error) error {
 	var te *mpi.TimeoutError
 	if err != nil && asTimeout(err, &te) {
-		return fmt.Errorf("%v: %w", err, ErrPeerTimeout)
+		return fmt.Errorf("MPI_%s %w", te.Op, ErrPeerTimeout)
 	}
 	return err
 }

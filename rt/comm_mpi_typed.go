@@ -127,3 +127,5 @@ func bcastAny(ctx context.Context, c *mpi.Comm, d any, root int) error {
 	}
 	return fmt.Errorf("mpi: cannot broadcast %T", d)
 }
+
+func abortMPI(code int) { mpi.Abort(code) }

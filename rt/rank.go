@@ -23,6 +23,7 @@ type Worker struct {
 	Groups  []Group // per plan group: this rank's
 	Timeout time.Duration
 	Seed    uint64
+	hook    func(rank, instr int)
 	files   *npyCache
 }
 
@@ -33,7 +34,7 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{Plan: p, Prog: rp, Backend: be, Comm: c, Timeout: opts.Timeout, Seed: opts.Seed, files: opts.files}
+	w := &Worker{Plan: p, Prog: rp, Backend: be, Comm: c, Timeout: opts.Timeout, Seed: opts.Seed, hook: opts.Hook, files: opts.files}
 	if w.Timeout == 0 {
 		w.Timeout = 60 * time.Second
 	}
@@ -82,17 +83,19 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	sent0 := w.Comm.BytesSent()
 	for i := range prog.Instrs {
 		in, b := &prog.Instrs[i], &w.Prog.Instrs[i]
+		if w.hook != nil {
+			w.hook(w.Prog.Rank, i)
+		}
 		t0 := time.Since(start)
 		before := w.Comm.BytesSent()
-		out, kind, err := x.exec(ctx, in, b)
+		out, err := x.exec(ctx, in, b)
 		if err == nil && out != nil && !slices.Equal(out.Dims(), b.Out.Len) {
 			err = fmt.Errorf("result has local shape %v, the plan says %v", out.Dims(), b.Out.Len)
 		}
 		if err != nil {
-			return nil, w.fault(in, err)
+			return nil, w.fault(in, b, err)
 		}
-		x.events = append(x.events, Event{Name: in.Name(), Kind: kind, Start: t0, Dur: time.Since(start) - t0,
-			Bytes: w.Comm.BytesSent() - before, Where: lang.FormatPos(in.Pos)})
+		x.events = append(x.events, eventOf(in, t0, time.Since(start)-t0, w.Comm.BytesSent()-before))
 		if in.Out >= 0 {
 			x.slots[in.Out] = out
 			x.cur += out.Bytes()
@@ -125,9 +128,15 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 
 // fault wraps an instruction's error with the rank, its coordinate, the
 // op and the source line.
-func (w *Worker) fault(in *plan.Instr, err error) error {
+func (w *Worker) fault(in *plan.Instr, b *plan.Bound, err error) error {
 	if errors.Is(err, ErrPeerTimeout) {
 		err = fmt.Errorf("%w after %v", err, w.Timeout)
+		switch in.Kind {
+		case plan.Collective:
+			err = fmt.Errorf("%w waiting for its group, ranks %v", err, b.Members)
+		case plan.Recv, plan.Send:
+			err = fmt.Errorf("%w waiting for rank %d", err, b.Peer)
+		}
 	}
 	m := w.Plan.Mesh
 	return &RunError{Device: w.Prog.Rank, Coord: m.CoordString(w.Prog.Rank), Op: w.describe(in), Pos: in.Pos, Err: err}
@@ -145,7 +154,16 @@ func (w *Worker) describe(in *plan.Instr) string {
 	return fmt.Sprintf("%s (%s)", in.Kernel.Op, in.Label)
 }
 
-func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (out Buffer, kind string, err error) {
+// eventOf is the timeline entry of one executed instruction.
+func eventOf(in *plan.Instr, start, dur time.Duration, sent int64) Event {
+	kind := in.Kind.String()
+	if in.Kind.Communicates() {
+		kind = "comm"
+	}
+	return Event{Name: in.Name(), Kind: kind, Start: start, Dur: dur, Bytes: sent, Where: lang.FormatPos(in.Pos)}
+}
+
+func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (out Buffer, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal error: %v", r)
@@ -158,14 +176,11 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	}
 	switch in.Kind {
 	case plan.Source:
-		out, err = x.source(in)
-		return out, "source", err
+		return x.source(in)
 	case plan.Compute:
-		out, err = w.Backend.Launch(ctx, in.Kernel, args, b.In, b.Out)
-		return out, "compute", err
+		return w.Backend.Launch(ctx, in.Kernel, args, b.In, b.Out)
 	case plan.Local:
-		out, err = localStep(w.Backend, in, b, args[0])
-		return out, "local", err
+		return localStep(w.Backend, in, b, args[0])
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
@@ -177,7 +192,7 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	case plan.Recv:
 		out, err = w.Comm.Recv(cctx, b.Peer, in.Tag, in.DType, b.Out.Len)
 	}
-	return out, "comm", err
+	return out, err
 }
 
 // source builds this rank's block of a source: fed by the caller (the

@@ -36,6 +36,9 @@ type Options struct {
 	Seed    uint64
 	Timeout time.Duration // per collective; 0 = 60s
 	Backend Backend       // nil = CPU with DefaultBLAS
+	// Hook, if set, is called before every instruction a rank runs: the
+	// multi-process tests inject failures with it.
+	Hook func(rank, instr int)
 	// stall makes a device wait for cancellation before running (tests of
 	// the collective timeout).
 	stall func(dev int) bool

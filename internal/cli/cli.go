@@ -53,15 +53,18 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	env := &env{stdin: stdin, stdout: stdout, stderr: stderr}
 	switch args[0] {
 	case "run":
-		return env.run(args[1:])
+		env.quietFollower()
+		return env.finish(env.run(args[1:]))
 	case "check":
-		return env.check(args[1:])
+		env.quietFollower()
+		return env.finish(env.check(args[1:]))
 	case "explain":
 		return env.explain(args[1:])
 	case "repl":
 		return env.repl(args[1:])
 	case "train":
-		return env.train(args[1:])
+		env.quietFollower()
+		return env.finish(env.train(args[1:]))
 	case "estimate":
 		return env.estimate(args[1:])
 	case "grammar":
@@ -78,6 +81,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// Under an MPI launcher: this process's launcher, and for ranks other
+	// than 0 (whose stdout and stderr are silenced) where run-time errors
+	// go and the prefix naming the rank.
+	mpi        *rt.MPI
+	rankErr    io.Writer
+	rankPrefix string
 }
 
 // common are the flags every program-taking command has.
@@ -90,6 +99,7 @@ type common struct {
 	links     string
 	verify    bool
 	dumpAfter string
+	launcher  string
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -101,6 +111,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.links, "link", "", "per-axis links, e.g. 'dp=25:12.5,tp=5:100' (alpha us : GB/s)")
 	fs.BoolVar(&c.verify, "verify", false, "run the plan verifier after every lowering pass")
 	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass (infer, boxing, spmd, memory, all)")
+	fs.StringVar(&c.launcher, "launcher", "auto", "local (every device a goroutine here), mpi (one process per device under mpirun/srun), or auto")
 }
 
 // topology builds the link model of a mesh from the flags.
@@ -206,7 +217,24 @@ func reference(p *lower.Plan) (*lower.Plan, error) {
 	return lower.Lower(p.Graph, lower.Options{Mesh: p.Mesh.Single()})
 }
 
+// execute runs a plan on its launcher. Under MPI only rank 0's process
+// gets the outputs (the others get a result with no outputs).
 func (e *env) execute(p *lower.Plan, c *common) (*rt.Result, int) {
+	l, code := e.launch(p, c)
+	if l == nil {
+		return nil, code
+	}
+	res, err := rt.RunOn(context.Background(), l, nil, false)
+	if err != nil {
+		e.runError("meshrun: run failed on mesh %s: %v\n", p.Mesh, err)
+		return nil, ExitFailure
+	}
+	return res, ExitOK
+}
+
+// executeHere runs a plan on in-process ranks (the single-device
+// reference of check, which rank 0's process runs alone).
+func (e *env) executeHere(p *lower.Plan, c *common) (*rt.Result, int) {
 	res, err := rt.Run(context.Background(), p, rt.Options{Seed: c.seed, Timeout: c.timeout})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "meshrun: run failed on mesh %s: %v\n", p.Mesh, err)
@@ -230,8 +258,8 @@ func (e *env) run(args []string) int {
 		return ExitUsage
 	}
 	res, code := e.execute(p, &c)
-	if res == nil {
-		return code
+	if res == nil || res.Outputs == nil {
+		return code // a follower of an MPI run: rank 0 reports
 	}
 	for i, name := range res.Names {
 		t := res.Outputs[i]
@@ -321,10 +349,10 @@ func (e *env) check(args []string) int {
 		return e.checkTraining(file, p, ref, &c, *rtol, *atol)
 	}
 	got, code := e.execute(p, &c)
-	if got == nil {
-		return code
+	if got == nil || got.Outputs == nil {
+		return code // a follower of an MPI run: rank 0 compares
 	}
-	want, code := e.execute(ref, &c)
+	want, code := e.executeHere(ref, &c)
 	if want == nil {
 		return code
 	}

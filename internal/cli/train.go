@@ -41,8 +41,12 @@ func (e *env) train(args []string) int {
 		fmt.Fprintln(e.stderr, "meshrun: the program has no train block (use meshrun run)")
 		return ExitUsage
 	}
+	l, code := e.launch(p, &c)
+	if l == nil {
+		return code
+	}
 	var logw io.Writer
-	if *logPath != "" {
+	if *logPath != "" && l.Lead() {
 		f, err := os.Create(*logPath)
 		if err != nil {
 			fmt.Fprintln(e.stderr, "meshrun:", err)
@@ -80,8 +84,8 @@ func (e *env) train(args []string) int {
 	}
 	saves := 0
 	save := func(s rt.StepInfo) error {
-		snap, err := s.Snapshot()
-		if err != nil {
+		snap, err := s.Snapshot() // every rank takes part; rank 0's process writes
+		if err != nil || snap == nil {
 			return err
 		}
 		saves++
@@ -122,15 +126,18 @@ func (e *env) train(args []string) int {
 		}
 		return nil
 	}
-	res, err := rt.Train(context.Background(), p, rt.Options{Seed: c.seed, Timeout: c.timeout}, cfg)
+	res, err := rt.TrainOn(context.Background(), l, p, rt.Options{Seed: c.seed, Timeout: c.timeout}, cfg)
 	bar.done()
 	if errors.Is(err, errStop) {
 		fmt.Fprintf(e.stdout, "stopped after step %d of %d\n", *stopAt, p.Graph.Train.Steps)
 		return ExitOK
 	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
+		e.runError("meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
 		return ExitFailure
+	}
+	if !l.Lead() {
+		return ExitOK
 	}
 	first, last := res.Losses[0], res.Losses[len(res.Losses)-1]
 	fmt.Fprintf(e.stdout, "trained steps %d to %d on %d devices %s: loss %.6g -> %.6g\n", cfg.Start+1, cfg.Start+len(res.Losses), p.Mesh.Size(), p.Mesh, first, last)
@@ -243,10 +250,17 @@ func plotLoss(path string, losses []float64) error {
 // of every step and every final parameter.
 func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, atol float64) int {
 	opts := rt.Options{Seed: c.seed, Timeout: c.timeout}
-	got, err := rt.Train(context.Background(), p, opts, rt.TrainConfig{})
+	l, code := e.launch(p, c)
+	if l == nil {
+		return code
+	}
+	got, err := rt.TrainOn(context.Background(), l, p, opts, rt.TrainConfig{})
 	if err != nil {
-		fmt.Fprintf(e.stderr, "meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
+		e.runError("meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
 		return ExitFailure
+	}
+	if !l.Lead() {
+		return ExitOK // rank 0's process compares
 	}
 	want, err := rt.Train(context.Background(), ref, opts, rt.TrainConfig{})
 	if err != nil {

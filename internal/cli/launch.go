@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/rt"
+	"github.com/meshrun/meshrun/rt/mpi"
+)
+
+// How a command runs its plan: --launcher local (every rank a goroutine of
+// this process), mpi (this process is one rank of a run started by
+// mpirun, mpiexec or srun), or auto (mpi when such a launcher started
+// more than one process). Under mpi every process compiles the program
+// itself (compilation is deterministic), runs its rank, and rank 0's
+// process prints and writes every file; a process that fails prints its
+// error with its rank and ends the whole run with MPI_Abort.
+
+// launchMode resolves --launcher.
+func (c *common) launchMode() (string, error) {
+	switch c.launcher {
+	case "local", "mpi":
+		return c.launcher, nil
+	case "auto", "":
+		if info := mpi.Launcher(); info.Launcher != "" && info.Size > 1 {
+			return "mpi", nil
+		}
+		return "local", nil
+	}
+	return "", fmt.Errorf("--launcher %q: want local, mpi or auto", c.launcher)
+}
+
+// quietFollower silences a process that is not rank 0 of a launcher-started
+// run, from the start: compile errors and reports come from rank 0 alone.
+// Run-time errors still reach stderr, prefixed with the rank.
+func (e *env) quietFollower() {
+	info := mpi.Launcher()
+	if info.Launcher == "" || info.Size <= 1 || info.Rank <= 0 {
+		return
+	}
+	e.rankErr = e.stderr
+	e.stdout, e.stderr = io.Discard, io.Discard
+	e.rankPrefix = fmt.Sprintf("rank %d: ", info.Rank)
+}
+
+// launch makes the launcher a command runs its plan on.
+func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
+	mode, err := c.launchMode()
+	if err != nil {
+		fmt.Fprintln(e.stderr, "meshrun:", err)
+		return nil, ExitUsage
+	}
+	opts := rt.Options{Seed: c.seed, Timeout: c.timeout, Hook: testFault()}
+	ctx := context.Background()
+	if mode == "local" {
+		l, err := rt.NewLocal(ctx, p.Exec, opts)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
+			return nil, ExitFailure
+		}
+		return l, ExitOK
+	}
+	if info := mpi.Launcher(); info.Size > 0 && info.Size != p.Mesh.Size() {
+		// every process sees this before MPI starts: rank 0 says it, all exit
+		fmt.Fprintf(e.stderr, "meshrun: %s started %d processes, but the mesh %s has %d devices: start one process per device (e.g. mpirun -np %d)\n",
+			info.Launcher, info.Size, p.Mesh, p.Mesh.Size(), p.Mesh.Size())
+		return nil, ExitUsage
+	}
+	m, err := rt.NewMPI(ctx, p.Exec, opts)
+	if err != nil {
+		e.runError("meshrun: starting the MPI run: %v\n", err)
+		mpi.Abort(ExitFailure)
+	}
+	e.mpi = m
+	go abortOnTerm()
+	return m, ExitOK
+}
+
+// runError prints a run-time error: on rank 0's stderr as is, on another
+// rank's with its rank (it is the only thing such a process prints).
+func (e *env) runError(format string, a ...any) {
+	w := e.stderr
+	if e.rankErr != nil {
+		w = e.rankErr
+	}
+	fmt.Fprintf(w, e.rankPrefix+format, a...)
+}
+
+// finish ends an MPI run: every rank finalizes after success; a failure
+// ends every rank (MPI_Abort) so none is left waiting for this one.
+func (e *env) finish(code int) int {
+	if e.mpi == nil {
+		return code
+	}
+	if code != ExitOK {
+		mpi.Abort(code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := mpi.Finalize(ctx); err != nil {
+		e.runError("meshrun: finalizing MPI: %v\n", err)
+		mpi.Abort(ExitFailure)
+	}
+	return code
+}
+
+// abortOnTerm turns the launcher's SIGTERM (sent when another rank died)
+// into a line saying so, then exits.
+func abortOnTerm() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	<-ch
+	fmt.Fprintf(os.Stderr, "meshrun: rank %d: terminated by the launcher (another rank failed or was lost)\n", mpi.Launcher().Rank)
+	os.Exit(ExitFailure)
+}
+
+// testFault is a failure injection for the multi-process tests only:
+// MESHRUN_TEST_FAULT=RANK:INSTR:exit makes rank RANK exit before its
+// instruction INSTR; RANK:INSTR:stall makes it stop there for an hour.
+func testFault() func(rank, i int) {
+	spec := os.Getenv("MESHRUN_TEST_FAULT")
+	parts := strings.Split(spec, ":")
+	if spec == "" || len(parts) != 3 {
+		return nil
+	}
+	victim, err1 := strconv.Atoi(parts[0])
+	at, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	return func(rank, i int) {
+		if rank != victim || i != at {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "meshrun: rank %d: test fault %s at instruction %d\n", rank, parts[2], i)
+		if parts[2] == "exit" {
+			os.Exit(3)
+		}
+		time.Sleep(time.Hour)
+	}
+}

@@ -1,0 +1,180 @@
+package rt
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// gatherTag is the tag of the launcher's own messages (outputs and
+// statistics on their way to the lead). MPI guarantees tags up to 32767;
+// plans use smaller ones (plan.MaxTag).
+const gatherTag = plan.MaxTag + 1
+
+// MPI is the launcher of a run started by mpirun or srun: this process
+// runs one rank, its MPI world rank, with the plan every process compiled
+// for itself (compilation is deterministic). Outputs and statistics travel
+// to rank 0's process, which reports them and writes every file.
+type MPI struct {
+	plan  *plan.Plan
+	comm  *MPIComm
+	w     *Worker
+	world Group
+}
+
+// NewMPI initialises MPI and makes this process's worker and groups.
+func NewMPI(ctx context.Context, p *plan.Plan, opts Options) (*MPI, error) {
+	c, err := NewMPIComm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c.Size() != p.Mesh.Size() {
+		return nil, fmt.Errorf("the launcher started %d processes, but the mesh %s has %d devices: start one process per device (mpirun -np %d)",
+			c.Size(), p.Mesh, p.Mesh.Size(), p.Mesh.Size())
+	}
+	if opts.Backend == nil {
+		opts.Backend = &CPU{BLAS: DefaultBLAS()}
+	}
+	w, err := NewWorker(ctx, p, c.Rank(), opts.Backend, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	all := make([]int, c.Size())
+	for i := range all {
+		all[i] = i
+	}
+	gctx, cancel := context.WithTimeout(ctx, w.Timeout)
+	defer cancel()
+	world, err := c.NewGroup(gctx, len(p.Groups), all)
+	if err != nil {
+		return nil, err
+	}
+	return &MPI{plan: p, comm: c, w: w, world: world}, nil
+}
+
+func (m *MPI) Plan() *plan.Plan        { return m.plan }
+func (m *MPI) Ranks() []int            { return []int{m.comm.Rank()} }
+func (m *MPI) Worker(rank int) *Worker { return m.w }
+func (m *MPI) Lead() bool              { return m.comm.Rank() == 0 }
+
+// Exec implements Launcher. Each process's timeline starts at its own
+// clock's origin for the run: processes share no clock.
+func (m *MPI) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResult, time.Duration, error) {
+	start := time.Now()
+	var f Feed
+	if feed != nil {
+		f = feed(m.comm.Rank())
+	}
+	res, err := m.w.Run(ctx, f, start)
+	if err != nil {
+		return nil, time.Since(start), err
+	}
+	return []*RankResult{res}, time.Since(start), nil
+}
+
+// Gather implements Launcher: every rank sends its blocks to rank 0, which
+// assembles them; with everywhere rank 0 broadcasts the results.
+func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer, everywhere bool) ([]*Tensor, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.w.Timeout)
+	defer cancel()
+	me := m.comm.Rank()
+	var out []*Tensor
+	if me == 0 {
+		out = make([]*Tensor, len(specs))
+	}
+	for j := range specs {
+		spec := &specs[j]
+		mine, err := m.w.Backend.CopyOut(blocks[0][j])
+		if err != nil {
+			return nil, err
+		}
+		if me != 0 {
+			if err := m.comm.Send(ctx, 0, gatherTag, mine); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		parts := []*Tensor{mine}
+		for r := 1; r < m.comm.Size(); r++ {
+			shape := sbp.Layout(m.plan.Mesh, spec.Shape, spec.Placement, r).Len
+			b, err := m.comm.Recv(ctx, r, gatherTag, spec.DType, shape)
+			if err != nil {
+				return nil, fmt.Errorf("gathering %s from rank %d: %w", spec.Name, r, err)
+			}
+			parts = append(parts, b.(*Tensor))
+		}
+		if out[j], err = assembleHost(m.plan, spec, parts); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.comm.Flush(ctx); err != nil {
+		return nil, err
+	}
+	if !everywhere {
+		return out, nil
+	}
+	all := make([]*Tensor, len(specs))
+	for j := range specs {
+		var x Buffer
+		if me == 0 {
+			x = out[j]
+		}
+		b, err := m.world.Broadcast(ctx, x, 0, specs[j].DType, specs[j].Shape)
+		if err != nil {
+			return nil, fmt.Errorf("broadcasting %s: %w", specs[j].Name, err)
+		}
+		all[j] = b.(*Tensor)
+	}
+	return all, nil
+}
+
+// GatherStats implements Launcher. A rank's statistics travel as numbers:
+// peak, final and sent bytes, then start, duration and bytes of each
+// instruction (the lead knows every rank's program, hence the names).
+func (m *MPI) GatherStats(ctx context.Context, stats []DeviceStats) ([]DeviceStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.w.Timeout)
+	defer cancel()
+	st := stats[0]
+	if m.comm.Rank() != 0 {
+		if err := m.comm.Send(ctx, 0, gatherTag, encodeStats(st)); err != nil {
+			return nil, err
+		}
+		return nil, m.comm.Flush(ctx)
+	}
+	out := []DeviceStats{st}
+	for r := 1; r < m.comm.Size(); r++ {
+		prog := m.plan.ProgramOf(r)
+		b, err := m.comm.Recv(ctx, r, gatherTag, lang.I64, []int{3 + 3*len(prog.Instrs)})
+		if err != nil {
+			return nil, fmt.Errorf("gathering statistics from rank %d: %w", r, err)
+		}
+		out = append(out, decodeStats(r, prog, b.(*Tensor)))
+	}
+	return out, nil
+}
+
+func encodeStats(st DeviceStats) *Tensor {
+	v := []int64{st.Peak, st.Final, st.BytesSent}
+	for _, e := range st.Events {
+		v = append(v, int64(e.Start), int64(e.Dur), e.Bytes)
+	}
+	return FromSlice([]int{len(v)}, v)
+}
+
+func decodeStats(rank int, prog *plan.Program, t *Tensor) DeviceStats {
+	v := t.Data.([]int64)
+	st := DeviceStats{Device: rank, Peak: v[0], Final: v[1], BytesSent: v[2]}
+	for i := range prog.Instrs {
+		e := v[3+3*i:]
+		st.Events = append(st.Events, eventOf(&prog.Instrs[i], time.Duration(e[0]), time.Duration(e[1]), e[2]))
+	}
+	return st
+}
+
+// Abort ends every process of the run (MPI_Abort): a rank that failed
+// must not leave the others waiting.
+func (m *MPI) Abort(code int) { abortMPI(code) }
