@@ -1,6 +1,7 @@
 package lang_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,20 +13,49 @@ import (
 )
 
 // FuzzParseCheck feeds arbitrary text through the parser, the checker and
-// lowering. Nothing may panic or hang; errors must carry a position.
+// lowering (with the verifier after every pass). Nothing may panic or hang;
+// errors must carry a position; lowering may reject a program but never fail
+// internally.
 // Seeds: every example, every golden program and every error chunk.
 //
 //	go test ./lang -run '^$' -fuzz FuzzParseCheck -fuzztime 5m
 func FuzzParseCheck(f *testing.F) {
+	dir, _ := filepath.Abs("testdata")
 	var seeds []string
-	for _, pattern := range []string{"../examples/*.mesh", "../testdata/golden/*.mesh", "../stdlib/*.mesh"} {
+	for _, pattern := range []string{"../examples/*.mesh", "../examples/*/*.mesh", "../examples/*/*/*.mesh", "../testdata/golden/*.mesh", "../stdlib/*.mesh"} {
 		files, _ := filepath.Glob(pattern)
 		for _, file := range files {
 			b, err := os.ReadFile(file)
-			if err == nil {
-				seeds = append(seeds, string(b))
+			if err != nil {
+				continue
 			}
+			// A seed's load("f.npy") is relative to its own file; every
+			// input is checked against dir, so point the loads there (a
+			// relative path keeps saved crashers portable). Without this
+			// most seeds stop at "no such file" and never reach lowering.
+			abs, _ := filepath.Abs(filepath.Dir(file))
+			rel, err := filepath.Rel(dir, abs)
+			if err != nil {
+				continue
+			}
+			seeds = append(seeds, strings.ReplaceAll(string(b), `load("`, `load("`+filepath.ToSlash(rel)+"/"))
 		}
+	}
+	// Only inputs the checker accepts exercise lowering: if most program
+	// seeds stopped passing the checker (stdlib modules declare no mesh and
+	// never do), the fuzzer would hardly test lowering at all.
+	accepted, programs := 0, 0
+	for _, s := range seeds {
+		if !strings.Contains(s, "mesh ") {
+			continue
+		}
+		programs++
+		if _, err := lang.CheckSource("seed.mesh", []byte(s), lang.CheckOptions{Devices: 16, Dir: dir}); err == nil {
+			accepted++
+		}
+	}
+	if accepted < programs*3/4 {
+		f.Fatalf("only %d of %d program seeds pass the checker", accepted, programs)
 	}
 	if b, err := os.ReadFile("testdata/errors.mesh"); err == nil {
 		seeds = append(seeds, strings.Split(string(b), "\n---\n")...)
@@ -36,7 +66,6 @@ func FuzzParseCheck(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s)
 	}
-	dir, _ := filepath.Abs("testdata")
 	f.Fuzz(func(t *testing.T, src string) {
 		// A hang is a failure too: give every input 20 seconds.
 		done := make(chan struct{})
@@ -75,7 +104,13 @@ func fuzzOne(t *testing.T, src, dir string) {
 				return
 			}
 		}
+		// A program lowering rejects is fine (its error is rendered like any
+		// other); a panic in a pass or a plan the verifier rejects is a bug in
+		// meshrun, which runPass marks with lower.ErrInternal.
 		if _, err := lower.Lower(g, lower.Options{Verify: true}); err != nil {
+			if errors.Is(err, lower.ErrInternal) {
+				t.Errorf("lowering failed internally: %v\nprogram:\n%s", err, src)
+			}
 			_ = lang.Render(err, g.Sources)
 		}
 	}

@@ -27,6 +27,7 @@
 package lower
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -162,10 +163,15 @@ func Lower(g *lang.Graph, opts Options) (*Plan, error) {
 	return p, nil
 }
 
+// ErrInternal is wrapped by every lowering error that is a bug in meshrun
+// rather than in the program: a pass that panicked, or a plan the verifier
+// rejects. Callers (the fuzz test) tell the two apart with errors.Is.
+var ErrInternal = errors.New("internal error in lowering")
+
 func runPass(p *Plan, pass Pass) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("internal error in lowering pass %s: %v", pass.Name, r)
+			err = fmt.Errorf("%w pass %s: %v", ErrInternal, pass.Name, r)
 		}
 	}()
 	if err := pass.Run(p); err != nil {
@@ -174,7 +180,7 @@ func runPass(p *Plan, pass Pass) (err error) {
 	p.done[pass.Name] = true
 	if p.Opts.Verify {
 		if err := Verify(p); err != nil {
-			return fmt.Errorf("verifier after pass %s: %w", pass.Name, err)
+			return fmt.Errorf("%w: verifier after pass %s: %w", ErrInternal, pass.Name, err)
 		}
 	}
 	if p.Opts.Dump != nil && (p.Opts.DumpAfter == pass.Name || p.Opts.DumpAfter == "all") {

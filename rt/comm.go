@@ -50,7 +50,8 @@ type Group interface {
 	ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int, op ReduceOp) (Buffer, error)
 	// AllToAll cuts x along splitDim into splitLens, sends piece i to
 	// member i, and concatenates what arrives along catDim in member
-	// order; catLens[i] is member i's length along catDim.
+	// order; catLens[i] is member i's length along catDim (when catDim is
+	// splitDim every piece has this member's splitLens entry instead).
 	AllToAll(ctx context.Context, x Buffer, splitDim int, splitLens []int, catDim int, catLens []int) (Buffer, error)
 	// Broadcast returns root's x on every member; the others pass nil and
 	// the type and shape they expect.
@@ -330,8 +331,12 @@ func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int,
 			return nil, err
 		}
 		from := mod(g.Rank-k, p)
-		if x.Shape[catDim] != catLens[from] {
-			return nil, fmt.Errorf("all_to_all: member %d's piece has length %d along dim %d, expected %d", from, x.Shape[catDim], catDim, catLens[from])
+		want := catLens[from]
+		if catDim == splitDim {
+			want = lens[g.Rank]
+		}
+		if x.Shape[catDim] != want {
+			return nil, fmt.Errorf("all_to_all: member %d's piece has length %d along dim %d, expected %d", from, x.Shape[catDim], catDim, want)
 		}
 		got[from] = x
 	}

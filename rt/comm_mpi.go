@@ -246,6 +246,12 @@ func (g *mpiGroup) AllToAll(ctx context.Context, x Buffer, splitDim int, splitLe
 	// what arrives from member j: its block with our length along splitDim
 	mineShape := append([]int(nil), t.Shape...)
 	mineShape[splitDim] = splitLens[g.Index()]
+	if catDim == splitDim {
+		catLens = make([]int, len(splitLens))
+		for i := range catLens {
+			catLens[i] = splitLens[g.Index()]
+		}
+	}
 	recvCounts, shapes := memberBlocks(mineShape, catDim, catLens)
 	g.count(int64(sum(sendCounts)-sendCounts[g.Index()]) * int64(t.DType.Size()))
 	recv := NewTensor(t.DType, []int{sum(recvCounts)})

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,13 +205,30 @@ func TestLinkFlagChangesTheCostModel(t *testing.T) {
 }
 
 func TestREPLScripted(t *testing.T) {
+	// Inputs whose products can be worked out by hand, every entry distinct
+	// so a swapped row or column shows: x[r][i] = 8r + i, W[i][j] = i + 2j.
+	dir := t.TempDir()
+	xs, ws := make([]float32, 4*8), make([]float32, 8*8)
+	for r := 0; r < 4; r++ {
+		for i := 0; i < 8; i++ {
+			xs[r*8+i] = float32(8*r + i)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		for j := 0; j < 8; j++ {
+			ws[i*8+j] = float32(i + 2*j)
+		}
+	}
+	require.NoError(t, npy.WriteFile(filepath.Join(dir, "x.npy"), []int{4, 8}, xs))
+	require.NoError(t, npy.WriteFile(filepath.Join(dir, "W.npy"), []int{8, 8}, ws))
 	script := strings.Join([]string{
 		"mesh M = [dp=2, tp=2]",
-		"param W : f32[8, 8] {B, S(1)} = normal(0, 1)",
-		"input x : f32[4, 8] {S(0), B} = ones",
+		fmt.Sprintf("param W : f32[8, 8] {B, S(1)} = load(%q)", filepath.Join(dir, "W.npy")),
+		fmt.Sprintf("input x : f32[4, 8] {S(0), B} = load(%q)", filepath.Join(dir, "x.npy")),
 		"y = x @ W",
 		"z = to(y, {B, B})",
 		"sum(y, axis=1)",
+		"transpose(z)",
 		":layout y",
 		":layout s",
 		"bad = foo(x)",
@@ -251,8 +269,39 @@ func TestREPLScripted(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 	require.NotContains(t, out, "never")
-	// the value of x @ W with x all ones is the column sums of W, on every row
-	require.Regexp(t, `value: \[`, out)
+
+	// The values, worked out by hand from the formulas above:
+	//   y[r][j] = sum_i (8r+i)(i+2j) = 140 + 56j + 224r + 128rj
+	//   row 0 of y: 140 196 252 308 364 420 ...
+	//   column 0 of y: 140 364 588 812; y[1][1] = 548
+	//   sum_j y[r][j] = 2688 + 5376r: 2688 8064 13440 18816
+	//   f(x) = 2x, row 0: 0 2 4 6 8 10 ...
+	// The preview prints the first six values in row-major order.
+	row0 := "[140 196 252 308 364 420 … (32 values)]"
+	require.Equal(t, row0, replValue(t, out, "y : "))
+	require.Equal(t, row0, replValue(t, out, "z : "), "to(y, {B, B}) gathers y unchanged")
+	require.Equal(t, row0, replValue(t, out, "q : "), "a statement over two lines")
+	require.Equal(t, "[2688 8064 13440 18816]", replValue(t, out, "sum#4 : "), "partial sums over tp added")
+	require.Equal(t, "[140 364 588 812 196 548 … (32 values)]", replValue(t, out, "transpose#"))
+	require.Equal(t, "[0 2 4 6 8 10 … (32 values)]", replValue(t, out, "mul#"))
+}
+
+// replValue returns what the REPL printed after "value: " for the result
+// whose header line starts with head.
+func replValue(t *testing.T, out, head string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, "\n"+head)
+	require.True(t, ok, "no result %q in\n%s", head, out)
+	for _, line := range strings.Split(rest, "\n")[1:] {
+		if v, ok := strings.CutPrefix(line, "  value: "); ok {
+			return v
+		}
+		if !strings.HasPrefix(line, "  ") {
+			break
+		}
+	}
+	t.Fatalf("result %q has no value line in\n%s", head, out)
+	return ""
 }
 
 func TestREPLPartialDrawnDistinctly(t *testing.T) {
