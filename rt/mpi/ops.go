@@ -154,9 +154,13 @@ func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []u
 }
 
 // poll tests req until it completes (done), fails, or ctx ends (neither
-// done nor an error). It spins briefly, for the latency of small messages,
-// then sleeps with doubling intervals up to a millisecond, so a long wait
-// costs little CPU; each MPI_Test also drives the library's progress.
+// done nor an error). Nonblocking collectives advance only inside MPI calls
+// (neither library runs a progress thread by default), so a multi-round
+// algorithm moves one step per MPI_Test: poll spins briefly, for the
+// latency of small messages, then sleeps with doubling naps capped at
+// 100µs, which bounds the delay added per step while a long wait still
+// costs little CPU (spinning starves the other ranks when they outnumber
+// the cores).
 func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, bool, error) {
 	var nap time.Duration
 	for i := 0; ; i++ {
@@ -177,7 +181,7 @@ func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, boo
 			runtime.Gosched()
 			continue
 		}
-		nap = min(max(2*nap, 5*time.Microsecond), time.Millisecond)
+		nap = min(max(2*nap, 5*time.Microsecond), 100*time.Microsecond)
 		time.Sleep(nap)
 	}
 }

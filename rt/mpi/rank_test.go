@@ -32,12 +32,14 @@ func TestRank(t *testing.T) {
 	if li := Launcher(); li.Rank != w.Rank() || li.Size != w.Size() || li.LocalRank < 0 {
 		fail(w, "Launcher() = %+v, MPI says rank %d of %d", li, w.Rank(), w.Size())
 	}
-	if ThreadMultiple() != (mode != "serialized") {
+	if ThreadMultiple() == (mode == "serialized") {
 		fail(w, "mode %s: ThreadMultiple() = %v", mode, ThreadMultiple())
 	}
 	switch mode {
 	case "collectives", "serialized":
 		rankCollectives(ctx, w)
+	case "bench":
+		rankBench(ctx, w)
 	case "collective-timeout":
 		rankCollectiveTimeout(ctx, w)
 	case "timeout":
