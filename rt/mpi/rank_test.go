@@ -36,8 +36,15 @@ func TestRank(t *testing.T) {
 		fail(w, "mode %s: ThreadMultiple() = %v", mode, ThreadMultiple())
 	}
 	switch mode {
-	case "collectives", "serialized":
+	case "collectives":
 		rankCollectives(ctx, w)
+	case "serialized":
+		// Under the mutex: a sample of each kind of call, then the
+		// concurrent goroutines the mutex exists for.
+		allreduce[float32](ctx, w, group{"world", w, seq(w.Size())})
+		alltoallv[int32](ctx, w, group{"world", w, seq(w.Size())})
+		sendRecv(ctx, w)
+		concurrent(ctx, w)
 	case "bench":
 		rankBench(ctx, w)
 	case "collective-timeout":
@@ -184,7 +191,7 @@ func concurrent(ctx context.Context, w *Comm) {
 	errs := make(chan error, len(comms))
 	for i, c := range comms {
 		go func() {
-			for k := range 50 {
+			for k := range 20 {
 				buf := []int64{int64(w.Rank() + i + k)}
 				if err := Allreduce(ctx, c, nil, buf, Sum); err != nil {
 					errs <- err
