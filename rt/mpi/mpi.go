@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,7 +130,16 @@ func codeErr(op string, rc int) error {
 	if rc == 0 {
 		return nil
 	}
-	return &Error{Op: op, Code: rc, Msg: libErrorString(rc)}
+	return &Error{Op: op, Code: rc, Msg: oneLine(libErrorString(rc))}
+}
+
+// oneLine keeps the summary of MPICH's multi-line messages ("Message
+// truncated, error stack:\n...") and joins anything else onto one line.
+func oneLine(msg string) string {
+	if head, _, ok := strings.Cut(msg, ", error stack:"); ok {
+		msg = head
+	}
+	return strings.Join(strings.Fields(msg), " ")
 }
 
 // blocking runs a call that has no nonblocking form (init, finalize,

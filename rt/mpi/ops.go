@@ -102,6 +102,22 @@ func checkCount(op string, n int) error {
 	return nil
 }
 
+// checkPeer rejects ranks and tags outside c before they reach MPI, where
+// -1 and -2 mean different things to the two libraries (MPI_PROC_NULL, or
+// a wildcard) and would silently become no-ops.
+func checkPeer(op string, c *Comm, rank, tag int, wild bool) error {
+	if c == nil {
+		return fmt.Errorf("mpi: %s on a nil communicator", op)
+	}
+	if (rank < 0 || rank >= c.size) && !(wild && rank == AnySource) {
+		return fmt.Errorf("mpi: %s: rank %d outside a communicator of %d", op, rank, c.size)
+	}
+	if tag < 0 && !(wild && tag == AnyTag) {
+		return fmt.Errorf("mpi: %s: negative tag %d", op, tag)
+	}
+	return nil
+}
+
 // run starts a nonblocking operation and polls it to completion. Every
 // pointer in pins (buffers and count arrays MPI reads later) is pinned until
 // then, as cgo requires of memory C keeps using after a call returns.
@@ -189,6 +205,9 @@ func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, boo
 // Send sends buf to rank dest of c with a tag (>= 0), waiting until the
 // buffer may be reused.
 func Send[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
+	if err := checkPeer("Send", c, dest, tag, false); err != nil {
+		return err
+	}
 	if err := checkCount("Send", len(buf)); err != nil {
 		return err
 	}
@@ -202,6 +221,9 @@ func Send[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
 // Recv receives into buf from rank source (or AnySource) with a tag (or
 // AnyTag). The message may be shorter than buf; Status.Count says how long.
 func Recv[T Elem](ctx context.Context, c *Comm, buf []T, source, tag int) (Status, error) {
+	if err := checkPeer("Recv", c, source, tag, true); err != nil {
+		return Status{}, err
+	}
 	if err := checkCount("Recv", len(buf)); err != nil {
 		return Status{}, err
 	}
@@ -315,6 +337,9 @@ func Alltoallv[T Elem](ctx context.Context, c *Comm, send []T, sendCounts []int,
 
 // Bcast copies buf on rank root into buf on every other rank of c.
 func Bcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
+	if err := checkPeer("Bcast", c, root, 0, false); err != nil {
+		return err
+	}
 	if err := checkCount("Bcast", len(buf)); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -147,10 +148,8 @@ func rankCollectives(ctx context.Context, w *Comm) {
 		var p *int
 		_ = *p
 	}()
-	// A bad argument comes back as an *Error, not an abort inside MPI.
-	var me *Error
-	if err := Send(ctx, w, []byte{1}, w.Size()+5, 0); !errors.As(err, &me) {
-		fail(w, "Send to a rank that does not exist: %v", err)
+	if err := Send(ctx, w, []byte{1}, w.Size()+5, 0); err == nil {
+		fail(w, "Send to a rank that does not exist succeeded")
 	}
 	for _, g := range splits(ctx, w) {
 		allreduce[float32](ctx, w, g)
@@ -373,6 +372,19 @@ func sendRecv(ctx context.Context, w *Comm) {
 		fail(w, "Recv any: status %+v buf %v", st, ibuf)
 	}
 	check(w, "Send", <-sent)
+
+	// A message longer than the buffer is MPI's error (MPI_ERR_TRUNCATE),
+	// and comes back as an *Error instead of aborting inside MPI.
+	go func() { sent <- Send(ctx, w, []int32{1, 2, 3}, next, 13) }()
+	_, err = Recv(ctx, w, make([]int32, 1), prev, 13)
+	var merr *Error
+	if !errors.As(err, &merr) || merr.Code == 0 || merr.Msg == "" {
+		fail(w, "Recv of 3 elements into 1: %v", err)
+	}
+	check(w, "Send 3", <-sent)
+	if strings.Contains(err.Error(), "\n") {
+		fail(w, "MPI error on several lines: %q", err)
+	}
 }
 
 // rankTimeout: rank 0 waits for a message rank 1 never sends, and must get
