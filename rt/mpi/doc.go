@@ -40,7 +40,7 @@
 // # Threads and memory
 //
 // Init asks for MPI_THREAD_MULTIPLE and accepts MPI_THREAD_SERIALIZED, in
-// which case every MPI call is made under one mutex (see Init). Buffers are
+// which case every MPI call is made under one lock (see Init). Buffers are
 // Go slices handed to MPI for the life of a request, so they are pinned with
 // runtime.Pinner from start to completion.
 package mpi

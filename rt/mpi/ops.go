@@ -135,14 +135,17 @@ func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []u
 			pin.Pin(p)
 		}
 	}
-	lockMPI()
+	t0 := time.Now()
+	if !lockMPI(ctx) {
+		pin.Unpin()
+		return Status{}, &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
+	}
 	req, rc := start()
 	unlockMPI()
 	if rc != 0 {
 		pin.Unpin()
 		return Status{}, codeErr(op, rc)
 	}
-	t0 := time.Now()
 	st, done, err := poll(ctx, op, &req, dt)
 	if done {
 		pin.Unpin()
@@ -152,11 +155,12 @@ func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []u
 		err = &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
 	}
 	if p2p {
-		lockMPI()
-		libCancel(&req)
-		unlockMPI()
 		grace, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		_, done, _ = poll(grace, op, &req, 0)
+		if lockMPI(grace) {
+			libCancel(&req)
+			unlockMPI()
+			_, done, _ = poll(grace, op, &req, 0)
+		}
 		stop()
 		if done {
 			pin.Unpin()
@@ -180,7 +184,9 @@ func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []u
 func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, bool, error) {
 	var nap time.Duration
 	for i := 0; ; i++ {
-		lockMPI()
+		if !lockMPI(ctx) {
+			return Status{}, false, nil
+		}
 		done, st, rc := libTest(req, dt)
 		unlockMPI()
 		if rc != 0 {

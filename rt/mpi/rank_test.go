@@ -40,8 +40,8 @@ func TestRank(t *testing.T) {
 	case "collectives":
 		rankCollectives(ctx, w)
 	case "serialized":
-		// Under the mutex: a sample of each kind of call, then the
-		// concurrent goroutines the mutex exists for.
+		// Under the lock: a sample of each kind of call, then the
+		// concurrent goroutines the lock exists for.
 		allreduce[float32](ctx, w, group{"world", w, seq(w.Size())})
 		alltoallv[int32](ctx, w, group{"world", w, seq(w.Size())})
 		sendRecv(ctx, w)
@@ -179,7 +179,7 @@ func rankCollectives(ctx context.Context, w *Comm) {
 
 // concurrent runs collectives on two communicators from two goroutines at
 // once: legal under MPI_THREAD_MULTIPLE, and serialised by the package's
-// mutex under SERIALIZED.
+// lock under SERIALIZED.
 func concurrent(ctx context.Context, w *Comm) {
 	var comms [2]*Comm
 	for i := range comms {
