@@ -271,21 +271,26 @@ func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) er
 
 // Allgatherv concatenates every rank's send, in rank order, into recv on
 // every rank; counts[i] is the length of rank i's send (it may differ, and
-// be zero).
+// be zero). When send is this rank's own block of recv (the same memory),
+// or nil, it works in place. Other overlaps of send and recv are not allowed.
 func Allgatherv[T Elem](ctx context.Context, c *Comm, send, recv []T, counts []int) error {
 	cnt, disp, total, err := layout("Allgatherv", c, counts)
 	if err != nil {
 		return err
 	}
-	if err := checkLen("Allgatherv", "send", len(send), counts[c.rank]); err != nil {
-		return err
-	}
 	if err := checkLen("Allgatherv", "recv", len(recv), total); err != nil {
 		return err
 	}
+	mine := recv[disp[c.rank] : disp[c.rank]+cnt[c.rank]]
 	s, r := ptr(send), ptr(recv)
+	switch {
+	case send == nil || (s == ptr(mine) && len(send) == len(mine)):
+		s = nil // in place
+	case len(send) != len(mine):
+		return checkLen("Allgatherv", "send", len(send), len(mine))
+	}
 	_, err = run(ctx, c, "Allgatherv", 0, false, []unsafe.Pointer{s, r, ptr(cnt), ptr(disp)}, func() (uintptr, int) {
-		return libIallgatherv(s, len(send), r, &cnt[0], &disp[0], dtype[T](), c.h)
+		return libIallgatherv(s, len(mine), r, &cnt[0], &disp[0], dtype[T](), c.h)
 	})
 	return err
 }

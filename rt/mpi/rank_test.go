@@ -266,6 +266,18 @@ func allgatherv[T Elem](ctx context.Context, w *Comm, g group) {
 	what := fmt.Sprintf("%s Allgatherv %T", g.name, recv)
 	check(w, what, Allgatherv(ctx, g.comm, send, recv, counts(g)))
 	expectEqual(w, what, recv, want)
+
+	// In place: this rank's block already sits in recv; the rest is junk.
+	off := 0
+	for _, r := range g.members[:g.comm.Rank()] {
+		off += count(r)
+	}
+	for i := range recv {
+		recv[i] = 99
+	}
+	copy(recv[off:], send)
+	check(w, what+" in place", Allgatherv(ctx, g.comm, recv[off:off+len(send)], recv, counts(g)))
+	expectEqual(w, what+" in place", recv, want)
 }
 
 func reduceScatter[T Number](ctx context.Context, w *Comm, g group, op Op) {
