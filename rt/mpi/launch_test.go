@@ -115,3 +115,30 @@ func TestUnderLaunchers(t *testing.T) {
 		})
 	}
 }
+
+// TestSingleton starts one rank with no launcher, under each library
+// (MPI then makes a world of one, as when a program runs on its own).
+func TestSingleton(t *testing.T) {
+	if os.Getenv("MESHRUN_MPI_TEST_MODE") != "" {
+		t.Skip("inside a rank")
+	}
+	if err := Load(); err != nil {
+		t.Skipf("no MPI library: %v", err)
+	}
+	for _, name := range []string{"libmpi.so.40", "libmpich.so.12"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRank$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "MESHRUN_MPI_LIB="+name, "MESHRUN_MPI_TEST_MODE=singleton")
+			cmd.WaitDelay = 2 * time.Second
+			out, err := cmd.CombinedOutput()
+			if strings.Contains(string(out), "no MPI library found") {
+				t.Skipf("%s not installed", name)
+			}
+			if err != nil || !strings.Contains(string(out), "RANK-OK 0") {
+				t.Fatalf("exit %v:\n%s", err, out)
+			}
+		})
+	}
+}

@@ -30,7 +30,7 @@ func TestRank(t *testing.T) {
 		os.Exit(2)
 	}
 	w := World()
-	if li := Launcher(); li.Rank != w.Rank() || li.Size != w.Size() || li.LocalRank < 0 {
+	if li := Launcher(); mode != "singleton" && (li.Rank != w.Rank() || li.Size != w.Size() || li.LocalRank < 0) {
 		fail(w, "Launcher() = %+v, MPI says rank %d of %d", li, w.Rank(), w.Size())
 	}
 	if ThreadMultiple() == (mode == "serialized") {
@@ -39,6 +39,16 @@ func TestRank(t *testing.T) {
 	switch mode {
 	case "collectives":
 		rankCollectives(ctx, w)
+	case "singleton":
+		// Started without a launcher: MPI makes a world of one.
+		if w.Size() != 1 {
+			fail(w, "singleton world of %d", w.Size())
+		}
+		g := group{"world", w, seq(1)}
+		allreduce[float64](ctx, w, g)
+		allgatherv[int32](ctx, w, g)
+		alltoallv[float32](ctx, w, g)
+		bcast[byte](ctx, w, g)
 	case "serialized":
 		// Under the lock: a sample of each kind of call, then the
 		// concurrent goroutines the lock exists for.
