@@ -120,7 +120,8 @@ func checkPeer(op string, c *Comm, rank, tag int, wild bool) error {
 
 // run starts a nonblocking operation and polls it to completion. Every
 // pointer in pins (buffers and count arrays MPI reads later) is pinned until
-// then, as cgo requires of memory C keeps using after a call returns.
+// then, as cgo requires of memory C keeps using after a call returns
+// (Pin ignores memory Go did not allocate, such as a mapped file).
 // Point-to-point requests that time out are cancelled if MPI can still do
 // so; anything left pending keeps its pins for ever (see abandoned).
 func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []unsafe.Pointer, start func() (uintptr, int)) (Status, error) {
@@ -151,9 +152,7 @@ func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []u
 		pin.Unpin()
 		return st, err
 	}
-	if err == nil {
-		err = &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
-	}
+	err = &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
 	if p2p {
 		grace, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		if lockMPI(grace) {
