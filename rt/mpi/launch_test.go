@@ -125,6 +125,9 @@ func TestSingleton(t *testing.T) {
 	if err := Load(); err != nil {
 		t.Skipf("no MPI library: %v", err)
 	}
+	if testing.Short() {
+		t.Skip("starts MPI processes; skipped with -short")
+	}
 	for _, name := range []string{"libmpi.so.40", "libmpich.so.12"} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
