@@ -191,7 +191,12 @@ func load() error {
 			return err
 		}
 		if err != nil {
-			tried = append(tried, fmt.Sprintf("%s (%v)", path, err))
+			// dlerror repeats the name; "not found" is the usual case.
+			msg := strings.TrimPrefix(err.Error(), path+": ")
+			if strings.Contains(msg, "No such file or directory") {
+				msg = "not found"
+			}
+			tried = append(tried, fmt.Sprintf("%s (%s)", path, msg))
 			continue
 		}
 		lib.path, lib.version = path, libVersion()

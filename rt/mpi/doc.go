@@ -40,7 +40,16 @@
 // # Threads and memory
 //
 // Init asks for MPI_THREAD_MULTIPLE and accepts MPI_THREAD_SERIALIZED, in
-// which case every MPI call is made under one mutex (see Init). Buffers are
+// which case every MPI call is made under one lock (see Init). Buffers are
 // Go slices handed to MPI for the life of a request, so they are pinned with
 // runtime.Pinner from start to completion.
+//
+// # Tests
+//
+// go test ./rt/mpi runs unit tests anywhere, then, where the libraries and
+// launchers are installed (Debian: openmpi-bin, mpich), starts the test
+// binary as 2-4 ranks under mpirun.openmpi and mpiexec.mpich and as a
+// singleton, and checks every collective against plain-Go references, plus
+// Abort and timeouts. Without them those tests skip and say why.
+// MESHRUN_MPI_BENCH=1 times Allreduce (TestBench).
 package mpi

@@ -25,11 +25,10 @@ type launcher struct {
 
 var launchers = []launcher{
 	{name: "mpirun.openmpi", np: "-np", args: []string{"--oversubscribe"}, env: []string{
-		// We run as root in CI; keep all traffic on shared memory and
-		// loopback; no single-copy (CMA) transfers, which containers forbid.
+		// We run as root in CI; keep all traffic on shared memory (vader)
+		// and the launcher's own on loopback.
 		"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
 		"OMPI_MCA_btl=self,vader", "OMPI_MCA_oob_tcp_if_include=lo",
-		"OMPI_MCA_btl_vader_single_copy_mechanism=none",
 	}},
 	{name: "mpiexec.mpich", np: "-n", env: []string{"HYDRA_IFACE=lo"}},
 }
@@ -113,6 +112,36 @@ func TestUnderLaunchers(t *testing.T) {
 					t.Fatalf("exit %v after %v; want an Allreduce timeout, then the job ended by Abort(4):\n%s", err, took, out)
 				}
 			})
+		})
+	}
+}
+
+// TestSingleton starts one rank with no launcher, under each library
+// (MPI then makes a world of one, as when a program runs on its own).
+func TestSingleton(t *testing.T) {
+	if os.Getenv("MESHRUN_MPI_TEST_MODE") != "" {
+		t.Skip("inside a rank")
+	}
+	if err := Load(); err != nil {
+		t.Skipf("no MPI library: %v", err)
+	}
+	if testing.Short() {
+		t.Skip("starts MPI processes; skipped with -short")
+	}
+	for _, name := range []string{"libmpi.so.40", "libmpich.so.12"} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRank$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "MESHRUN_MPI_LIB="+name, "MESHRUN_MPI_TEST_MODE=singleton")
+			cmd.WaitDelay = 2 * time.Second
+			out, err := cmd.CombinedOutput()
+			if strings.Contains(string(out), "no MPI library found") {
+				t.Skipf("%s not installed", name)
+			}
+			if err != nil || !strings.Contains(string(out), "RANK-OK 0") {
+				t.Fatalf("exit %v:\n%s", err, out)
+			}
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,10 +41,12 @@ var (
 	// SERIALIZED path.
 	requestLevel = threadMultiple
 
-	// callMu serialises MPI calls when the library granted only
-	// MPI_THREAD_SERIALIZED; serial is written once, in Init.
-	callMu sync.Mutex
-	serial bool
+	// callSem serialises MPI calls when the library granted only
+	// MPI_THREAD_SERIALIZED; serial is written once, in Init. A channel
+	// rather than a mutex, so that waiting for it honours a deadline too
+	// (a call stuck inside MPI would otherwise hold up every other one).
+	callSem = make(chan struct{}, 1)
+	serial  bool
 
 	// abandoned keeps the pins of requests that timed out: MPI may still
 	// write into their buffers, so the memory must stay put and alive.
@@ -51,15 +54,22 @@ var (
 	abandoned []*runtime.Pinner
 )
 
-func lockMPI() {
-	if serial {
-		callMu.Lock()
+// lockMPI takes the right to call MPI, or reports false when ctx ends first.
+func lockMPI(ctx context.Context) bool {
+	if !serial {
+		return true
+	}
+	select {
+	case callSem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
 func unlockMPI() {
 	if serial {
-		callMu.Unlock()
+		<-callSem
 	}
 }
 
@@ -129,7 +139,16 @@ func codeErr(op string, rc int) error {
 	if rc == 0 {
 		return nil
 	}
-	return &Error{Op: op, Code: rc, Msg: libErrorString(rc)}
+	return &Error{Op: op, Code: rc, Msg: oneLine(libErrorString(rc))}
+}
+
+// oneLine keeps the summary of MPICH's multi-line messages ("Message
+// truncated, error stack:\n...") and joins anything else onto one line.
+func oneLine(msg string) string {
+	if head, _, ok := strings.Cut(msg, ", error stack:"); ok {
+		msg = head
+	}
+	return strings.Join(strings.Fields(msg), " ")
 }
 
 // blocking runs a call that has no nonblocking form (init, finalize,
@@ -141,7 +160,7 @@ func blocking(ctx context.Context, op string, fn func() int) error {
 	t0 := time.Now()
 	done := make(chan int, 1)
 	go func() {
-		lockMPI()
+		lockMPI(context.Background()) // the caller stops waiting at its deadline
 		rc := fn()
 		unlockMPI()
 		done <- rc
@@ -156,7 +175,7 @@ func blocking(ctx context.Context, op string, fn func() int) error {
 
 // Init loads the library and initialises MPI, asking for
 // MPI_THREAD_MULTIPLE. MPI_THREAD_SERIALIZED is accepted too: every call is
-// then made under one mutex, which is all SERIALIZED requires, since any OS
+// then made under one lock, which is all SERIALIZED requires, since any OS
 // thread may call MPI as long as no two do at once. (FUNNELED would tie MPI
 // to one OS thread, which goroutines cannot promise without routing every
 // call through a locked thread; neither Open MPI nor MPICH grants less than
@@ -210,7 +229,7 @@ func Init(ctx context.Context) error {
 func Initialized() bool { return phase.Load() == phaseReady }
 
 // ThreadMultiple reports whether the library granted MPI_THREAD_MULTIPLE
-// (false: calls are serialised by a mutex).
+// (false: calls are serialised by a lock).
 func ThreadMultiple() bool { return Initialized() && !serial }
 
 // Finalize shuts MPI down. Every rank must call it; it waits for the others.

@@ -102,9 +102,26 @@ func checkCount(op string, n int) error {
 	return nil
 }
 
+// checkPeer rejects ranks and tags outside c before they reach MPI, where
+// -1 and -2 mean different things to the two libraries (MPI_PROC_NULL, or
+// a wildcard) and would silently become no-ops.
+func checkPeer(op string, c *Comm, rank, tag int, wild bool) error {
+	if c == nil {
+		return fmt.Errorf("mpi: %s on a nil communicator", op)
+	}
+	if (rank < 0 || rank >= c.size) && !(wild && rank == AnySource) {
+		return fmt.Errorf("mpi: %s: rank %d outside a communicator of %d", op, rank, c.size)
+	}
+	if tag < 0 && !(wild && tag == AnyTag) {
+		return fmt.Errorf("mpi: %s: negative tag %d", op, tag)
+	}
+	return nil
+}
+
 // run starts a nonblocking operation and polls it to completion. Every
 // pointer in pins (buffers and count arrays MPI reads later) is pinned until
-// then, as cgo requires of memory C keeps using after a call returns.
+// then, as cgo requires of memory C keeps using after a call returns
+// (Pin ignores memory Go did not allocate, such as a mapped file).
 // Point-to-point requests that time out are cancelled if MPI can still do
 // so; anything left pending keeps its pins for ever (see abandoned).
 func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []unsafe.Pointer, start func() (uintptr, int)) (Status, error) {
@@ -119,28 +136,30 @@ func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []u
 			pin.Pin(p)
 		}
 	}
-	lockMPI()
+	t0 := time.Now()
+	if !lockMPI(ctx) {
+		pin.Unpin()
+		return Status{}, &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
+	}
 	req, rc := start()
 	unlockMPI()
 	if rc != 0 {
 		pin.Unpin()
 		return Status{}, codeErr(op, rc)
 	}
-	t0 := time.Now()
 	st, done, err := poll(ctx, op, &req, dt)
 	if done {
 		pin.Unpin()
 		return st, err
 	}
-	if err == nil {
-		err = &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
-	}
+	err = &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
 	if p2p {
-		lockMPI()
-		libCancel(&req)
-		unlockMPI()
 		grace, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		_, done, _ = poll(grace, op, &req, 0)
+		if lockMPI(grace) {
+			libCancel(&req)
+			unlockMPI()
+			_, done, _ = poll(grace, op, &req, 0)
+		}
 		stop()
 		if done {
 			pin.Unpin()
@@ -154,13 +173,19 @@ func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []u
 }
 
 // poll tests req until it completes (done), fails, or ctx ends (neither
-// done nor an error). It spins briefly, for the latency of small messages,
-// then sleeps with doubling intervals up to a millisecond, so a long wait
-// costs little CPU; each MPI_Test also drives the library's progress.
+// done nor an error). Nonblocking collectives advance only inside MPI calls
+// (neither library runs a progress thread by default), so a multi-round
+// algorithm moves one step per MPI_Test: poll spins briefly, for the
+// latency of small messages, then sleeps with doubling naps capped at
+// 100µs, which bounds the delay added per step while a long wait still
+// costs little CPU (spinning starves the other ranks when they outnumber
+// the cores).
 func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, bool, error) {
 	var nap time.Duration
 	for i := 0; ; i++ {
-		lockMPI()
+		if !lockMPI(ctx) {
+			return Status{}, false, nil
+		}
 		done, st, rc := libTest(req, dt)
 		unlockMPI()
 		if rc != 0 {
@@ -177,7 +202,7 @@ func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, boo
 			runtime.Gosched()
 			continue
 		}
-		nap = min(max(2*nap, 5*time.Microsecond), time.Millisecond)
+		nap = min(max(2*nap, 5*time.Microsecond), 100*time.Microsecond)
 		time.Sleep(nap)
 	}
 }
@@ -185,6 +210,9 @@ func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, boo
 // Send sends buf to rank dest of c with a tag (>= 0), waiting until the
 // buffer may be reused.
 func Send[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
+	if err := checkPeer("Send", c, dest, tag, false); err != nil {
+		return err
+	}
 	if err := checkCount("Send", len(buf)); err != nil {
 		return err
 	}
@@ -198,6 +226,9 @@ func Send[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
 // Recv receives into buf from rank source (or AnySource) with a tag (or
 // AnyTag). The message may be shorter than buf; Status.Count says how long.
 func Recv[T Elem](ctx context.Context, c *Comm, buf []T, source, tag int) (Status, error) {
+	if err := checkPeer("Recv", c, source, tag, true); err != nil {
+		return Status{}, err
+	}
 	if err := checkCount("Recv", len(buf)); err != nil {
 		return Status{}, err
 	}
@@ -239,21 +270,26 @@ func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) er
 
 // Allgatherv concatenates every rank's send, in rank order, into recv on
 // every rank; counts[i] is the length of rank i's send (it may differ, and
-// be zero).
+// be zero). When send is this rank's own block of recv (the same memory),
+// or nil, it works in place. Other overlaps of send and recv are not allowed.
 func Allgatherv[T Elem](ctx context.Context, c *Comm, send, recv []T, counts []int) error {
 	cnt, disp, total, err := layout("Allgatherv", c, counts)
 	if err != nil {
 		return err
 	}
-	if err := checkLen("Allgatherv", "send", len(send), counts[c.rank]); err != nil {
-		return err
-	}
 	if err := checkLen("Allgatherv", "recv", len(recv), total); err != nil {
 		return err
 	}
+	mine := recv[disp[c.rank] : disp[c.rank]+cnt[c.rank]]
 	s, r := ptr(send), ptr(recv)
+	switch {
+	case send == nil || (s == ptr(mine) && len(send) == len(mine)):
+		s = nil // in place
+	case len(send) != len(mine):
+		return checkLen("Allgatherv", "send", len(send), len(mine))
+	}
 	_, err = run(ctx, c, "Allgatherv", 0, false, []unsafe.Pointer{s, r, ptr(cnt), ptr(disp)}, func() (uintptr, int) {
-		return libIallgatherv(s, len(send), r, &cnt[0], &disp[0], dtype[T](), c.h)
+		return libIallgatherv(s, len(mine), r, &cnt[0], &disp[0], dtype[T](), c.h)
 	})
 	return err
 }
@@ -311,6 +347,9 @@ func Alltoallv[T Elem](ctx context.Context, c *Comm, send []T, sendCounts []int,
 
 // Bcast copies buf on rank root into buf on every other rank of c.
 func Bcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
+	if err := checkPeer("Bcast", c, root, 0, false); err != nil {
+		return err
+	}
 	if err := checkCount("Bcast", len(buf)); err != nil {
 		return err
 	}

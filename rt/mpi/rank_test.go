@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,15 +30,34 @@ func TestRank(t *testing.T) {
 		os.Exit(2)
 	}
 	w := World()
-	if li := Launcher(); li.Rank != w.Rank() || li.Size != w.Size() || li.LocalRank < 0 {
+	if li := Launcher(); mode != "singleton" && (li.Rank != w.Rank() || li.Size != w.Size() || li.LocalRank < 0) {
 		fail(w, "Launcher() = %+v, MPI says rank %d of %d", li, w.Rank(), w.Size())
 	}
-	if ThreadMultiple() != (mode != "serialized") {
+	if ThreadMultiple() == (mode == "serialized") {
 		fail(w, "mode %s: ThreadMultiple() = %v", mode, ThreadMultiple())
 	}
 	switch mode {
-	case "collectives", "serialized":
+	case "collectives":
 		rankCollectives(ctx, w)
+	case "singleton":
+		// Started without a launcher: MPI makes a world of one.
+		if w.Size() != 1 {
+			fail(w, "singleton world of %d", w.Size())
+		}
+		g := group{"world", w, seq(1)}
+		allreduce[float64](ctx, w, g)
+		allgatherv[int32](ctx, w, g)
+		alltoallv[float32](ctx, w, g)
+		bcast[byte](ctx, w, g)
+	case "serialized":
+		// Under the lock: a sample of each kind of call, then the
+		// concurrent goroutines the lock exists for.
+		allreduce[float32](ctx, w, group{"world", w, seq(w.Size())})
+		alltoallv[int32](ctx, w, group{"world", w, seq(w.Size())})
+		sendRecv(ctx, w)
+		concurrent(ctx, w)
+	case "bench":
+		rankBench(ctx, w)
 	case "collective-timeout":
 		rankCollectiveTimeout(ctx, w)
 	case "timeout":
@@ -138,10 +158,8 @@ func rankCollectives(ctx context.Context, w *Comm) {
 		var p *int
 		_ = *p
 	}()
-	// A bad argument comes back as an *Error, not an abort inside MPI.
-	var me *Error
-	if err := Send(ctx, w, []byte{1}, w.Size()+5, 0); !errors.As(err, &me) {
-		fail(w, "Send to a rank that does not exist: %v", err)
+	if err := Send(ctx, w, []byte{1}, w.Size()+5, 0); err == nil {
+		fail(w, "Send to a rank that does not exist succeeded")
 	}
 	for _, g := range splits(ctx, w) {
 		allreduce[float32](ctx, w, g)
@@ -171,7 +189,7 @@ func rankCollectives(ctx context.Context, w *Comm) {
 
 // concurrent runs collectives on two communicators from two goroutines at
 // once: legal under MPI_THREAD_MULTIPLE, and serialised by the package's
-// mutex under SERIALIZED.
+// lock under SERIALIZED.
 func concurrent(ctx context.Context, w *Comm) {
 	var comms [2]*Comm
 	for i := range comms {
@@ -182,7 +200,7 @@ func concurrent(ctx context.Context, w *Comm) {
 	errs := make(chan error, len(comms))
 	for i, c := range comms {
 		go func() {
-			for k := range 50 {
+			for k := range 20 {
 				buf := []int64{int64(w.Rank() + i + k)}
 				if err := Allreduce(ctx, c, nil, buf, Sum); err != nil {
 					errs <- err
@@ -258,6 +276,18 @@ func allgatherv[T Elem](ctx context.Context, w *Comm, g group) {
 	what := fmt.Sprintf("%s Allgatherv %T", g.name, recv)
 	check(w, what, Allgatherv(ctx, g.comm, send, recv, counts(g)))
 	expectEqual(w, what, recv, want)
+
+	// In place: this rank's block already sits in recv; the rest is junk.
+	off := 0
+	for _, r := range g.members[:g.comm.Rank()] {
+		off += count(r)
+	}
+	for i := range recv {
+		recv[i] = 99
+	}
+	copy(recv[off:], send)
+	check(w, what+" in place", Allgatherv(ctx, g.comm, recv[off:off+len(send)], recv, counts(g)))
+	expectEqual(w, what+" in place", recv, want)
 }
 
 func reduceScatter[T Number](ctx context.Context, w *Comm, g group, op Op) {
@@ -364,6 +394,19 @@ func sendRecv(ctx context.Context, w *Comm) {
 		fail(w, "Recv any: status %+v buf %v", st, ibuf)
 	}
 	check(w, "Send", <-sent)
+
+	// A message longer than the buffer is MPI's error (MPI_ERR_TRUNCATE),
+	// and comes back as an *Error instead of aborting inside MPI.
+	go func() { sent <- Send(ctx, w, []int32{1, 2, 3}, next, 13) }()
+	_, err = Recv(ctx, w, make([]int32, 1), prev, 13)
+	var merr *Error
+	if !errors.As(err, &merr) || merr.Code == 0 || merr.Msg == "" {
+		fail(w, "Recv of 3 elements into 1: %v", err)
+	}
+	check(w, "Send 3", <-sent)
+	if strings.Contains(err.Error(), "\n") {
+		fail(w, "MPI error on several lines: %q", err)
+	}
 }
 
 // rankTimeout: rank 0 waits for a message rank 1 never sends, and must get

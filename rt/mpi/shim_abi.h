@@ -64,10 +64,11 @@ static int P(iallreduce)(const void *send, void *recv, int n, intptr_t dt, intpt
 	return e;
 }
 
+// send == NULL: in place, this rank's block is already in recv.
 static int P(iallgatherv)(const void *send, int n, void *recv, const int *counts, const int *displs, intptr_t dt, intptr_t comm, intptr_t *req) {
 	MH r;
 	int e = ((int (*)(const void *, int, MH, void *, const int *, const int *, MH, MH, MH *))f_iallgatherv)(
-		send, n, (MH)dt, recv, counts, displs, (MH)dt, (MH)comm, &r);
+		send ? send : IN_PLACE, n, (MH)dt, recv, counts, displs, (MH)dt, (MH)comm, &r);
 	*req = (intptr_t)r;
 	return e;
 }

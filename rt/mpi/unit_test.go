@@ -182,3 +182,15 @@ func TestLoad(t *testing.T) {
 		t.Errorf("handles not resolved: %+v", lib.h)
 	}
 }
+
+func TestMPIErrorTextOnOneLine(t *testing.T) {
+	for in, want := range map[string]string{
+		"Message truncated, error stack:\n(unknown)(): Message truncated": "Message truncated",
+		"MPI_ERR_TRUNCATE: message truncated":                             "MPI_ERR_TRUNCATE: message truncated",
+		"two\nlines ":                                                     "two lines",
+	} {
+		if got := oneLine(in); got != want {
+			t.Errorf("oneLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
