@@ -48,41 +48,82 @@ func (c *CPU) Compute(call *OpCall) (*Tensor, error) {
 }
 
 func (c *CPU) compute(call *OpCall) (*Tensor, error) {
-	v := call.Kernel
-	a := call.Args
-	switch v.Op {
-	case "const":
-		t := NewTensor(wideDType(v.DType), nil)
-		setScalar(t, v.Attrs.Scalar)
-		return t, nil
-	case "cast":
-		return castTensor(a[0], v.DType), nil
-	case "where":
-		return where(a[0], a[1], a[2])
-	case "nonfinite":
-		out := NewTensor(a[0].DType, nil)
-		for _, x := range a[0].Float64s() {
+	k, ok := cpuKernels[call.Kernel.Op]
+	if !ok {
+		return nil, fmt.Errorf("no CPU kernel for op %s", call.Kernel.Op)
+	}
+	return k(c, call)
+}
+
+// cpuKernel computes one op on local blocks (half-precision operands
+// already widened to f32).
+type cpuKernel func(c *CPU, call *OpCall) (*Tensor, error)
+
+// cpuKernels is the CPU backend's kernel table, by op name: each kernel
+// file registers its ops once (registerCPU); CPUKernelOps lists them so
+// tests can check every op the compiler knows has a kernel.
+var cpuKernels = map[string]cpuKernel{}
+
+func registerCPU(k cpuKernel, ops ...string) {
+	for _, op := range ops {
+		if _, dup := cpuKernels[op]; dup {
+			panic("rt: two CPU kernels for op " + op)
+		}
+		cpuKernels[op] = k
+	}
+}
+
+// CPUKernelOps lists the ops the CPU backend has kernels for.
+func CPUKernelOps() []string {
+	out := make([]string, 0, len(cpuKernels))
+	for op := range cpuKernels {
+		out = append(out, op)
+	}
+	return out
+}
+
+// pure adapts a kernel that cannot fail.
+func pure(f func(call *OpCall) *Tensor) cpuKernel {
+	return func(_ *CPU, call *OpCall) (*Tensor, error) { return f(call), nil }
+}
+
+func init() {
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		t := NewTensor(wideDType(call.Kernel.DType), nil)
+		setScalar(t, call.Kernel.Attrs.Scalar)
+		return t
+	}), "const")
+	registerCPU(pure(func(call *OpCall) *Tensor { return castTensor(call.Args[0], call.Kernel.DType) }), "cast")
+	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
+		return where(call.Args[0], call.Args[1], call.Args[2])
+	}, "where")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		out := NewTensor(call.Args[0].DType, nil)
+		for _, x := range call.Args[0].Float64s() {
 			if math.IsInf(x, 0) || math.IsNaN(x) {
 				setScalar(out, 1)
 				break
 			}
 		}
-		return out, nil
-	case "add", "sub", "mul", "div", "minimum", "maximum":
-		return elementwise(v.Op, a[0], a[1])
-	case "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid":
-		return unary(v.Op, a[0]), nil
-	case "matmul":
-		return c.matmul(a[0], a[1])
-	case "softmax", "log_softmax":
-		return softmax(a[0], v.Attrs.Axis, v.Op == "log_softmax"), nil
-	case "layernorm":
-		return layernorm(a[0], a[1], a[2], v.Attrs.Eps), nil
-	case "sum", "mean", "max":
-		return reduce(v, a[0]), nil
-	case "transpose":
-		return transpose(a[0], v.Attrs.Perm), nil
-	case "reshape":
+		return out
+	}), "nonfinite")
+	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
+		return elementwise(call.Kernel.Op, call.Args[0], call.Args[1])
+	}, "add", "sub", "mul", "div", "minimum", "maximum")
+	registerCPU(pure(func(call *OpCall) *Tensor { return unary(call.Kernel.Op, call.Args[0]) }),
+		"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid")
+	registerCPU(func(c *CPU, call *OpCall) (*Tensor, error) { return c.matmul(call.Args[0], call.Args[1]) }, "matmul")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		return softmax(call.Args[0], call.Kernel.Attrs.Axis, call.Kernel.Op == "log_softmax")
+	}), "softmax", "log_softmax")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		a := call.Args
+		return layernorm(a[0], a[1], a[2], call.Kernel.Attrs.Eps)
+	}), "layernorm")
+	registerCPU(pure(func(call *OpCall) *Tensor { return reduce(call.Kernel, call.Args[0]) }), "sum", "mean", "max")
+	registerCPU(pure(func(call *OpCall) *Tensor { return transpose(call.Args[0], call.Kernel.Attrs.Perm) }), "transpose")
+	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
+		a := call.Args
 		if a[0].Numel() != numel(call.Out.Len) {
 			return nil, fmt.Errorf("reshape: local block of %d elements cannot become %v", a[0].Numel(), call.Out.Len)
 		}
@@ -91,28 +132,25 @@ func (c *CPU) compute(call *OpCall) (*Tensor, error) {
 		t := a[0].Clone()
 		t.Shape = append([]int{}, call.Out.Len...)
 		return t, nil
-	case "concat":
-		return ConcatDim(a, v.Attrs.Axis), nil
-	case "slice":
-		off := make([]int, len(a[0].Shape))
-		off[v.Attrs.Axis] = v.Attrs.Start
-		count := append([]int{}, a[0].Shape...)
-		count[v.Attrs.Axis] = v.Attrs.End - v.Attrs.Start
-		return Extract(a[0], off, count), nil
-	case "embedding":
-		return embedding(a[0], a[1], call.In[0].Off[0], v.ArgShapes[0][0])
-	case "cross_entropy":
-		return crossEntropy(a[0], a[1], v.ArgShapes[0][0])
-	case "mse":
-		return mse(a[0], a[1], numel(v.ArgShapes[0]))
-	}
-	if t, ok, err := c.computeGrad(call); ok {
-		return t, err
-	}
-	if t, ok := c.computeOptim(call); ok {
-		return t, nil
-	}
-	return nil, fmt.Errorf("no CPU kernel for op %s", v.Op)
+	}, "reshape")
+	registerCPU(pure(func(call *OpCall) *Tensor { return ConcatDim(call.Args, call.Kernel.Attrs.Axis) }), "concat")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		x, at := call.Args[0], call.Kernel.Attrs
+		off := make([]int, len(x.Shape))
+		off[at.Axis] = at.Start
+		count := append([]int{}, x.Shape...)
+		count[at.Axis] = at.End - at.Start
+		return Extract(x, off, count)
+	}), "slice")
+	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
+		return embedding(call.Args[0], call.Args[1], call.In[0].Off[0], call.Kernel.ArgShapes[0][0])
+	}, "embedding")
+	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
+		return crossEntropy(call.Args[0], call.Args[1], call.Kernel.ArgShapes[0][0])
+	}, "cross_entropy")
+	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
+		return mse(call.Args[0], call.Args[1], numel(call.Kernel.ArgShapes[0]))
+	}, "mse")
 }
 
 // where picks a where cond is non-zero, else b, with broadcasting.

@@ -7,44 +7,45 @@ import (
 
 // Kernels of the gradient helper ops (see lang/builtins_grad.go).
 
-func (c *CPU) computeGrad(call *OpCall) (*Tensor, bool, error) {
-	v, a := call.Kernel, call.Args
-	switch v.Op {
-	case "relu_grad":
-		return mapFloat(a[0], func(x float64) float64 {
+func init() {
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		return mapFloat(call.Args[0], func(x float64) float64 {
 			if x > 0 {
 				return 1
 			}
 			return 0
-		}), true, nil
-	case "gelu_grad":
-		return geluGrad(a[0]), true, nil
-	case "softmax_grad":
-		return softmaxGrad(a[0], a[1], v.Attrs.Axis), true, nil
-	case "normalize":
-		return normalizeRows(a[0], nil, v.Attrs.Eps), true, nil
-	case "normalize_grad":
-		return normalizeRows(a[0], a[1], v.Attrs.Eps), true, nil
-	case "max_grad":
-		return maxGrad(a[0], a[1], a[2], v.Attrs.Axis), true, nil
-	case "broadcast_to":
-		return broadcastTo(a[0], call.Out.Len), true, nil
-	case "pad":
-		shape := append([]int{}, a[0].Shape...)
-		shape[v.Attrs.Axis] += v.Shape[v.Attrs.Axis] - v.ArgShapes[0][v.Attrs.Axis]
-		out := NewTensor(a[0].DType, shape)
+		})
+	}), "relu_grad")
+	registerCPU(pure(func(call *OpCall) *Tensor { return geluGrad(call.Args[0]) }), "gelu_grad")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		return softmaxGrad(call.Args[0], call.Args[1], call.Kernel.Attrs.Axis)
+	}), "softmax_grad")
+	registerCPU(pure(func(call *OpCall) *Tensor { return normalizeRows(call.Args[0], nil, call.Kernel.Attrs.Eps) }), "normalize")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		return normalizeRows(call.Args[0], call.Args[1], call.Kernel.Attrs.Eps)
+	}), "normalize_grad")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		a := call.Args
+		return maxGrad(a[0], a[1], a[2], call.Kernel.Attrs.Axis)
+	}), "max_grad")
+	registerCPU(pure(func(call *OpCall) *Tensor { return broadcastTo(call.Args[0], call.Out.Len) }), "broadcast_to")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		x, k := call.Args[0], call.Kernel
+		shape := append([]int{}, x.Shape...)
+		shape[k.Attrs.Axis] += k.Shape[k.Attrs.Axis] - k.ArgShapes[0][k.Attrs.Axis]
+		out := NewTensor(x.DType, shape)
 		off := make([]int, len(shape))
-		off[v.Attrs.Axis] = v.Attrs.Start
-		CopyBlock(out, off, a[0], make([]int, len(shape)), a[0].Shape)
-		return out, true, nil
-	case "embedding_grad":
-		t, err := embeddingGrad(a[0], a[1], call.Out.Len, call.Out.Off[0])
-		return t, true, err
-	case "cross_entropy_grad":
-		t, err := crossEntropyGrad(a[0], a[1], a[2], v.ArgShapes[0][0])
-		return t, true, err
-	}
-	return nil, false, nil
+		off[k.Attrs.Axis] = k.Attrs.Start
+		CopyBlock(out, off, x, make([]int, len(shape)), x.Shape)
+		return out
+	}), "pad")
+	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
+		return embeddingGrad(call.Args[0], call.Args[1], call.Out.Len, call.Out.Off[0])
+	}, "embedding_grad")
+	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
+		a := call.Args
+		return crossEntropyGrad(a[0], a[1], a[2], call.Kernel.ArgShapes[0][0])
+	}, "cross_entropy_grad")
 }
 
 // geluGrad is Φ(x) + x·φ(x), the derivative of exact gelu.

@@ -4,32 +4,39 @@ import "math"
 
 // Kernels of the fused optimizer ops (lang/builtins_optim.go).
 
-func (c *CPU) computeOptim(call *OpCall) (*Tensor, bool) {
+func init() {
+	registerCPU(pure(adamMoment), "adam_moment", "adam_moment2")
+	registerCPU(pure(adamStep), "adam_update")
+}
+
+// adamMoment is m·β + g·(1−β), or with the square g²·(1−β) (Adam's
+// first and second moments).
+func adamMoment(call *OpCall) *Tensor {
 	a := call.Args
-	switch call.Kernel.Op {
-	case "adam_moment", "adam_moment2":
-		out := NewTensor(a[0].DType, a[0].Shape)
-		sq := call.Kernel.Op == "adam_moment2"
-		switch d := out.Data.(type) {
-		case []float32:
-			moment(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32)[0], sq)
-		case []float64:
-			moment(d, a[0].Data.([]float64), a[1].Data.([]float64), a[2].Data.([]float64)[0], sq)
-		}
-		return out, true
-	case "adam_update":
-		out := NewTensor(a[0].DType, a[0].Shape)
-		switch d := out.Data.(type) {
-		case []float32:
-			s := func(i int) float32 { return a[i].Data.([]float32)[0] }
-			adamUpdate(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32), s(3), s(4), s(5), s(6))
-		case []float64:
-			s := func(i int) float64 { return a[i].Data.([]float64)[0] }
-			adamUpdate(d, a[0].Data.([]float64), a[1].Data.([]float64), a[2].Data.([]float64), s(3), s(4), s(5), s(6))
-		}
-		return out, true
+	out := NewTensor(a[0].DType, a[0].Shape)
+	sq := call.Kernel.Op == "adam_moment2"
+	switch d := out.Data.(type) {
+	case []float32:
+		moment(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32)[0], sq)
+	case []float64:
+		moment(d, a[0].Data.([]float64), a[1].Data.([]float64), a[2].Data.([]float64)[0], sq)
 	}
-	return nil, false
+	return out
+}
+
+// adamStep is the parameter update from the moments (adamUpdate).
+func adamStep(call *OpCall) *Tensor {
+	a := call.Args
+	out := NewTensor(a[0].DType, a[0].Shape)
+	switch d := out.Data.(type) {
+	case []float32:
+		s := func(i int) float32 { return a[i].Data.([]float32)[0] }
+		adamUpdate(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32), s(3), s(4), s(5), s(6))
+	case []float64:
+		s := func(i int) float64 { return a[i].Data.([]float64)[0] }
+		adamUpdate(d, a[0].Data.([]float64), a[1].Data.([]float64), a[2].Data.([]float64), s(3), s(4), s(5), s(6))
+	}
+	return out
 }
 
 func moment[T Float](out, m, g []T, beta T, square bool) {

@@ -69,3 +69,28 @@ func TestDecodedPlansRunLikeTheOriginals(t *testing.T) {
 		}
 	}
 }
+
+// A group may span several mesh axes (2.5D and 3D algorithms need it): an
+// all-reduce over both axes of a 2×3 mesh sums all six ranks' values.
+func TestCollectiveOnAGroupSpanningTwoAxes(t *testing.T) {
+	m := mesh.New("M", mesh.Axis{Name: "a", Size: 2}, mesh.Axis{Name: "b", Size: 3})
+	pp, bb := sbp.NdSBP{sbp.P, sbp.P}, sbp.NdSBP{sbp.B, sbp.B}
+	at := lang.Pos{Filename: "g.mesh", Line: 2, Column: 1}
+	step := &sbp.Step{Axis: 0, From: pp, To: bb, Kind: sbp.AllReduce}
+	prog := &plan.Program{SlotType: []lang.DType{lang.F64, lang.F64}, OutputSlots: []int{1}, Instrs: []plan.Instr{
+		{Kind: plan.Source, Label: "x", DType: lang.F64, Shape: []int{2}, Placement: pp, Out: 0, Pos: at},
+		{Kind: plan.Collective, Label: "x", Step: step, Group: 0, DType: lang.F64, Shape: []int{2}, Placement: bb,
+			ArgPlace: []sbp.NdSBP{pp}, Args: []int{0}, Out: 1, Free: []int{0}, Pos: at},
+	}}
+	p := &plan.Plan{Mesh: m, Groups: []plan.Group{{Axes: []int{0, 1}}}, Programs: []*plan.Program{prog},
+		Sources: []plan.Tensor{{Name: "x", Role: "hyper", DType: lang.F64, Shape: []int{2}, Placement: pp}},
+		Outputs: []plan.Tensor{{Name: "y", DType: lang.F64, Shape: []int{2}, Placement: bb}}}
+	require.NoError(t, p.Verify())
+	l, err := NewLocal(context.Background(), p, Options{})
+	require.NoError(t, err)
+	res, err := l.Run(context.Background(), func(r int) Feed {
+		return func(int) Buffer { return FromSlice([]int{2}, []float64{float64(r), 1}) }
+	})
+	require.NoError(t, err)
+	require.Equal(t, []float64{15, 6}, res.Output("y").Data)
+}
