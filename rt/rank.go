@@ -139,7 +139,7 @@ func (w *Worker) fault(in *plan.Instr, b *plan.Bound, err error) error {
 		}
 	}
 	m := w.Plan.Mesh
-	return &RunError{Device: w.Prog.Rank, Coord: m.CoordString(w.Prog.Rank), Op: w.describe(in), Pos: in.Pos, Err: err}
+	return &RunError{Device: w.Prog.Rank, Coord: m.CoordString(w.Prog.Rank), Op: w.describe(in), Pos: in.Pos, Where: in.Where, Err: err}
 }
 
 func (w *Worker) describe(in *plan.Instr) string {

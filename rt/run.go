@@ -90,11 +90,16 @@ type RunError struct {
 	Coord  string
 	Op     string
 	Pos    lang.Pos
+	Where  string // Pos and the call chain that led there, when known
 	Err    error
 }
 
 func (e *RunError) Error() string {
-	return fmt.Sprintf("%s: device %d %s: %s: %v", lang.FormatPos(e.Pos), e.Device, e.Coord, e.Op, e.Err)
+	where := e.Where
+	if where == "" {
+		where = lang.FormatPos(e.Pos)
+	}
+	return fmt.Sprintf("%s: device %d %s: %s: %v", where, e.Device, e.Coord, e.Op, e.Err)
 }
 
 func (e *RunError) Unwrap() error { return e.Err }
