@@ -168,9 +168,9 @@ func encodeStats(st DeviceStats) *Tensor {
 func decodeStats(rank int, prog *plan.Program, t *Tensor) DeviceStats {
 	v := t.Data.([]int64)
 	st := DeviceStats{Device: rank, Peak: v[0], Final: v[1], BytesSent: v[2]}
-	for i := range prog.Instrs {
+	for i, l := range labelsOf(prog) {
 		e := v[3+3*i:]
-		st.Events = append(st.Events, eventOf(&prog.Instrs[i], time.Duration(e[0]), time.Duration(e[1]), e[2]))
+		st.Events = append(st.Events, l.event(time.Duration(e[0]), time.Duration(e[1]), e[2]))
 	}
 	return st
 }

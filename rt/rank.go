@@ -25,6 +25,7 @@ type Worker struct {
 	Seed    uint64
 	hook    func(rank, instr int)
 	files   *npyCache
+	labels  []eventLabel // per instruction, formatted once
 }
 
 // NewWorker binds rank's program and creates its groups (every rank of
@@ -41,6 +42,7 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	if w.files == nil {
 		w.files = &npyCache{}
 	}
+	w.labels = labelsOf(rp.Prog)
 	for gi, g := range p.Groups {
 		cctx, cancel := context.WithTimeout(ctx, w.Timeout)
 		grp, err := c.NewGroup(cctx, gi, plan.Members(p.Mesh, rank, g.Axes))
@@ -95,7 +97,7 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		if err != nil {
 			return nil, w.fault(in, b, err)
 		}
-		x.events = append(x.events, eventOf(in, t0, time.Since(start)-t0, w.Comm.BytesSent()-before))
+		x.events = append(x.events, w.labels[i].event(t0, time.Since(start)-t0, w.Comm.BytesSent()-before))
 		if in.Out >= 0 {
 			x.slots[in.Out] = out
 			x.cur += out.Bytes()
@@ -154,13 +156,26 @@ func (w *Worker) describe(in *plan.Instr) string {
 	return fmt.Sprintf("%s (%s)", in.Kernel.Op, in.Label)
 }
 
-// eventOf is the timeline entry of one executed instruction.
-func eventOf(in *plan.Instr, start, dur time.Duration, sent int64) Event {
-	kind := in.Kind.String()
-	if in.Kind.Communicates() {
-		kind = "comm"
+// eventLabel is what a timeline says of an instruction besides its timing:
+// formatted once per worker, not once per execution.
+type eventLabel struct{ name, kind, where string }
+
+func labelsOf(prog *plan.Program) []eventLabel {
+	out := make([]eventLabel, len(prog.Instrs))
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i]
+		kind := in.Kind.String()
+		if in.Kind.Communicates() {
+			kind = "comm"
+		}
+		out[i] = eventLabel{name: in.Name(), kind: kind, where: lang.FormatPos(in.Pos)}
 	}
-	return Event{Name: in.Name(), Kind: kind, Start: start, Dur: dur, Bytes: sent, Where: lang.FormatPos(in.Pos)}
+	return out
+}
+
+// event is the timeline entry of one executed instruction.
+func (l eventLabel) event(start, dur time.Duration, sent int64) Event {
+	return Event{Name: l.name, Kind: l.kind, Start: start, Dur: dur, Bytes: sent, Where: l.where}
 }
 
 func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (out Buffer, err error) {
