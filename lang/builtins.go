@@ -221,7 +221,7 @@ func binaryOp(c *Checker, b *binder) *Value {
 	if !ok {
 		return c.fail(b, "shape mismatch in %s: %s and %s do not broadcast", b.name, ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
 	}
-	return newValue(b, Type{x.Type.DType, shape}, x, y)
+	return newValue(b, Type{DType: x.Type.DType, Shape: shape}, x, y)
 }
 
 func matmulOp(c *Checker, b *binder) *Value {
@@ -256,7 +256,7 @@ func matmulOp(c *Checker, b *binder) *Value {
 		batch[i] = max(bx, by)
 	}
 	out := append(batch, xs[len(xs)-2], ys[len(ys)-1])
-	return newValue(b, Type{x.Type.DType, out}, x, y)
+	return newValue(b, Type{DType: x.Type.DType, Shape: out}, x, y)
 }
 
 func softmaxOp(c *Checker, b *binder) *Value {
@@ -320,7 +320,7 @@ func reduceOp(c *Checker, b *binder) *Value {
 	}
 	_, hasKw := b.kw["axis"]
 	if len(b.args) < 2 && !hasKw {
-		v := newValue(b, Type{x.Type.DType, []int{}}, x)
+		v := newValue(b, Type{DType: x.Type.DType, Shape: []int{}}, x)
 		v.Attrs.Axis = -1
 		return v
 	}
@@ -332,7 +332,7 @@ func reduceOp(c *Checker, b *binder) *Value {
 		return nil
 	}
 	shape := append(append([]int{}, x.Type.Shape[:ax]...), x.Type.Shape[ax+1:]...)
-	v := newValue(b, Type{x.Type.DType, shape}, x)
+	v := newValue(b, Type{DType: x.Type.DType, Shape: shape}, x)
 	v.Attrs.Axis = ax
 	return v
 }
@@ -360,7 +360,7 @@ func whereOp(c *Checker, b *binder) *Value {
 	if !ok {
 		return c.fail(b, "shape mismatch in where: %s, %s and %s do not broadcast", ShapeString(cond.Type.Shape), ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
 	}
-	return newValue(b, Type{x.Type.DType, shape}, cond, x, y)
+	return newValue(b, Type{DType: x.Type.DType, Shape: shape}, cond, x, y)
 }
 
 // nonfiniteOp is nonfinite(x): 1 if any element of x is inf or NaN, else 0
@@ -373,7 +373,7 @@ func nonfiniteOp(c *Checker, b *binder) *Value {
 	if !c.floatTensor(b, x) {
 		return nil
 	}
-	v := newValue(b, Type{x.Type.DType, []int{}}, x)
+	v := newValue(b, Type{DType: x.Type.DType, Shape: []int{}}, x)
 	v.Attrs.Axis = -1
 	return v
 }
@@ -393,7 +393,7 @@ func embeddingOp(c *Checker, b *binder) *Value {
 		return c.fail(b, "embedding indices must be i32 or i64, got %s", idx.Type.DType)
 	}
 	shape := append(append([]int{}, idx.Type.Shape...), w.Type.Shape[1])
-	return newValue(b, Type{w.Type.DType, shape}, w, idx)
+	return newValue(b, Type{DType: w.Type.DType, Shape: shape}, w, idx)
 }
 
 func crossEntropyOp(c *Checker, b *binder) *Value {
@@ -410,7 +410,7 @@ func crossEntropyOp(c *Checker, b *binder) *Value {
 	if !y.Type.DType.IsInt() {
 		return c.fail(b, "cross_entropy labels must be i32 or i64, got %s", y.Type.DType)
 	}
-	return newValue(b, Type{x.Type.DType, []int{}}, x, y)
+	return newValue(b, Type{DType: x.Type.DType, Shape: []int{}}, x, y)
 }
 
 func mseOp(c *Checker, b *binder) *Value {
@@ -424,7 +424,7 @@ func mseOp(c *Checker, b *binder) *Value {
 	if !slices.Equal(x.Type.Shape, y.Type.Shape) {
 		return c.fail(b, "shape mismatch in mse: %s and %s", ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
 	}
-	return newValue(b, Type{x.Type.DType, []int{}}, x, y)
+	return newValue(b, Type{DType: x.Type.DType, Shape: []int{}}, x, y)
 }
 
 func toOp(c *Checker, b *binder) *Value {

@@ -170,7 +170,7 @@ func broadcastToOp(c *Checker, b *binder) *Value {
 	if out, ok := Broadcast(x.Type.Shape, shape); !ok || !slices.Equal(out, shape) {
 		return c.fail(b, "shape mismatch in broadcast_to: %s does not broadcast to %s", ShapeString(x.Type.Shape), ShapeString(shape))
 	}
-	return newValue(b, Type{x.Type.DType, shape}, x)
+	return newValue(b, Type{DType: x.Type.DType, Shape: shape}, x)
 }
 
 // pad(x, axis, before, after) adds zeros along axis: the backward of slice.
@@ -184,7 +184,7 @@ func padOp(c *Checker, b *binder) *Value {
 	}
 	shape := append([]int{}, x.Type.Shape...)
 	shape[ax] += before + after
-	v := newValue(b, Type{x.Type.DType, shape}, x)
+	v := newValue(b, Type{DType: x.Type.DType, Shape: shape}, x)
 	v.Attrs.Axis, v.Attrs.Start, v.Attrs.End = ax, before, before+x.Type.Shape[ax]
 	return v
 }
@@ -213,7 +213,7 @@ func embeddingGradOp(c *Checker, b *binder) *Value {
 	if g.Type.Rank() != r+1 || !slices.Equal(g.Type.Shape[:r], idx.Type.Shape) {
 		return c.fail(b, "shape mismatch in embedding_grad: indices %s and gradient %s", ShapeString(idx.Type.Shape), ShapeString(g.Type.Shape))
 	}
-	return newValue(b, Type{g.Type.DType, []int{vocab, g.Type.Shape[r]}}, idx, g)
+	return newValue(b, Type{DType: g.Type.DType, Shape: []int{vocab, g.Type.Shape[r]}}, idx, g)
 }
 
 // cross_entropy_grad(logits, labels, g) = (softmax(logits) − onehot(labels))·g/N.

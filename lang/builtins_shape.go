@@ -39,7 +39,7 @@ func permuted(b *binder, x *Value, perm []int) *Value {
 		shape[i] = x.Type.Shape[p]
 	}
 	b.name = "transpose"
-	v := newValue(b, Type{x.Type.DType, shape}, x)
+	v := newValue(b, Type{DType: x.Type.DType, Shape: shape}, x)
 	v.Attrs.Perm = perm
 	return v
 }
@@ -90,7 +90,7 @@ func castOp(c *Checker, b *binder) *Value {
 	if !ok || !dt.IsFloat() {
 		return c.fail(b, "cast(x, \"dtype\"): the dtype must be \"f32\", \"f64\", \"bf16\" or \"f16\"")
 	}
-	return newValue(b, Type{dt, x.Type.Shape}, x)
+	return newValue(b, Type{DType: dt, Shape: x.Type.Shape}, x)
 }
 
 // indexOp is index(W, i) = W[i]: a slice along dim 0 and a reshape that
@@ -115,7 +115,7 @@ func indexOp(c *Checker, b *binder) *Value {
 		return c.fail(b, "index %d out of range for dim 0 of size %d", i, w.Type.Shape[0])
 	}
 	s := c.mk(b.pos, "slice", []operand{{v: w}, numOp(0), numOp(float64(i)), numOp(float64(i + 1))}, nil)
-	v := newValue(&binder{name: "reshape", pos: b.pos}, Type{w.Type.DType, append([]int{}, w.Type.Shape[1:]...)}, s)
+	v := newValue(&binder{name: "reshape", pos: b.pos}, Type{DType: w.Type.DType, Shape: append([]int{}, w.Type.Shape[1:]...)}, s)
 	return v
 }
 
@@ -156,7 +156,7 @@ func reshapeOp(c *Checker, b *binder) *Value {
 	if known != n {
 		return c.fail(b, "shape mismatch in reshape: cannot reshape %s (%d elements) into %s", ShapeString(x.Type.Shape), n, ShapeString(shape))
 	}
-	return newValue(b, Type{x.Type.DType, shape}, x)
+	return newValue(b, Type{DType: x.Type.DType, Shape: shape}, x)
 }
 
 func concatOp(c *Checker, b *binder) *Value {
@@ -194,7 +194,7 @@ func concatOp(c *Checker, b *binder) *Value {
 		}
 		shape[ax] += x.Type.Shape[ax]
 	}
-	v := newValue(b, Type{xs[0].Type.DType, shape}, xs...)
+	v := newValue(b, Type{DType: xs[0].Type.DType, Shape: shape}, xs...)
 	v.Attrs.Axis = ax
 	return v
 }
@@ -230,7 +230,7 @@ func sliceOp(c *Checker, b *binder) *Value {
 	}
 	shape := append([]int{}, x.Type.Shape...)
 	shape[ax] = end - start
-	v := newValue(b, Type{x.Type.DType, shape}, x)
+	v := newValue(b, Type{DType: x.Type.DType, Shape: shape}, x)
 	v.Attrs.Axis, v.Attrs.Start, v.Attrs.End = ax, start, end
 	return v
 }

@@ -206,13 +206,13 @@ func (c *Checker) buildStep(tr *Train) {
 		case "momentum":
 			buf := state("momentum")
 			nb := mk("add", t(mk("mul", t(buf), n1(o.Momentum))), t(g))
-			tr.Carry = append(tr.Carry, Carry{buf, nb})
+			tr.Carry = append(tr.Carry, Carry{Source: buf, Next: nb})
 			next = mk("sub", t(p), t(mk("mul", t(nb), t(lr))))
 		case "adam", "adamw":
 			m, v := state("exp_avg"), state("exp_avg_sq")
 			nm := mk("adam_moment", t(m), t(g), n1(o.Beta1))
 			nv := mk("adam_moment2", t(v), t(g), n1(o.Beta2))
-			tr.Carry = append(tr.Carry, Carry{m, nm}, Carry{v, nv})
+			tr.Carry = append(tr.Carry, Carry{Source: m, Next: nm}, Carry{Source: v, Next: nv})
 			// PyTorch: p ← p·(1 − lr·wd) (adamw), then p -= lr/bc1 · m / (√v/√bc2 + eps)
 			decay := n1(1)
 			if o.Kind == "adamw" && o.WeightDecay > 0 {
@@ -221,7 +221,7 @@ func (c *Checker) buildStep(tr *Train) {
 			next = mk("adam_update", t(p), t(nm), t(nv), t(mk("div", t(lr), t(bc1))), t(mk("sqrt", t(bc2))), n1(o.Eps), decay)
 		}
 		next.Name = p.Name + ".next"
-		tr.Carry = append([]Carry{{p, next}}, tr.Carry...)
+		tr.Carry = append([]Carry{{Source: p, Next: next}}, tr.Carry...)
 	}
 	if tr.FoundInf != nil {
 		// an overflow skips the step: parameters and states keep their values
