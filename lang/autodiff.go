@@ -1,6 +1,9 @@
 package lang
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Reverse-mode autodiff, as a graph transformation in the checker.
 //
@@ -138,14 +141,24 @@ func (c *Checker) backward(y *Value) (*adjoints, error) {
 	return adj, nil
 }
 
-// mk applies a builtin op to operands, reusing its type rules; it panics on
-// a type error, which would be a bug in a VJP rule.
+// mk applies a builtin op to operands, reusing its type rules. A type
+// error here is a bug in a VJP rule or in the training step's construction,
+// not in the program: it is reported as an internal error at pos and mk
+// returns an invalid value (see add) instead of panicking.
 func (c *Checker) mk(pos Pos, name string, args []operand, kw map[string]operand) *Value {
+	for _, a := range args {
+		if invalid(a.v) {
+			return &Value{ID: -1, Op: name, Pos: pos}
+		}
+	}
 	b := &binder{name: name, pos: pos, args: args, kw: kw, ok: true}
 	nerr := len(c.errs)
 	v := builtins[name](c, b)
 	if v == nil || len(c.errs) > nerr {
-		panic(fmt.Sprintf("autodiff: building %s failed: %v", name, c.errs[nerr:]))
+		errs := ErrorList(slices.Clone(c.errs[nerr:]))
+		c.errs = c.errs[:nerr]
+		c.errorf(pos, "internal error: building %s: %v", name, errs)
+		return &Value{ID: -1, Op: name, Pos: pos}
 	}
 	return c.add(v)
 }

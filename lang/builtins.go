@@ -51,13 +51,13 @@ func BuiltinOps() []string {
 
 func (c *Checker) apply(pos Pos, name string, args []operand, kw map[string]operand) operand {
 	for _, a := range args {
-		if a.bad {
+		if a.bad || invalid(a.v) {
 			return operand{bad: true}
 		}
 	}
 	b := &binder{name: name, pos: pos, args: args, kw: kw, ok: true}
 	v := builtins[name](c, b)
-	if v == nil {
+	if v == nil || invalid(v) {
 		return operand{bad: true}
 	}
 	for k := range b.kw {

@@ -1,6 +1,7 @@
 package lang
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/stdlib"
 )
@@ -28,6 +30,7 @@ type CheckOptions struct {
 type Checker struct {
 	opts    CheckOptions
 	g       *Graph
+	b       *ir.Builder // appends to g
 	errs    ErrorList
 	globals map[string]*Value
 	funcs   map[string]*FuncDef
@@ -64,9 +67,11 @@ const (
 
 // NewChecker starts an empty program named file.
 func NewChecker(file string, src []byte, opts CheckOptions) *Checker {
+	g := &Graph{File: file, Sources: map[string][]byte{file: src}}
 	return &Checker{
 		opts:    opts,
-		g:       &Graph{File: file, Sources: map[string][]byte{file: src}},
+		g:       g,
+		b:       ir.NewBuilder(g),
 		globals: map[string]*Value{},
 		funcs:   map[string]*FuncDef{},
 		modules: map[string]map[string]*FuncDef{},
@@ -161,7 +166,14 @@ func (c *Checker) restore(s snapshot) {
 	c.globals, c.funcs, c.modules, c.broken, c.g.Mesh = s.globals, s.funcs, s.modules, s.broken, s.mesh
 }
 
+// result is the errors so far; with none, the graph must verify (a
+// failure is a checker bug, reported rather than passed on to lowering).
 func (c *Checker) result() error {
+	if len(c.errs) == 0 {
+		if err := ir.Verify(c.g); err != nil {
+			c.internal(c.g.MeshPos, err)
+		}
+	}
 	if len(c.errs) == 0 {
 		return nil
 	}
@@ -418,8 +430,12 @@ func (c *Checker) names() []string {
 // Names lists the top-level tensors, for the REPL.
 func (c *Checker) Names() map[string]*Value { return c.globals }
 
+// add appends v to the graph through the IR builder. A value the builder
+// rejects is a checker bug: it is reported at v's position, so the
+// statement fails (and the REPL rolls back), and v comes back invalid (ID
+// -1) so the code building on it carries on without a panic. Values built
+// from an invalid one are dropped quietly: the first error is the one to read.
 func (c *Checker) add(v *Value) *Value {
-	v.ID = len(c.g.Values)
 	if c.remat > 0 && !v.Backward {
 		v.Remat = true
 	}
@@ -428,8 +444,29 @@ func (c *Checker) add(v *Value) *Value {
 			v.Calls = append(v.Calls, c.calls[i])
 		}
 	}
-	c.g.Values = append(c.g.Values, v)
+	for _, a := range v.Args {
+		if invalid(a) {
+			v.ID = -1
+			return v
+		}
+	}
+	if _, err := c.b.Add(v); err != nil {
+		c.internal(v.Pos, err)
+		v.ID = -1
+	}
 	return v
+}
+
+// invalid reports a value that failed to join the graph (see add).
+func invalid(v *Value) bool { return v != nil && v.ID < 0 }
+
+// internal reports a checker bug found by the IR builder or verifier.
+func (c *Checker) internal(pos Pos, err error) {
+	if e, ok := err.(*Error); ok {
+		pos = e.Pos
+		err = errors.New(e.Msg)
+	}
+	c.errorf(pos, "internal error: %v", err)
 }
 
 func (c *Checker) constValue(op operand, dt DType, pos Pos) *Value {

@@ -243,6 +243,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		if scale != nil {
 			seed = c.mk(tb.Pos, "mul", []operand{{v: loss}, {v: scale}}, nil)
 		}
+		if len(c.errs) > nerr {
+			return // an internal error built an invalid loss
+		}
 		// each micro-batch's backward follows its forward, so only one
 		// micro-batch's activations are alive at a time
 		adj, err := c.backward(seed)
@@ -275,6 +278,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		}
 	}
 	tr.Loss = total
+	if len(c.errs) > nerr {
+		return
+	}
 	c.buildStep(tr)
 	if len(c.errs) > nerr {
 		return
