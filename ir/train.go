@@ -9,7 +9,7 @@ type Train struct {
 	Optimizer  Optimizer
 	Steps      int
 	Zero       int
-	ZeroAxis   int
+	DataAxis   int     // the mesh axis of data parallelism, which ZeRO shards over
 	Clip       float64 // max global gradient norm; 0 = no clipping
 	Schedule   Schedule
 	Precision  string // "" (the declared dtypes), "bf16" or "f16": compute in half, f32 master weights

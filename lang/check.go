@@ -28,9 +28,13 @@ type CheckOptions struct {
 // Checker turns statements into a typed Graph. It keeps its environment
 // between calls so the REPL can feed it one statement at a time.
 type Checker struct {
-	opts    CheckOptions
-	g       *Graph
-	b       *ir.Builder // appends to g
+	opts CheckOptions
+	g    *Graph
+	b    *ir.Builder // appends to g
+	// base is the number of values before the current REPL statement, and
+	// saved the old contents of earlier values it changed (see touch).
+	base    int
+	saved   map[*Value]Value
 	errs    ErrorList
 	globals map[string]*Value
 	funcs   map[string]*FuncDef
@@ -129,7 +133,9 @@ func (c *Checker) File(f *File) error {
 }
 
 // Stmt checks one statement (the REPL). On error the checker's state is
-// unchanged.
+// unchanged: the values the statement made are dropped, and the values it
+// changed that existed before it (a name given to an earlier value, a
+// parameter's storage placement under ZeRO) get their old contents back.
 func (c *Checker) Stmt(s *Stmt, src []byte) error {
 	snap := c.snapshot()
 	c.errs = nil
@@ -137,12 +143,28 @@ func (c *Checker) Stmt(s *Stmt, src []byte) error {
 	if src != nil {
 		c.g.Sources[s.Pos.Filename] = src
 	}
+	c.saved = map[*Value]Value{}
+	defer func() { c.saved = nil }()
 	c.stmt(s)
 	if err := c.result(); err != nil {
 		c.restore(snap)
 		return err
 	}
 	return nil
+}
+
+// touch is called before the checker changes a value in place. Within a
+// REPL statement it saves the contents of a value the statement did not
+// make, so that a failed statement can put them back; values the statement
+// made are dropped on failure anyway. Changes replace fields, never edit
+// shared slices, so a shallow copy is enough.
+func (c *Checker) touch(v *Value) {
+	if c.saved == nil || v.ID >= c.base {
+		return
+	}
+	if _, ok := c.saved[v]; !ok {
+		c.saved[v] = *v
+	}
 }
 
 type snapshot struct {
@@ -153,17 +175,25 @@ type snapshot struct {
 	modules         map[string]map[string]*FuncDef
 	broken          map[string]bool
 	mesh            *mesh.Mesh
+	meshPos         Pos
+	train           *Train
 }
 
 func (c *Checker) snapshot() snapshot {
-	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.grads), maps.Clone(c.globals), maps.Clone(c.funcs), maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh}
+	c.base = len(c.g.Values)
+	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.grads), maps.Clone(c.globals), maps.Clone(c.funcs),
+		maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh, c.g.MeshPos, c.g.Train}
 }
 
 func (c *Checker) restore(s snapshot) {
 	c.g.Values = c.g.Values[:s.values]
 	c.g.Outputs = c.g.Outputs[:s.outputs]
 	c.grads = s.grads
-	c.globals, c.funcs, c.modules, c.broken, c.g.Mesh = s.globals, s.funcs, s.modules, s.broken, s.mesh
+	c.globals, c.funcs, c.modules, c.broken = s.globals, s.funcs, s.modules, s.broken
+	c.g.Mesh, c.g.MeshPos, c.g.Train = s.mesh, s.meshPos, s.train
+	for v, old := range c.saved {
+		*v = old
+	}
 }
 
 // result is the errors so far; with none, the graph must verify (a
@@ -236,6 +266,7 @@ func (c *Checker) stmt(s *Stmt) {
 		}
 		op := c.expr(a.Value)
 		if op.v != nil && op.v.Name == "" {
+			c.touch(op.v) // grad(y, x) names an adjoint an earlier statement made
 			op.v.Name = a.Name
 			if c.fn != "" {
 				op.v.Name = c.fn + "." + a.Name

@@ -234,6 +234,7 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 	}
 	if def.Checkpoint && ret.v != nil && c.remat == 1 {
 		// the function's result is the checkpoint: kept, not recomputed
+		c.touch(ret.v)
 		ret.v.Remat = false
 	}
 	return *ret

@@ -27,7 +27,13 @@ import (
 // states are split over the data-parallel axis; 2 also consumes gradients
 // in that split form (reduce-scatter rather than all-reduce); 3 also stores
 // the parameters split and all-gathers them for the forward and again for
-// the backward. The collectives are ordinary boxing.
+// the backward. The collectives are ordinary boxing. The data-parallel
+// axis is named by data_axis = NAME or follows from the inputs (dataAxis).
+
+// trainSettings are the train block's assignments that configure the step
+// rather than compute in it.
+var trainSettings = map[string]bool{"steps": true, "zero": true, "clip": true, "optimizer": true, "schedule": true,
+	"accumulate": true, "batch": true, "precision": true, "data_axis": true}
 
 var optimizerDefaults = map[string]Optimizer{
 	"sgd":      {Kind: "sgd"},
@@ -52,6 +58,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	tr := &Train{Pos: tb.Pos, Steps: 1, Accumulate: 1, Schedule: Schedule{Kind: "constant"}, Grads: map[*Value]*Value{}, Hyper: map[string]*Value{}}
 	nerr := len(c.errs)
 	opt, optSet := Optimizer{}, false
+	var dataAxis *Assign // data_axis = NAME
 	// settings first: zero changes how the loss sees the params
 	for _, s := range tb.Body {
 		a := s.Assign
@@ -108,6 +115,8 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 			}
 		case "schedule":
 			c.schedule(a, tr)
+		case "data_axis":
+			dataAxis = a
 		}
 	}
 	if len(c.errs) > nerr {
@@ -118,12 +127,12 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		return
 	}
 	tr.Optimizer = opt
-	if tr.Zero > 0 {
-		tr.ZeroAxis = c.g.Mesh.AxisIndex("dp")
-		if tr.ZeroAxis < 0 {
-			c.errorf(tb.Pos, "zero = %d shards over the data-parallel axis, but mesh %s has no axis named dp", tr.Zero, c.g.Mesh.Name)
+	if tr.Zero > 0 || dataAxis != nil {
+		ax, ok := c.dataAxis(tb, dataAxis, tr.Zero)
+		if !ok {
 			return
 		}
+		tr.DataAxis = ax
 	}
 	// the body, in its own scope; with zero = 3 every param is seen through
 	// an all-gather from its split storage
@@ -151,7 +160,8 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		// their half copy, which stays alive for the step (stages 1–2).
 		if tr.Zero == 3 || (tr.Zero >= 1 && tr.Precision != "") {
 			compute := v.Declared
-			v.Declared = zeroStorage(v, compute, tr.ZeroAxis)
+			c.touch(v) // a failed train block leaves the param as declared
+			v.Declared = zeroStorage(v, compute, tr.DataAxis)
 			// with mixed precision seen is the cast of the local shard, so
 			// the gather moves 2-byte values
 			g := c.add(&Value{Op: "to", Type: seen.Type, Args: []*Value{seen}, Pos: v.Pos, Declared: compute, Name: name + ".gathered"})
@@ -170,7 +180,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		defer func() { c.onFinal = nil }()
 		for p, seen := range seenBy {
 			p := p
-			st := zeroStorage(p, p.Declared, tr.ZeroAxis)
+			st := zeroStorage(p, p.Declared, tr.DataAxis)
 			c.onFinal[seen] = func(g *Value) *Value {
 				r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tb.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
 				tr.Reduced[p] = true
@@ -204,8 +214,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		c.scope, c.fn = map[string]operand{}, "train"
 		for _, s := range tb.Body {
 			if s.Assign != nil {
-				switch s.Assign.Name {
-				case "steps", "zero", "clip", "optimizer", "schedule", "accumulate", "batch", "precision":
+				if trainSettings[s.Assign.Name] {
 					continue
 				}
 				c.stmt(s)

@@ -2,7 +2,9 @@ package lang
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -88,6 +90,54 @@ func (c *Checker) globalsInOrder() []string {
 	return names
 }
 
+// dataAxis is the mesh axis the train block's data parallelism runs over:
+// the one it names (data_axis = NAME), else the one axis over which every
+// input split along its batch dim (dim 0) is split. No axis name is special:
+// on [batch=4, model=2] with inputs {S(0), B} the data axis is batch.
+func (c *Checker) dataAxis(tb *TrainBlock, named *Assign, zero int) (int, bool) {
+	m := c.g.Mesh
+	if named != nil {
+		_, name := initCall(named.Value)
+		ax := m.AxisIndex(name)
+		if ax < 0 {
+			c.errorf(named.Value.Pos, "data_axis must name an axis of mesh %s %s", m.Name, m)
+			return 0, false
+		}
+		return ax, true
+	}
+	// the axes that split dim 0 of every input split along dim 0
+	var common []int
+	found := false
+	for _, name := range c.globalsInOrder() {
+		v := c.globals[name]
+		if v.Op != "input" || !v.Declared.SplitsDim(0) {
+			continue
+		}
+		var axes []int
+		for a, s := range v.Declared {
+			if s.IsS() && s.Dim == 0 && (!found || slices.Contains(common, a)) {
+				axes = append(axes, a)
+			}
+		}
+		common, found = axes, true
+	}
+	if len(common) == 1 {
+		return common[0], true
+	}
+	why := "no input is split along its batch dim (dim 0)"
+	if len(common) > 1 {
+		var names []string
+		for _, a := range common {
+			names = append(names, m.Axes[a].Name)
+		}
+		why = "the inputs split their batch dim over axes " + strings.Join(names, " and ")
+	} else if found {
+		why = "the inputs split their batch dim over different axes"
+	}
+	c.errorf(tb.Pos, "zero = %d shards over the data-parallel axis, but %s; name it with data_axis = NAME", zero, why)
+	return 0, false
+}
+
 // zeroStorage splits a compute placement over the data-parallel axis along
 // the first dim no other axis splits.
 func zeroStorage(v *Value, compute sbp.NdSBP, axis int) sbp.NdSBP {
@@ -131,12 +181,12 @@ func (c *Checker) buildStep(tr *Train) {
 	}
 	// Reduce each gradient straight into the placement the optimizer keeps
 	// its parameter's state in: all-reduce for plain data parallelism,
-	// reduce-scatter with ZeRO (the state is split over dp).
+	// reduce-scatter with ZeRO (the state is split over the data-parallel axis).
 	storage := map[*Value]sbp.NdSBP{}
 	for _, p := range tr.Params {
 		st := p.Declared
 		if tr.Zero >= 1 {
-			st = zeroStorage(p, p.Declared, tr.ZeroAxis)
+			st = zeroStorage(p, p.Declared, tr.DataAxis)
 		}
 		storage[p] = st
 		g := tr.Grads[p]
