@@ -1,6 +1,9 @@
 package lang
 
-import "github.com/meshrun/meshrun/ir"
+import (
+	"github.com/meshrun/meshrun/ir"
+	_ "github.com/meshrun/meshrun/ops" // registers every op's placement rule with sbp
+)
 
 // The IR lives in package ir. These aliases keep the names lang's users
 // know, so lower, rt and the CLI compile unchanged while they move over.

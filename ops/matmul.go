@@ -1,4 +1,4 @@
-package sbp
+package ops
 
 // Matmul Y[..., m, n] = A[..., m, k] · B[..., k, n], with batch dims. B may
 // have fewer batch dims than A (a shared weight); batch dims it has must

@@ -1,4 +1,4 @@
-package sbp
+package ops
 
 // Reductions sum, mean and max over one dim (Axis), or over all dims
 // (Axis = -1, giving a scalar). The reduced dim disappears, so a split on a

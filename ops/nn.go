@@ -1,4 +1,4 @@
-package sbp
+package ops
 
 import "fmt"
 
