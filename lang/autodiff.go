@@ -2,7 +2,8 @@ package lang
 
 import (
 	"fmt"
-	"slices"
+
+	"github.com/meshrun/meshrun/ops"
 )
 
 // Reverse-mode autodiff, as a graph transformation in the checker.
@@ -25,29 +26,29 @@ type adjoints struct {
 }
 
 // gradOp implements the grad(y, x) builtin.
-func gradOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 2, 2) {
+func gradOp(c *Checker, b *ops.Call, raw []operand) *Value {
+	if !b.NArgs(2, 2) {
 		return nil
 	}
-	y, x := b.args[0].v, b.args[1].v
+	y, x := raw[0].v, raw[1].v
 	if y == nil || x == nil {
-		return c.fail(b, "grad(y, x) takes two tensors")
+		return b.Failf("grad(y, x) takes two tensors")
 	}
 	if y.Type.Rank() != 0 || !y.Type.DType.IsFloat() {
-		return c.fail(b, "grad(y, x) needs a float scalar y, got %s", y.Type)
+		return b.Failf("grad(y, x) needs a float scalar y, got %s", y.Type)
 	}
 	if !x.Type.DType.IsFloat() {
-		return c.fail(b, "grad(y, x): x must be a float tensor, got %s", x.Type)
+		return b.Failf("grad(y, x): x must be a float tensor, got %s", x.Type)
 	}
 	adj, err := c.backward(y)
 	if err != nil {
-		return c.fail(b, "%v", err)
+		return b.Failf("%v", err)
 	}
 	g := adj.of[x]
 	if g == nil {
 		// y does not depend on x: the gradient is zero
-		zero := c.constValue(numOp(0), x.Type.DType, b.pos)
-		g = c.mk(b.pos, "broadcast_to", append([]operand{{v: zero}}, dims(x.Type.Shape)...), nil)
+		zero := c.constValue(numOp(0), x.Type.DType, b.Pos)
+		g = c.mk(b.Pos, "broadcast_to", append([]operand{{v: zero}}, dims(x.Type.Shape)...), nil)
 		if len(x.Type.Shape) == 0 {
 			g = zero
 		}
@@ -139,28 +140,6 @@ func (c *Checker) backward(y *Value) (*adjoints, error) {
 	}
 	c.grads[y] = adj
 	return adj, nil
-}
-
-// mk applies a builtin op to operands, reusing its type rules. A type
-// error here is a bug in a VJP rule or in the training step's construction,
-// not in the program: it is reported as an internal error at pos and mk
-// returns an invalid value (see add) instead of panicking.
-func (c *Checker) mk(pos Pos, name string, args []operand, kw map[string]operand) *Value {
-	for _, a := range args {
-		if invalid(a.v) {
-			return &Value{ID: -1, Op: name, Pos: pos}
-		}
-	}
-	b := &binder{name: name, pos: pos, args: args, kw: kw, ok: true}
-	nerr := len(c.errs)
-	v := builtins[name](c, b)
-	if v == nil || len(c.errs) > nerr {
-		errs := ErrorList(slices.Clone(c.errs[nerr:]))
-		c.errs = c.errs[:nerr]
-		c.errorf(pos, "internal error: building %s: %v", name, errs)
-		return &Value{ID: -1, Op: name, Pos: pos}
-	}
-	return c.add(v)
 }
 
 // vjp applies one op's vector-Jacobian product.

@@ -241,7 +241,7 @@ func (c *Checker) stmt(s *Stmt) {
 			c.errorf(s.Def.Pos, "function %s is already defined", s.Def.Name)
 			return
 		}
-		if _, builtin := builtins[s.Def.Name]; builtin {
+		if isBuiltin(s.Def.Name) {
 			c.errorf(s.Def.Pos, "%s is a built-in op and cannot be redefined", s.Def.Name)
 			return
 		}

@@ -1,6 +1,10 @@
 package ops
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/meshrun/meshrun/ir"
+)
 
 // Elementwise ops. A split passes through when every input that has the
 // split dim (not broadcast) is split the same way; inputs that broadcast
@@ -8,12 +12,27 @@ import "fmt"
 // sub of partials, mul and div by a broadcast factor.
 
 func init() {
-	register("unary", Rule{Sigs: unarySigs(false)}, "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid")
-	register("unary", Rule{Sigs: unarySigs(true)}, "neg", "cast")
-	register("binary", Rule{Sigs: binarySigs}, "add", "sub", "mul", "div", "minimum", "maximum", "where")
-	register("const", Rule{Sigs: func(d *OpDesc) []Sig {
-		return []Sig{{Out: B, Why: "a constant is the same everywhere"}}
-	}}, "const")
+	Register(Op{Name: "add", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
+	Register(Op{Name: "sub", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
+	Register(Op{Name: "mul", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
+	Register(Op{Name: "div", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
+	Register(Op{Name: "minimum", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
+	Register(Op{Name: "maximum", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
+	Register(Op{Name: "neg", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(true)}})
+	Register(Op{Name: "exp", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "log", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "sqrt", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "tanh", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "relu", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "gelu", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "sigmoid", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "cast", Family: "unary", Type: castOp, Placement: Rule{Sigs: unarySigs(true)}})
+	Register(Op{Name: "where", Family: "binary", Type: whereOp, Placement: Rule{Sigs: binarySigs}})
+	Register(Op{Name: "const", Family: "const", Placement: Rule{Sigs: constSigs}})
+}
+
+func constSigs(d *OpDesc) []Sig {
+	return []Sig{{Out: B, Why: "a constant is the same everywhere"}}
 }
 
 func unarySigs(linear bool) func(d *OpDesc) []Sig {
@@ -60,4 +79,107 @@ func binarySigs(d *OpDesc) []Sig {
 		out = append(out, Sig{In: []SBP{P, B}, Out: P, Why: "div is linear in its numerator"})
 	}
 	return out
+}
+
+func unaryOp(b *Call) *ir.Value {
+	if !b.NArgs(1, 1) {
+		return nil
+	}
+	x := b.Tensor(0, nil)
+	if !b.floatTensor(x) {
+		return nil
+	}
+	return b.NewValue(x.Type, x)
+}
+
+// Broadcast computes NumPy's broadcast of two shapes.
+func Broadcast(a, b []int) ([]int, bool) {
+	n := max(len(a), len(b))
+	out := make([]int, n)
+	for i := 0; i < n; i++ {
+		x, y := 1, 1
+		if j := i - (n - len(a)); j >= 0 {
+			x = a[j]
+		}
+		if j := i - (n - len(b)); j >= 0 {
+			y = b[j]
+		}
+		switch {
+		case x == y || y == 1:
+			out[i] = x
+		case x == 1:
+			out[i] = y
+		default:
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+func binaryOp(b *Call) *ir.Value {
+	if !b.NArgs(2, 2) {
+		return nil
+	}
+	var like *ir.Value
+	if b.Args[0].V != nil {
+		like = b.Args[0].V
+	} else {
+		like = b.Args[1].V
+	}
+	x, y := b.Tensor(0, like), b.Tensor(1, like)
+	if !b.floatTensor(x) || !b.floatTensor(y) || !b.sameDType(x, y) {
+		return nil
+	}
+	shape, ok := Broadcast(x.Type.Shape, y.Type.Shape)
+	if !ok {
+		return b.Failf("shape mismatch in %s: %s and %s do not broadcast", b.Name, ir.ShapeString(x.Type.Shape), ir.ShapeString(y.Type.Shape))
+	}
+	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x, y)
+}
+
+// whereOp is where(c, a, b): a where c is non-zero, else b, elementwise
+// with NumPy broadcasting (a float c: 0 is false).
+func whereOp(b *Call) *ir.Value {
+	if !b.NArgs(3, 3) {
+		return nil
+	}
+	var like *ir.Value
+	for _, a := range b.Args[1:] {
+		if a.V != nil {
+			like = a.V
+		}
+	}
+	cond, x, y := b.Tensor(0, like), b.Tensor(1, like), b.Tensor(2, like)
+	if !b.floatTensor(cond) || !b.floatTensor(x) || !b.floatTensor(y) || !b.sameDType(x, y) {
+		return nil
+	}
+	shape, ok := Broadcast(x.Type.Shape, y.Type.Shape)
+	if ok {
+		shape, ok = Broadcast(shape, cond.Type.Shape)
+	}
+	if !ok {
+		return b.Failf("shape mismatch in where: %s, %s and %s do not broadcast", ir.ShapeString(cond.Type.Shape), ir.ShapeString(x.Type.Shape), ir.ShapeString(y.Type.Shape))
+	}
+	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, cond, x, y)
+}
+
+// castOp is cast(x, "bf16"): a float tensor in another float dtype,
+// rounded to nearest (ties to even).
+func castOp(b *Call) *ir.Value {
+	if !b.NArgs(2, 2) {
+		return nil
+	}
+	x := b.Tensor(0, nil)
+	if !b.floatTensor(x) {
+		return nil
+	}
+	s := b.Args[1].Str
+	dt, ok := ir.DType(0), false
+	if s != nil {
+		dt, ok = ir.ParseDType(*s)
+	}
+	if !ok || !dt.IsFloat() {
+		return b.Failf("cast(x, \"dtype\"): the dtype must be \"f32\", \"f64\", \"bf16\" or \"f16\"")
+	}
+	return b.NewValue(ir.Type{DType: dt, Shape: x.Type.Shape}, x)
 }

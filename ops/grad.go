@@ -1,21 +1,27 @@
 package ops
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+
+	"github.com/meshrun/meshrun/ir"
+)
 
 // Gradient helper ops. Each is linear in its incoming gradient, so a
 // partial gradient against replicated forward values stays partial — the
 // placement duality of backward passes (a B value's gradient is P).
 
 func init() {
-	register("grad", Rule{Sigs: unarySigs(false)}, "relu_grad", "gelu_grad")
-	register("grad", Rule{Sigs: softmaxGradSigs}, "softmax_grad")
-	register("grad", Rule{Sigs: normalizeSigs}, "normalize")
-	register("grad", Rule{Sigs: normalizeGradSigs}, "normalize_grad")
-	register("grad", Rule{Sigs: maxGradSigs}, "max_grad")
-	register("grad", Rule{Sigs: broadcastToSigs}, "broadcast_to")
-	register("grad", Rule{Sigs: alongAxisSigs}, "pad")
-	register("grad", Rule{Sigs: embeddingGradSigs}, "embedding_grad")
-	register("grad", Rule{Sigs: crossEntropyGradSigs}, "cross_entropy_grad")
+	Register(Op{Name: "relu_grad", Family: "grad", Kind: Helper, Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "gelu_grad", Family: "grad", Kind: Helper, Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
+	Register(Op{Name: "softmax_grad", Family: "grad", Kind: Helper, Type: softmaxGradOp, Placement: Rule{Sigs: softmaxGradSigs}})
+	Register(Op{Name: "normalize", Family: "grad", Kind: Helper, Type: normalizeOp, Placement: Rule{Sigs: normalizeSigs}})
+	Register(Op{Name: "normalize_grad", Family: "grad", Kind: Helper, Type: normalizeGradOp, Placement: Rule{Sigs: normalizeGradSigs}})
+	Register(Op{Name: "max_grad", Family: "grad", Kind: Helper, Type: maxGradOp, Placement: Rule{Sigs: maxGradSigs}})
+	Register(Op{Name: "broadcast_to", Family: "grad", Kind: Helper, Type: broadcastToOp, Placement: Rule{Sigs: broadcastToSigs}})
+	Register(Op{Name: "pad", Family: "grad", Kind: Helper, Type: padOp, Placement: Rule{Sigs: alongAxisSigs}})
+	Register(Op{Name: "embedding_grad", Family: "grad", Kind: Helper, Type: embeddingGradOp, Placement: Rule{Sigs: embeddingGradSigs}})
+	Register(Op{Name: "cross_entropy_grad", Family: "grad", Kind: Helper, Type: crossEntropyGradOp, Placement: Rule{Sigs: crossEntropyGradSigs}})
 }
 
 func softmaxGradSigs(d *OpDesc) []Sig {
@@ -106,4 +112,202 @@ func crossEntropyGradSigs(d *OpDesc) []Sig {
 		{In: []SBP{B, B, B}, Out: B, Why: "replicated in, replicated out"},
 		{In: []SBP{B, B, P}, Out: P, Why: "linear in the incoming gradient"},
 	}
+}
+
+// softmax_grad(y, g, axis=-1) = y·(g − Σ_axis g·y): the backward of softmax
+// given its output y.
+func softmaxGradOp(b *Call) *ir.Value {
+	if !b.NArgs(2, 3) {
+		return nil
+	}
+	y, g := b.Tensor(0, nil), b.Tensor(1, nil)
+	if !b.floatTensor(y) || !b.floatTensor(g) || !b.sameShape(y, g) {
+		return nil
+	}
+	if y.Type.Rank() == 0 {
+		return b.Failf("softmax_grad needs a tensor of rank >= 1")
+	}
+	ax, ok := b.axisAttr(2, "axis", -1, y.Type.Rank(), false)
+	if !ok {
+		return nil
+	}
+	v := b.NewValue(y.Type, y, g)
+	v.Attrs.Axis = ax
+	return v
+}
+
+func (b *Call) epsAttr() (float64, bool) {
+	eps := 1e-5
+	if e, ok := b.Kw["eps"]; ok {
+		delete(b.Kw, "eps")
+		if e.Num == nil || *e.Num <= 0 {
+			b.Failf("%s: eps must be a positive number", b.Name)
+			return 0, false
+		}
+		eps = *e.Num
+	}
+	return eps, true
+}
+
+// normalize(x, eps=1e-5) = (x − mean)/√(var + eps) over the last dim:
+// layernorm without gamma and beta.
+func normalizeOp(b *Call) *ir.Value {
+	if !b.NArgs(1, 1) {
+		return nil
+	}
+	x := b.Tensor(0, nil)
+	if !b.floatTensor(x) {
+		return nil
+	}
+	if x.Type.Rank() == 0 {
+		return b.Failf("normalize needs a tensor of rank >= 1")
+	}
+	eps, ok := b.epsAttr()
+	if !ok {
+		return nil
+	}
+	v := b.NewValue(x.Type, x)
+	v.Attrs.Eps = eps
+	return v
+}
+
+// normalize_grad(x, d, eps=1e-5) is the backward of normalize: with
+// x̂ = normalize(x) and σ = √(var + eps), (d − mean(d) − x̂·mean(d·x̂))/σ.
+func normalizeGradOp(b *Call) *ir.Value {
+	if !b.NArgs(2, 2) {
+		return nil
+	}
+	x, d := b.Tensor(0, nil), b.Tensor(1, nil)
+	if !b.floatTensor(x) || !b.floatTensor(d) || !b.sameShape(x, d) {
+		return nil
+	}
+	if x.Type.Rank() == 0 {
+		return b.Failf("normalize_grad needs a tensor of rank >= 1")
+	}
+	eps, ok := b.epsAttr()
+	if !ok {
+		return nil
+	}
+	v := b.NewValue(x.Type, x, d)
+	v.Attrs.Eps = eps
+	return v
+}
+
+// max_grad(x, y, g, axis) routes g (shaped like y = max(x, axis)) to the
+// positions of the maximum, shared equally among ties (like torch.amax).
+// Without axis, y and g are scalars (max over all elements).
+func maxGradOp(b *Call) *ir.Value {
+	if !b.NArgs(3, 4) {
+		return nil
+	}
+	x, y, g := b.Tensor(0, nil), b.Tensor(1, nil), b.Tensor(2, nil)
+	if !b.floatTensor(x) || !b.floatTensor(y) || !b.floatTensor(g) || !b.sameShape(y, g) || !b.sameDType(x, y) {
+		return nil
+	}
+	axis := -1
+	if len(b.Args) == 4 {
+		ax, ok := b.axisAttr(3, "axis", 0, x.Type.Rank(), true)
+		if !ok {
+			return nil
+		}
+		axis = ax
+	}
+	want := []int{}
+	if axis >= 0 {
+		want = append(append([]int{}, x.Type.Shape[:axis]...), x.Type.Shape[axis+1:]...)
+	}
+	if !slices.Equal(want, y.Type.Shape) {
+		return b.Failf("shape mismatch in max_grad: max of %s is %s, got %s", ir.ShapeString(x.Type.Shape), ir.ShapeString(want), ir.ShapeString(y.Type.Shape))
+	}
+	v := b.NewValue(x.Type, x, y, g)
+	v.Attrs.Axis = axis
+	return v
+}
+
+// broadcast_to(x, d0, d1, ...) expands x NumPy-style to the given shape.
+func broadcastToOp(b *Call) *ir.Value {
+	if len(b.Args) < 1 {
+		return b.Failf("broadcast_to takes x and the target dims")
+	}
+	x := b.Tensor(0, nil)
+	if !b.floatTensor(x) {
+		return nil
+	}
+	shape := make([]int, len(b.Args)-1)
+	for i := range shape {
+		d, ok := b.IntAttr(i+1, "dim", 0, true)
+		if !ok {
+			return nil
+		}
+		if d < 1 {
+			return b.Failf("broadcast_to: dim %d is invalid", d)
+		}
+		shape[i] = d
+	}
+	if out, ok := Broadcast(x.Type.Shape, shape); !ok || !slices.Equal(out, shape) {
+		return b.Failf("shape mismatch in broadcast_to: %s does not broadcast to %s", ir.ShapeString(x.Type.Shape), ir.ShapeString(shape))
+	}
+	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x)
+}
+
+// pad(x, axis, before, after) adds zeros along axis: the backward of slice.
+func padOp(b *Call) *ir.Value {
+	x, ax, before, after, ok := b.axisAndTwoInts("before", "after")
+	if !ok {
+		return nil
+	}
+	if before < 0 || after < 0 || before+after > 1<<30 {
+		return b.Failf("pad: before and after must be >= 0")
+	}
+	shape := append([]int{}, x.Type.Shape...)
+	shape[ax] += before + after
+	v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x)
+	v.Attrs.Axis, v.Attrs.Start, v.Attrs.End = ax, before, before+x.Type.Shape[ax]
+	return v
+}
+
+// embedding_grad(idx, g, vocab) scatter-adds the rows of g into a
+// [vocab, hidden] table: the backward of embedding with respect to W.
+func embeddingGradOp(b *Call) *ir.Value {
+	if !b.NArgs(3, 3) {
+		return nil
+	}
+	idx, g := b.Tensor(0, nil), b.Tensor(1, nil)
+	if idx == nil || !b.floatTensor(g) {
+		return nil
+	}
+	if !idx.Type.DType.IsInt() {
+		return b.Failf("embedding_grad indices must be i32 or i64, got %s", idx.Type.DType)
+	}
+	vocab, ok := b.IntAttr(2, "vocab", 0, true)
+	if !ok {
+		return nil
+	}
+	if vocab < 1 {
+		return b.Failf("embedding_grad: vocab must be positive")
+	}
+	r := idx.Type.Rank()
+	if g.Type.Rank() != r+1 || !slices.Equal(g.Type.Shape[:r], idx.Type.Shape) {
+		return b.Failf("shape mismatch in embedding_grad: indices %s and gradient %s", ir.ShapeString(idx.Type.Shape), ir.ShapeString(g.Type.Shape))
+	}
+	return b.NewValue(ir.Type{DType: g.Type.DType, Shape: []int{vocab, g.Type.Shape[r]}}, idx, g)
+}
+
+// cross_entropy_grad(logits, labels, g) = (softmax(logits) − onehot(labels))·g/N.
+func crossEntropyGradOp(b *Call) *ir.Value {
+	if !b.NArgs(3, 3) {
+		return nil
+	}
+	x, t := b.Tensor(0, nil), b.Tensor(1, nil)
+	g := b.Tensor(2, x)
+	if !b.floatTensor(x) || t == nil || !b.floatTensor(g) || !b.sameDType(x, g) {
+		return nil
+	}
+	if x.Type.Rank() != 2 || t.Type.Rank() != 1 || x.Type.Shape[0] != t.Type.Shape[0] || g.Type.Rank() != 0 {
+		return b.Failf("shape mismatch in cross_entropy_grad: want logits [N, C], labels [N] and a scalar gradient")
+	}
+	if !t.Type.DType.IsInt() {
+		return b.Failf("cross_entropy_grad labels must be i32 or i64, got %s", t.Type.DType)
+	}
+	return b.NewValue(x.Type, x, t, g)
 }

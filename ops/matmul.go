@@ -1,5 +1,9 @@
 package ops
 
+import (
+	"github.com/meshrun/meshrun/ir"
+)
+
 // Matmul Y[..., m, n] = A[..., m, k] · B[..., k, n], with batch dims. B may
 // have fewer batch dims than A (a shared weight); batch dims it has must
 // match A's trailing batch dims. The rules follow from the einsum form:
@@ -8,7 +12,7 @@ package ops
 // partial sum, and one partial operand against a replicated one stays partial.
 
 func init() {
-	register("matmul", Rule{Sigs: matmulSigs}, "matmul")
+	Register(Op{Name: "matmul", Family: "matmul", Type: matmulOp, Placement: Rule{Sigs: matmulSigs}})
 }
 
 func matmulSigs(d *OpDesc) []Sig {
@@ -37,4 +41,39 @@ func matmulSigs(d *OpDesc) []Sig {
 		Sig{In: []SBP{B, B}, Out: B, Why: "replicated in, replicated out"},
 	)
 	return out
+}
+
+func matmulOp(b *Call) *ir.Value {
+	if !b.NArgs(2, 2) {
+		return nil
+	}
+	x, y := b.Tensor(0, nil), b.Tensor(1, nil)
+	if !b.floatTensor(x) || !b.floatTensor(y) || !b.sameDType(x, y) {
+		return nil
+	}
+	xs, ys := x.Type.Shape, y.Type.Shape
+	if len(xs) < 2 || len(ys) < 2 {
+		return b.Failf("matmul needs operands of rank >= 2, got %s @ %s", ir.ShapeString(xs), ir.ShapeString(ys))
+	}
+	if xs[len(xs)-1] != ys[len(ys)-2] {
+		return b.Failf("shape mismatch in matmul: %s @ %s (inner dims %d and %d differ)", ir.ShapeString(xs), ir.ShapeString(ys), xs[len(xs)-1], ys[len(ys)-2])
+	}
+	xb, yb := xs[:len(xs)-2], ys[:len(ys)-2]
+	n := max(len(xb), len(yb))
+	batch := make([]int, n)
+	for i := 0; i < n; i++ {
+		bx, by := -1, -1
+		if j := i - (n - len(xb)); j >= 0 {
+			bx = xb[j]
+		}
+		if j := i - (n - len(yb)); j >= 0 {
+			by = yb[j]
+		}
+		if bx >= 0 && by >= 0 && bx != by {
+			return b.Failf("shape mismatch in matmul: batch dims %s and %s differ", ir.ShapeString(xb), ir.ShapeString(yb))
+		}
+		batch[i] = max(bx, by)
+	}
+	out := append(batch, xs[len(xs)-2], ys[len(ys)-1])
+	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: out}, x, y)
 }

@@ -1,6 +1,11 @@
 package ops
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+
+	"github.com/meshrun/meshrun/ir"
+)
 
 // Neural-network ops.
 // softmax / log_softmax along Axis need whole rows: any split on another dim
@@ -16,11 +21,12 @@ import "fmt"
 // global count.
 
 func init() {
-	register("nn", Rule{Sigs: softmaxSigs}, "softmax", "log_softmax")
-	register("nn", Rule{Sigs: layernormSigs}, "layernorm")
-	register("nn", Rule{Sigs: embeddingSigs}, "embedding")
-	register("loss", Rule{Sigs: crossEntropySigs}, "cross_entropy")
-	register("loss", Rule{Sigs: mseSigs}, "mse")
+	Register(Op{Name: "softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}})
+	Register(Op{Name: "log_softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}})
+	Register(Op{Name: "layernorm", Family: "nn", Type: layernormOp, Placement: Rule{Sigs: layernormSigs}})
+	Register(Op{Name: "embedding", Family: "nn", Type: embeddingOp, Placement: Rule{Sigs: embeddingSigs}})
+	Register(Op{Name: "cross_entropy", Family: "loss", Type: crossEntropyOp, Placement: Rule{Sigs: crossEntropySigs}})
+	Register(Op{Name: "mse", Family: "loss", Type: mseOp, Placement: Rule{Sigs: mseSigs}})
 }
 
 func softmaxSigs(d *OpDesc) []Sig {
@@ -67,4 +73,104 @@ func mseSigs(d *OpDesc) []Sig {
 		out = append(out, Sig{In: []SBP{S(i), S(i)}, Out: P, Why: "each device sums its squared errors over the global count"})
 	}
 	return append(out, Sig{In: []SBP{B, B}, Out: B, Why: "replicated in, replicated out"})
+}
+
+func softmaxOp(b *Call) *ir.Value {
+	if !b.NArgs(1, 2) {
+		return nil
+	}
+	x := b.Tensor(0, nil)
+	if !b.floatTensor(x) {
+		return nil
+	}
+	if x.Type.Rank() == 0 {
+		return b.Failf("%s needs a tensor of rank >= 1", b.Name)
+	}
+	ax, ok := b.axisAttr(1, "axis", -1, x.Type.Rank(), false)
+	if !ok {
+		return nil
+	}
+	v := b.NewValue(x.Type, x)
+	v.Attrs.Axis = ax
+	return v
+}
+
+func layernormOp(b *Call) *ir.Value {
+	if !b.NArgs(3, 3) {
+		return nil
+	}
+	x := b.Tensor(0, nil)
+	g, be := b.Tensor(1, x), b.Tensor(2, x)
+	if !b.floatTensor(x) || !b.floatTensor(g) || !b.floatTensor(be) || !b.sameDType(x, g) || !b.sameDType(x, be) {
+		return nil
+	}
+	if x.Type.Rank() == 0 {
+		return b.Failf("layernorm needs a tensor of rank >= 1")
+	}
+	h := x.Type.Shape[x.Type.Rank()-1]
+	for _, p := range []*ir.Value{g, be} {
+		if !slices.Equal(p.Type.Shape, []int{h}) {
+			return b.Failf("shape mismatch in layernorm: gamma and beta must be [%d] for input %s, got %s", h, ir.ShapeString(x.Type.Shape), ir.ShapeString(p.Type.Shape))
+		}
+	}
+	eps := 1e-5
+	if e, ok := b.Kw["eps"]; ok {
+		delete(b.Kw, "eps")
+		if e.Num == nil || *e.Num <= 0 {
+			return b.Failf("layernorm: eps must be a positive number")
+		}
+		eps = *e.Num
+	}
+	v := b.NewValue(x.Type, x, g, be)
+	v.Attrs.Eps = eps
+	return v
+}
+
+func embeddingOp(b *Call) *ir.Value {
+	if !b.NArgs(2, 2) {
+		return nil
+	}
+	w, idx := b.Tensor(0, nil), b.Tensor(1, nil)
+	if !b.floatTensor(w) || idx == nil {
+		return nil
+	}
+	if w.Type.Rank() != 2 {
+		return b.Failf("embedding table must be [vocab, hidden], got %s", ir.ShapeString(w.Type.Shape))
+	}
+	if !idx.Type.DType.IsInt() {
+		return b.Failf("embedding indices must be i32 or i64, got %s", idx.Type.DType)
+	}
+	shape := append(append([]int{}, idx.Type.Shape...), w.Type.Shape[1])
+	return b.NewValue(ir.Type{DType: w.Type.DType, Shape: shape}, w, idx)
+}
+
+func crossEntropyOp(b *Call) *ir.Value {
+	if !b.NArgs(2, 2) {
+		return nil
+	}
+	x, y := b.Tensor(0, nil), b.Tensor(1, nil)
+	if !b.floatTensor(x) || y == nil {
+		return nil
+	}
+	if x.Type.Rank() != 2 || y.Type.Rank() != 1 || x.Type.Shape[0] != y.Type.Shape[0] {
+		return b.Failf("shape mismatch in cross_entropy: want logits [N, C] and labels [N], got %s and %s", ir.ShapeString(x.Type.Shape), ir.ShapeString(y.Type.Shape))
+	}
+	if !y.Type.DType.IsInt() {
+		return b.Failf("cross_entropy labels must be i32 or i64, got %s", y.Type.DType)
+	}
+	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: []int{}}, x, y)
+}
+
+func mseOp(b *Call) *ir.Value {
+	if !b.NArgs(2, 2) {
+		return nil
+	}
+	x, y := b.Tensor(0, nil), b.Tensor(1, nil)
+	if !b.floatTensor(x) || !b.floatTensor(y) || !b.sameDType(x, y) {
+		return nil
+	}
+	if !slices.Equal(x.Type.Shape, y.Type.Shape) {
+		return b.Failf("shape mismatch in mse: %s and %s", ir.ShapeString(x.Type.Shape), ir.ShapeString(y.Type.Shape))
+	}
+	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: []int{}}, x, y)
 }

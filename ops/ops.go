@@ -1,6 +1,11 @@
 package ops
 
-import "github.com/meshrun/meshrun/sbp"
+import (
+	"sort"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/sbp"
+)
 
 // The placement vocabulary, named as in package sbp so that the rules read
 // the same here.
@@ -21,8 +26,101 @@ var (
 // S is a split along dim.
 func S(dim int) SBP { return sbp.S(dim) }
 
-// register adds the placement rule of ops (sbp.Register).
-func register(family string, r Rule, ops ...string) { sbp.Register(family, r, ops...) }
+// Op is everything meshrun knows about one op. Each op family's file
+// registers its ops, once per op.
+type Op struct {
+	Name   string
+	Family string
+	Kind   Kind
+	// Type checks a call's arguments and returns the result, not yet in a
+	// graph; nil for ops only the compiler makes (const).
+	Type TypeRule
+	// Placement is the op's one-axis placement signatures; Register hands
+	// it to package sbp, where inference looks it up.
+	Placement Rule
+}
+
+// TypeRule types one call of an op (see Call).
+type TypeRule func(b *Call) *ir.Value
+
+// Kind says what an op is for.
+type Kind uint8
+
+const (
+	Forward Kind = iota // the ops programs compute with
+	Helper              // the gradient helper ops autodiff builds backward graphs from
+	Optim               // the fused optimizer ops the training step uses
+)
+
+var (
+	registry = map[string]*Op{}
+	order    []string                // registration order
+	calls    = map[string]TypeRule{} // call names that build another op
+)
+
+// Register adds an op. A second registration of a name is a programming
+// error caught at start-up.
+func Register(op Op) {
+	if _, dup := registry[op.Name]; dup {
+		panic("ops: duplicate op " + op.Name)
+	}
+	registry[op.Name] = &op
+	order = append(order, op.Name)
+	sbp.Register(op.Family, op.Placement, op.Name)
+}
+
+// RegisterCall adds a call name whose type rule builds another op
+// (permute builds transpose).
+func RegisterCall(name string, t TypeRule) {
+	if _, dup := calls[name]; dup {
+		panic("ops: duplicate call " + name)
+	}
+	calls[name] = t
+}
+
+// Lookup returns an op by name.
+func Lookup(name string) (*Op, bool) {
+	op, ok := registry[name]
+	return op, ok
+}
+
+// TypeOf returns the type rule of a call name: an op's, or a call's that
+// builds another op.
+func TypeOf(name string) (TypeRule, bool) {
+	if t, ok := calls[name]; ok {
+		return t, true
+	}
+	if op, ok := registry[name]; ok && op.Type != nil {
+		return op.Type, true
+	}
+	return nil, false
+}
+
+// Calls lists every name a program can call, sorted.
+func Calls() []string {
+	var out []string
+	for n := range calls {
+		out = append(out, n)
+	}
+	for n, op := range registry {
+		if op.Type != nil {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Names lists the ops of a kind in registration order.
+func Names(k Kind) []string {
+	var out []string
+	for _, n := range order {
+		if registry[n].Kind == k {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 // repeat returns n copies of s.
 func repeat(s SBP, n int) []SBP {

@@ -1,6 +1,11 @@
 package ops
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+
+	"github.com/meshrun/meshrun/ir"
+)
 
 // Fused optimizer ops: elementwise over tensors of one shape, with scalar
 // hyperparameters. Any split of the tensors passes through; the scalars
@@ -8,7 +13,9 @@ import "fmt"
 // be reduced first.
 
 func init() {
-	register("optim", Rule{Sigs: fusedSigs}, "adam_moment", "adam_moment2", "adam_update")
+	Register(Op{Name: "adam_moment", Family: "optim", Kind: Optim, Type: fusedOp(2), Placement: Rule{Sigs: fusedSigs}})
+	Register(Op{Name: "adam_moment2", Family: "optim", Kind: Optim, Type: fusedOp(2), Placement: Rule{Sigs: fusedSigs}})
+	Register(Op{Name: "adam_update", Family: "optim", Kind: Optim, Type: fusedOp(3), Placement: Rule{Sigs: fusedSigs}})
 }
 
 func fusedSigs(d *OpDesc) []Sig {
@@ -24,4 +31,34 @@ func fusedSigs(d *OpDesc) []Sig {
 		out = append(out, sig)
 	}
 	return append(out, Sig{In: repeat(B, len(d.In)), Out: B, Why: "replicated in, replicated out"})
+}
+
+// fusedOp checks an op whose first n arguments are tensors of one shape and
+// whose remaining arguments are scalars.
+func fusedOp(n int) TypeRule {
+	return func(b *Call) *ir.Value {
+		total := map[int]int{2: 3, 3: 7}[n]
+		if !b.NArgs(total, total) {
+			return nil
+		}
+		first := b.Tensor(0, nil)
+		if !b.floatTensor(first) {
+			return nil
+		}
+		args := []*ir.Value{first}
+		for i := 1; i < total; i++ {
+			a := b.Tensor(i, first)
+			if !b.floatTensor(a) || !b.sameDType(first, a) {
+				return nil
+			}
+			if i < n && !slices.Equal(a.Type.Shape, first.Type.Shape) {
+				return b.Failf("shape mismatch in %s: %s and %s", b.Name, ir.ShapeString(first.Type.Shape), ir.ShapeString(a.Type.Shape))
+			}
+			if i >= n && a.Type.Rank() != 0 {
+				return b.Failf("%s: argument %d must be a scalar", b.Name, i+1)
+			}
+			args = append(args, a)
+		}
+		return b.NewValue(first.Type, args...)
+	}
 }

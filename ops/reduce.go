@@ -1,5 +1,9 @@
 package ops
 
+import (
+	"github.com/meshrun/meshrun/ir"
+)
+
 // Reductions sum, mean and max over one dim (Axis), or over all dims
 // (Axis = -1, giving a scalar). The reduced dim disappears, so a split on a
 // later dim shifts down by one. Reducing along the split dim leaves each
@@ -8,7 +12,10 @@ package ops
 // max. A partial input reduces to a partial output when the reductions agree.
 
 func init() {
-	register("reduce", Rule{Sigs: reduceSigs}, "sum", "mean", "max", "nonfinite")
+	Register(Op{Name: "sum", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}})
+	Register(Op{Name: "mean", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}})
+	Register(Op{Name: "max", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}})
+	Register(Op{Name: "nonfinite", Family: "reduce", Type: nonfiniteOp, Placement: Rule{Sigs: reduceSigs}})
 }
 
 func reduceSigs(d *OpDesc) []Sig {
@@ -30,4 +37,46 @@ func reduceSigs(d *OpDesc) []Sig {
 	out = append(out, Sig{In: []SBP{B}, Out: B, Why: "replicated in, replicated out"})
 	out = append(out, Sig{In: []SBP{part}, Out: part, Why: d.Op + " of partial " + part.Reduce.String() + "s is a partial " + part.Reduce.String()})
 	return out
+}
+
+func reduceOp(b *Call) *ir.Value {
+	if !b.NArgs(1, 2) {
+		return nil
+	}
+	x := b.Tensor(0, nil)
+	if !b.floatTensor(x) {
+		return nil
+	}
+	_, hasKw := b.Kw["axis"]
+	if len(b.Args) < 2 && !hasKw {
+		v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: []int{}}, x)
+		v.Attrs.Axis = -1
+		return v
+	}
+	if x.Type.Rank() == 0 {
+		return b.Failf("%s: a scalar has no axis", b.Name)
+	}
+	ax, ok := b.axisAttr(1, "axis", 0, x.Type.Rank(), true)
+	if !ok {
+		return nil
+	}
+	shape := append(append([]int{}, x.Type.Shape[:ax]...), x.Type.Shape[ax+1:]...)
+	v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x)
+	v.Attrs.Axis = ax
+	return v
+}
+
+// nonfiniteOp is nonfinite(x): 1 if any element of x is inf or NaN, else 0
+// (a scalar of x's dtype; the loss scaler's overflow test).
+func nonfiniteOp(b *Call) *ir.Value {
+	if !b.NArgs(1, 1) {
+		return nil
+	}
+	x := b.Tensor(0, nil)
+	if !b.floatTensor(x) {
+		return nil
+	}
+	v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: []int{}}, x)
+	v.Attrs.Axis = -1
+	return v
 }

@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 )
 
@@ -12,9 +13,11 @@ import (
 // split only where it provably maps to a split of the output (see reshapeSigs).
 
 func init() {
-	register("shape", Rule{Sigs: transposeSigs}, "transpose")
-	register("shape", Rule{Sigs: alongAxisSigs}, "concat", "slice")
-	register("shape", Rule{Sigs: reshapeSigs, NdOK: reshapeNdOK}, "reshape")
+	Register(Op{Name: "transpose", Family: "shape", Type: transposeOp, Placement: Rule{Sigs: transposeSigs}})
+	Register(Op{Name: "reshape", Family: "shape", Type: reshapeOp, Placement: Rule{Sigs: reshapeSigs, NdOK: reshapeNdOK}})
+	Register(Op{Name: "concat", Family: "shape", Type: concatOp, Placement: Rule{Sigs: alongAxisSigs}})
+	Register(Op{Name: "slice", Family: "shape", Type: sliceOp, Placement: Rule{Sigs: alongAxisSigs}})
+	RegisterCall("permute", permuteOp)
 }
 
 func transposeSigs(d *OpDesc) []Sig {
@@ -139,4 +142,189 @@ func reshapeNdOK(d *OpDesc, m *mesh.Mesh, s NdSig) bool {
 		}
 	}
 	return true
+}
+
+func transposeOp(b *Call) *ir.Value {
+	if len(b.Args) != 1 && len(b.Args) != 3 {
+		return b.Failf("transpose takes x, or x and two dims to swap")
+	}
+	x := b.Tensor(0, nil)
+	if x == nil {
+		return nil
+	}
+	r := x.Type.Rank()
+	if r < 2 && len(b.Args) == 1 {
+		return b.Failf("transpose(x) swaps the last two dims and needs rank >= 2, got %s", x.Type)
+	}
+	d0, d1 := r-2, r-1
+	if len(b.Args) == 3 {
+		var ok bool
+		if d0, ok = b.axisAttr(1, "dim0", 0, r, true); !ok {
+			return nil
+		}
+		if d1, ok = b.axisAttr(2, "dim1", 0, r, true); !ok {
+			return nil
+		}
+	}
+	perm := make([]int, r)
+	for i := range perm {
+		perm[i] = i
+	}
+	perm[d0], perm[d1] = perm[d1], perm[d0]
+	return permuted(b, x, perm)
+}
+
+func permuted(b *Call, x *ir.Value, perm []int) *ir.Value {
+	shape := make([]int, len(perm))
+	for i, p := range perm {
+		shape[i] = x.Type.Shape[p]
+	}
+	b.Name = "transpose"
+	v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x)
+	v.Attrs.Perm = perm
+	return v
+}
+
+func permuteOp(b *Call) *ir.Value {
+	if len(b.Args) < 1 {
+		return b.Failf("permute takes x and a permutation of its dims")
+	}
+	x := b.Tensor(0, nil)
+	if x == nil {
+		return nil
+	}
+	r := x.Type.Rank()
+	if len(b.Args)-1 != r {
+		return b.Failf("permute of a rank-%d tensor needs %d dims, got %d", r, r, len(b.Args)-1)
+	}
+	perm := make([]int, r)
+	seen := make([]bool, r)
+	for i := range perm {
+		d, ok := b.axisAttr(i+1, "dim", 0, r, true)
+		if !ok {
+			return nil
+		}
+		if seen[d] {
+			return b.Failf("permute: dim %d appears twice", d)
+		}
+		seen[d] = true
+		perm[i] = d
+	}
+	return permuted(b, x, perm)
+}
+
+func reshapeOp(b *Call) *ir.Value {
+	if len(b.Args) < 1 {
+		return b.Failf("reshape takes x and the new dims")
+	}
+	x := b.Tensor(0, nil)
+	if x == nil {
+		return nil
+	}
+	shape := make([]int, len(b.Args)-1)
+	infer := -1
+	known := 1
+	for i := range shape {
+		d, ok := b.IntAttr(i+1, "dim", 0, true)
+		if !ok {
+			return nil
+		}
+		switch {
+		case d == -1 && infer < 0:
+			infer = i
+		case d < 1:
+			return b.Failf("reshape: dim %d is invalid (positive, or one -1 to infer)", d)
+		default:
+			known *= d
+		}
+		shape[i] = d
+	}
+	n := x.Type.Numel()
+	if infer >= 0 {
+		if n%known != 0 {
+			return b.Failf("shape mismatch in reshape: cannot reshape %s into %s", ir.ShapeString(x.Type.Shape), ir.ShapeString(shape))
+		}
+		shape[infer] = n / known
+		known *= shape[infer]
+	}
+	if known != n {
+		return b.Failf("shape mismatch in reshape: cannot reshape %s (%d elements) into %s", ir.ShapeString(x.Type.Shape), n, ir.ShapeString(shape))
+	}
+	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x)
+}
+
+func concatOp(b *Call) *ir.Value {
+	if len(b.Args) < 1 {
+		return b.Failf("concat takes tensors and axis=")
+	}
+	var xs []*ir.Value
+	for i := range b.Args {
+		x := b.Tensor(i, nil)
+		if x == nil {
+			return nil
+		}
+		xs = append(xs, x)
+	}
+	r := xs[0].Type.Rank()
+	if r == 0 {
+		return b.Failf("concat needs tensors of rank >= 1")
+	}
+	ax, ok := b.axisAttr(-1, "axis", 0, r, false)
+	if !ok {
+		return nil
+	}
+	shape := append([]int{}, xs[0].Type.Shape...)
+	for _, x := range xs[1:] {
+		if !b.sameDType(xs[0], x) {
+			return nil
+		}
+		if x.Type.Rank() != r {
+			return b.Failf("shape mismatch in concat: %s and %s", ir.ShapeString(xs[0].Type.Shape), ir.ShapeString(x.Type.Shape))
+		}
+		for d := range shape {
+			if d != ax && x.Type.Shape[d] != shape[d] {
+				return b.Failf("shape mismatch in concat along axis %d: %s and %s", ax, ir.ShapeString(xs[0].Type.Shape), ir.ShapeString(x.Type.Shape))
+			}
+		}
+		shape[ax] += x.Type.Shape[ax]
+	}
+	v := b.NewValue(ir.Type{DType: xs[0].Type.DType, Shape: shape}, xs...)
+	v.Attrs.Axis = ax
+	return v
+}
+
+// axisAndTwoInts reads the (x, axis, i, j) arguments slice and pad share.
+func (b *Call) axisAndTwoInts(first, second string) (x *ir.Value, ax, i, j int, ok bool) {
+	if !b.NArgs(4, 4) {
+		return nil, 0, 0, 0, false
+	}
+	if x = b.Tensor(0, nil); x == nil {
+		return nil, 0, 0, 0, false
+	}
+	if x.Type.Rank() == 0 {
+		b.Failf("%s needs a tensor of rank >= 1", b.Name)
+		return nil, 0, 0, 0, false
+	}
+	if ax, ok = b.axisAttr(1, "axis", 0, x.Type.Rank(), true); !ok {
+		return nil, 0, 0, 0, false
+	}
+	i, ok1 := b.IntAttr(2, first, 0, true)
+	j, ok2 := b.IntAttr(3, second, 0, true)
+	return x, ax, i, j, ok1 && ok2
+}
+
+func sliceOp(b *Call) *ir.Value {
+	x, ax, start, end, ok := b.axisAndTwoInts("start", "end")
+	if !ok {
+		return nil
+	}
+	n := x.Type.Shape[ax]
+	if start < 0 || end > n || start >= end {
+		return b.Failf("slice [%d:%d] out of range for dim %d of size %d", start, end, ax, n)
+	}
+	shape := append([]int{}, x.Type.Shape...)
+	shape[ax] = end - start
+	v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x)
+	v.Attrs.Axis, v.Attrs.Start, v.Attrs.End = ax, start, end
+	return v
 }
