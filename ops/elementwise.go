@@ -12,23 +12,23 @@ import (
 // sub of partials, mul and div by a broadcast factor.
 
 func init() {
-	Register(Op{Name: "add", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
-	Register(Op{Name: "sub", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
-	Register(Op{Name: "mul", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
-	Register(Op{Name: "div", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
-	Register(Op{Name: "minimum", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
-	Register(Op{Name: "maximum", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}})
-	Register(Op{Name: "neg", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(true)}})
-	Register(Op{Name: "exp", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "log", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "sqrt", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "tanh", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "relu", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "gelu", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "sigmoid", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "cast", Family: "unary", Type: castOp, Placement: Rule{Sigs: unarySigs(true)}})
-	Register(Op{Name: "where", Family: "binary", Type: whereOp, Placement: Rule{Sigs: binarySigs}})
-	Register(Op{Name: "const", Family: "const", Placement: Rule{Sigs: constSigs}})
+	Register(Op{Name: "add", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: addVJP})
+	Register(Op{Name: "sub", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: subVJP})
+	Register(Op{Name: "mul", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: mulVJP})
+	Register(Op{Name: "div", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: divVJP})
+	Register(Op{Name: "minimum", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: minMaxVJP})
+	Register(Op{Name: "maximum", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: minMaxVJP})
+	Register(Op{Name: "neg", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(true)}, Grad: negVJP})
+	Register(Op{Name: "exp", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: expVJP})
+	Register(Op{Name: "log", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: logVJP})
+	Register(Op{Name: "sqrt", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: sqrtVJP})
+	Register(Op{Name: "tanh", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: tanhVJP})
+	Register(Op{Name: "relu", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: reluVJP})
+	Register(Op{Name: "gelu", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: geluVJP})
+	Register(Op{Name: "sigmoid", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: sigmoidVJP})
+	Register(Op{Name: "cast", Family: "unary", Type: castOp, Placement: Rule{Sigs: unarySigs(true)}, Grad: castVJP})
+	Register(Op{Name: "where", Family: "binary", Type: whereOp, Placement: Rule{Sigs: binarySigs}, Grad: whereVJP})
+	Register(Op{Name: "const", Family: "const", Placement: Rule{Sigs: constSigs}, NoGrad: true})
 }
 
 func constSigs(d *OpDesc) []Sig {
@@ -182,4 +182,107 @@ func castOp(b *Call) *ir.Value {
 		return b.Failf("cast(x, \"dtype\"): the dtype must be \"f32\", \"f64\", \"bf16\" or \"f16\"")
 	}
 	return b.NewValue(ir.Type{DType: dt, Shape: x.Type.Shape}, x)
+}
+
+// addVJP is the gradient of add.
+func addVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.unbroadcast(g, a[0].Type.Shape))
+	b.acc(a[1], b.unbroadcast(g, a[1].Type.Shape))
+}
+
+// subVJP is the gradient of sub.
+func subVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.unbroadcast(g, a[0].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("neg", t(g)), a[1].Type.Shape))
+}
+
+// mulVJP is the gradient of mul.
+func mulVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.unbroadcast(b.op("mul", t(g), t(b.val(a[1]))), a[0].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(b.val(a[0]))), a[1].Type.Shape))
+}
+
+// divVJP is the gradient of div.
+func divVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	b.acc(a[0], b.unbroadcast(b.op("div", t(g), t(b.val(a[1]))), a[0].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("neg", t(b.op("div", t(b.op("mul", t(g), t(b.val(v)))), t(b.val(a[1]))))), a[1].Type.Shape))
+}
+
+// negVJP is the gradient of neg.
+func negVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.op("neg", t(g)))
+}
+
+// expVJP is the gradient of exp.
+func expVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	b.acc(a[0], b.op("mul", t(g), t(b.val(v))))
+}
+
+// logVJP is the gradient of log.
+func logVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.op("div", t(g), t(b.val(a[0]))))
+}
+
+// sqrtVJP is the gradient of sqrt.
+func sqrtVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	b.acc(a[0], b.op("div", t(b.op("mul", t(g), n(0.5))), t(b.val(v))))
+}
+
+// tanhVJP is the gradient of tanh.
+func tanhVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	b.acc(a[0], b.op("mul", t(g), t(b.op("sub", n(1), t(b.op("mul", t(b.val(v)), t(b.val(v))))))))
+}
+
+// sigmoidVJP is the gradient of sigmoid.
+func sigmoidVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	b.acc(a[0], b.op("mul", t(g), t(b.op("mul", t(b.val(v)), t(b.op("sub", n(1), t(b.val(v))))))))
+}
+
+// reluVJP is the gradient of relu.
+func reluVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.op("mul", t(g), t(b.op("relu_grad", t(b.val(a[0]))))))
+}
+
+// geluVJP is the gradient of gelu.
+func geluVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.op("mul", t(g), t(b.op("gelu_grad", t(b.val(a[0]))))))
+}
+
+// minMaxVJP is the gradient of minimum and maximum.
+func minMaxVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	// the gradient goes to the operand that was chosen; ties go to the
+	// second (relu_grad is 1 only for a strictly positive difference)
+	d := b.op("sub", t(b.val(a[1])), t(b.val(a[0])))
+	if v.Op == "maximum" {
+		d = b.op("neg", t(d))
+	}
+	first := b.op("relu_grad", t(d))
+	b.acc(a[0], b.unbroadcast(b.op("mul", t(g), t(first)), a[0].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(b.op("sub", n(1), t(first)))), a[1].Type.Shape))
+}
+
+// whereVJP is the gradient of where.
+func whereVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[1], b.unbroadcast(b.op("where", t(b.val(a[0])), t(g), n(0)), a[1].Type.Shape))
+	b.acc(a[2], b.unbroadcast(b.op("where", t(b.val(a[0])), n(0), t(g)), a[2].Type.Shape))
+}
+
+// castVJP is the gradient of cast.
+func castVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.op("cast", t(g), Arg{Str: strp(a[0].Type.DType.String())}))
 }

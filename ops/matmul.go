@@ -12,7 +12,7 @@ import (
 // partial sum, and one partial operand against a replicated one stays partial.
 
 func init() {
-	Register(Op{Name: "matmul", Family: "matmul", Type: matmulOp, Placement: Rule{Sigs: matmulSigs}})
+	Register(Op{Name: "matmul", Family: "matmul", Type: matmulOp, Placement: Rule{Sigs: matmulSigs}, Grad: matmulVJP})
 }
 
 func matmulSigs(d *OpDesc) []Sig {
@@ -76,4 +76,28 @@ func matmulOp(b *Call) *ir.Value {
 	}
 	out := append(batch, xs[len(xs)-2], ys[len(ys)-1])
 	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: out}, x, y)
+}
+
+// matmulVJP is the gradient of matmul.
+func matmulVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	matmulBoth(b, a[0], a[1], g)
+}
+
+// matmul: dA = g·Bᵀ and dB = Aᵀ·g, summed over batch dims an operand
+// lacks. A batched A against a 2-D B folds the batch into rows for dB.
+func matmulBoth(b *Grad, A, B, g *ir.Value) {
+	swap := func(x *ir.Value) *ir.Value { return b.op("transpose", t(b.val(x))) }
+	b.acc(A, b.unbroadcast(b.op("matmul", t(g), t(swap(B))), A.Type.Shape))
+	if !b.Active(B) {
+		return
+	}
+	if B.Type.Rank() == 2 && A.Type.Rank() > 2 {
+		k, nn := A.Type.Shape[A.Type.Rank()-1], g.Type.Shape[g.Type.Rank()-1]
+		a2 := b.op("reshape", t(b.val(A)), n(-1), n(float64(k)))
+		g2 := b.op("reshape", t(g), n(-1), n(float64(nn)))
+		b.acc(B, b.op("matmul", t(swap(a2)), t(g2)))
+		return
+	}
+	b.acc(B, b.unbroadcast(b.op("matmul", t(swap(A)), t(g)), B.Type.Shape))
 }

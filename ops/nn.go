@@ -21,12 +21,12 @@ import (
 // global count.
 
 func init() {
-	Register(Op{Name: "softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}})
-	Register(Op{Name: "log_softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}})
-	Register(Op{Name: "layernorm", Family: "nn", Type: layernormOp, Placement: Rule{Sigs: layernormSigs}})
-	Register(Op{Name: "embedding", Family: "nn", Type: embeddingOp, Placement: Rule{Sigs: embeddingSigs}})
-	Register(Op{Name: "cross_entropy", Family: "loss", Type: crossEntropyOp, Placement: Rule{Sigs: crossEntropySigs}})
-	Register(Op{Name: "mse", Family: "loss", Type: mseOp, Placement: Rule{Sigs: mseSigs}})
+	Register(Op{Name: "softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}, Grad: softmaxVJP})
+	Register(Op{Name: "log_softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}, Grad: logSoftmaxVJP})
+	Register(Op{Name: "layernorm", Family: "nn", Type: layernormOp, Placement: Rule{Sigs: layernormSigs}, Grad: layernormVJP})
+	Register(Op{Name: "embedding", Family: "nn", Type: embeddingOp, Placement: Rule{Sigs: embeddingSigs}, Grad: embeddingVJP})
+	Register(Op{Name: "cross_entropy", Family: "loss", Type: crossEntropyOp, Placement: Rule{Sigs: crossEntropySigs}, Grad: crossEntropyVJP})
+	Register(Op{Name: "mse", Family: "loss", Type: mseOp, Placement: Rule{Sigs: mseSigs}, Grad: mseVJP})
 }
 
 func softmaxSigs(d *OpDesc) []Sig {
@@ -173,4 +173,47 @@ func mseOp(b *Call) *ir.Value {
 		return b.Failf("shape mismatch in mse: %s and %s", ir.ShapeString(x.Type.Shape), ir.ShapeString(y.Type.Shape))
 	}
 	return b.NewValue(ir.Type{DType: x.Type.DType, Shape: []int{}}, x, y)
+}
+
+// softmaxVJP is the gradient of softmax.
+func softmaxVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	b.acc(a[0], b.op("softmax_grad", t(b.val(v)), t(g), n(float64(v.Attrs.Axis))))
+}
+
+// logSoftmaxVJP is the gradient of log_softmax.
+func logSoftmaxVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	s := b.keepdim(b.op("sum", t(g), n(float64(v.Attrs.Axis))), g, v.Attrs.Axis)
+	b.acc(a[0], b.op("sub", t(g), t(b.op("mul", t(b.op("exp", t(b.val(v)))), t(s)))))
+}
+
+// layernormVJP is the gradient of layernorm.
+func layernormVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	eps := map[string]Arg{"eps": n(v.Attrs.Eps)}
+	xh := b.opKw("normalize", eps, t(b.val(a[0])))
+	b.acc(a[1], b.sumToLast(b.op("mul", t(g), t(xh))))
+	b.acc(a[2], b.sumToLast(g))
+	b.acc(a[0], b.opKw("normalize_grad", map[string]Arg{"eps": n(v.Attrs.Eps)}, t(b.val(a[0])), t(b.op("mul", t(g), t(b.val(a[1]))))))
+}
+
+// embeddingVJP is the gradient of embedding.
+func embeddingVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.op("embedding_grad", t(b.val(a[1])), t(g), n(float64(a[0].Type.Shape[0]))))
+}
+
+// crossEntropyVJP is the gradient of cross_entropy.
+func crossEntropyVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.op("cross_entropy_grad", t(b.val(a[0])), t(b.val(a[1])), t(g)))
+}
+
+// mseVJP is the gradient of mse.
+func mseVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	d := b.op("mul", t(b.op("sub", t(b.val(a[0])), t(b.val(a[1])))), t(b.op("mul", t(g), n(2/float64(a[0].Type.Numel())))))
+	b.acc(a[0], d)
+	b.acc(a[1], b.op("neg", t(d)))
 }

@@ -38,6 +38,11 @@ type Op struct {
 	// Placement is the op's one-axis placement signatures; Register hands
 	// it to package sbp, where inference looks it up.
 	Placement Rule
+	// Grad is the op's vector-Jacobian product. Nil: no gradient flows
+	// when NoGrad (a constant, a piecewise-constant flag), else the op is
+	// not differentiable (the gradient helpers: no second derivatives).
+	Grad   GradRule
+	NoGrad bool
 }
 
 // TypeRule types one call of an op (see Call).

@@ -12,10 +12,10 @@ import (
 // max. A partial input reduces to a partial output when the reductions agree.
 
 func init() {
-	Register(Op{Name: "sum", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}})
-	Register(Op{Name: "mean", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}})
-	Register(Op{Name: "max", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}})
-	Register(Op{Name: "nonfinite", Family: "reduce", Type: nonfiniteOp, Placement: Rule{Sigs: reduceSigs}})
+	Register(Op{Name: "sum", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}, Grad: sumVJP})
+	Register(Op{Name: "mean", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}, Grad: sumVJP})
+	Register(Op{Name: "max", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}, Grad: maxVJP})
+	Register(Op{Name: "nonfinite", Family: "reduce", Type: nonfiniteOp, Placement: Rule{Sigs: reduceSigs}, NoGrad: true})
 }
 
 func reduceSigs(d *OpDesc) []Sig {
@@ -79,4 +79,34 @@ func nonfiniteOp(b *Call) *ir.Value {
 	v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: []int{}}, x)
 	v.Attrs.Axis = -1
 	return v
+}
+
+// sumVJP is the gradient of sum and mean.
+func sumVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	x := a[0]
+	gk := g
+	count := x.Type.Numel()
+	if v.Attrs.Axis >= 0 {
+		gk = b.keepdim(g, x, v.Attrs.Axis)
+		count = x.Type.Shape[v.Attrs.Axis]
+	}
+	if v.Op == "mean" {
+		gk = b.op("mul", t(gk), n(1/float64(count)))
+	}
+	if x.Type.Rank() == 0 {
+		b.acc(x, gk)
+		return
+	}
+	b.acc(x, b.op("broadcast_to", append([]Arg{t(gk)}, dims(x.Type.Shape)...)...))
+}
+
+// maxVJP is the gradient of max.
+func maxVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	args := []Arg{t(b.val(a[0])), t(b.val(v)), t(g)}
+	if v.Attrs.Axis >= 0 {
+		args = append(args, n(float64(v.Attrs.Axis)))
+	}
+	b.acc(a[0], b.op("max_grad", args...))
 }

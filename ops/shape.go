@@ -13,10 +13,10 @@ import (
 // split only where it provably maps to a split of the output (see reshapeSigs).
 
 func init() {
-	Register(Op{Name: "transpose", Family: "shape", Type: transposeOp, Placement: Rule{Sigs: transposeSigs}})
-	Register(Op{Name: "reshape", Family: "shape", Type: reshapeOp, Placement: Rule{Sigs: reshapeSigs, NdOK: reshapeNdOK}})
-	Register(Op{Name: "concat", Family: "shape", Type: concatOp, Placement: Rule{Sigs: alongAxisSigs}})
-	Register(Op{Name: "slice", Family: "shape", Type: sliceOp, Placement: Rule{Sigs: alongAxisSigs}})
+	Register(Op{Name: "transpose", Family: "shape", Type: transposeOp, Placement: Rule{Sigs: transposeSigs}, Grad: transposeVJP})
+	Register(Op{Name: "reshape", Family: "shape", Type: reshapeOp, Placement: Rule{Sigs: reshapeSigs, NdOK: reshapeNdOK}, Grad: reshapeVJP})
+	Register(Op{Name: "concat", Family: "shape", Type: concatOp, Placement: Rule{Sigs: alongAxisSigs}, Grad: concatVJP})
+	Register(Op{Name: "slice", Family: "shape", Type: sliceOp, Placement: Rule{Sigs: alongAxisSigs}, Grad: sliceVJP})
 	RegisterCall("permute", permuteOp)
 }
 
@@ -327,4 +327,38 @@ func sliceOp(b *Call) *ir.Value {
 	v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x)
 	v.Attrs.Axis, v.Attrs.Start, v.Attrs.End = ax, start, end
 	return v
+}
+
+// transposeVJP is the gradient of transpose.
+func transposeVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	inv := make([]Arg, len(v.Attrs.Perm))
+	for i, p := range v.Attrs.Perm {
+		inv[p] = n(float64(i))
+	}
+	b.acc(a[0], b.op("permute", append([]Arg{t(g)}, inv...)...))
+}
+
+// reshapeVJP is the gradient of reshape.
+func reshapeVJP(b *Grad) {
+	g, a := b.G, b.V.Args
+	b.acc(a[0], b.op("reshape", append([]Arg{t(g)}, dims(a[0].Type.Shape)...)...))
+}
+
+// concatVJP is the gradient of concat.
+func concatVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	off := 0
+	for _, x := range a {
+		l := x.Type.Shape[v.Attrs.Axis]
+		b.acc(x, b.op("slice", t(g), n(float64(v.Attrs.Axis)), n(float64(off)), n(float64(off+l))))
+		off += l
+	}
+}
+
+// sliceVJP is the gradient of slice.
+func sliceVJP(b *Grad) {
+	v, g, a := b.V, b.G, b.V.Args
+	full := a[0].Type.Shape[v.Attrs.Axis]
+	b.acc(a[0], b.op("pad", t(g), n(float64(v.Attrs.Axis)), n(float64(v.Attrs.Start)), n(float64(full-v.Attrs.End))))
 }
