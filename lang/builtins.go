@@ -22,6 +22,16 @@ func init() {
 	langBuiltins = map[string]langBuiltin{"to": toOp, "grad": gradOp, "index": indexOp}
 }
 
+// BuiltinRows are the op-table lines (spec.md) of the calls that are
+// language rather than ops.
+func BuiltinRows() []ops.Row {
+	return []ops.Row{
+		{Call: "`to(x, {placement})`", Shape: "same shape", Text: "explicit conversion; the compiler inserts the boxing"},
+		{Call: "`index(W, i)`", Shape: "drops dim 0", Text: "`W[i]` for an integer constant i: `slice` along dim 0, then `reshape`"},
+		{Call: "`grad(y, x)`", Shape: "`x`'s shape", Text: "∂y/∂x for a float scalar `y` (reverse mode, see [Autodiff](#autodiff)); zeros when `y` does not depend on `x`"},
+	}
+}
+
 // isBuiltin reports a built-in call name.
 func isBuiltin(name string) bool {
 	_, lang := langBuiltins[name]

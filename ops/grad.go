@@ -12,16 +12,36 @@ import (
 // placement duality of backward passes (a B value's gradient is P).
 
 func init() {
-	Register(Op{Name: "relu_grad", Family: "grad", Kind: Helper, Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "gelu_grad", Family: "grad", Kind: Helper, Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}})
-	Register(Op{Name: "softmax_grad", Family: "grad", Kind: Helper, Type: softmaxGradOp, Placement: Rule{Sigs: softmaxGradSigs}})
-	Register(Op{Name: "normalize", Family: "grad", Kind: Helper, Type: normalizeOp, Placement: Rule{Sigs: normalizeSigs}})
-	Register(Op{Name: "normalize_grad", Family: "grad", Kind: Helper, Type: normalizeGradOp, Placement: Rule{Sigs: normalizeGradSigs}})
-	Register(Op{Name: "max_grad", Family: "grad", Kind: Helper, Type: maxGradOp, Placement: Rule{Sigs: maxGradSigs}})
-	Register(Op{Name: "broadcast_to", Family: "grad", Kind: Helper, Type: broadcastToOp, Placement: Rule{Sigs: broadcastToSigs}})
-	Register(Op{Name: "pad", Family: "grad", Kind: Helper, Type: padOp, Placement: Rule{Sigs: alongAxisSigs}})
-	Register(Op{Name: "embedding_grad", Family: "grad", Kind: Helper, Type: embeddingGradOp, Placement: Rule{Sigs: embeddingGradSigs}})
-	Register(Op{Name: "cross_entropy_grad", Family: "grad", Kind: Helper, Type: crossEntropyGradOp, Placement: Rule{Sigs: crossEntropyGradSigs}})
+	Register(Op{Name: "relu_grad", Family: "grad", Kind: Helper, Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)},
+		Doc: Doc{Rows: []Row{{"`relu_grad(x)`", "", "1 where x > 0, else 0"}},
+			Examples: []Example{{"Y = relu_grad(A[m,n]) (also gelu_grad)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}})
+	Register(Op{Name: "gelu_grad", Family: "grad", Kind: Helper, Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)},
+		Doc: Doc{Rows: []Row{{"`gelu_grad(x)`", "", "Φ(x) + x·φ(x), the derivative of exact gelu"}},
+			RulesWith: "relu_grad"}})
+	Register(Op{Name: "softmax_grad", Family: "grad", Kind: Helper, Type: softmaxGradOp, Placement: Rule{Sigs: softmaxGradSigs},
+		Doc: Doc{Rows: []Row{{"`softmax_grad(y, g, axis=-1)`", "", "y·(g − Σ_axis g·y), given softmax's output y"}},
+			Examples: []Example{{"D[m,n] = softmax_grad(Y[m,n], G[m,n], axis=1)", OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}, Axis: 1}}}}})
+	Register(Op{Name: "normalize", Family: "grad", Kind: Helper, Type: normalizeOp, Placement: Rule{Sigs: normalizeSigs},
+		Doc: Doc{Rows: []Row{{"`normalize(x, eps=1e-5)`", "", "(x − μ)/√(σ² + eps) over the last dim"}},
+			Examples: []Example{{"Y[m,n] = normalize(A[m,n])", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}})
+	Register(Op{Name: "normalize_grad", Family: "grad", Kind: Helper, Type: normalizeGradOp, Placement: Rule{Sigs: normalizeGradSigs},
+		Doc: Doc{Rows: []Row{{"`normalize_grad(x, d, eps=1e-5)`", "", "(d − mean(d) − x̂·mean(d·x̂))/σ, the backward of normalize"}},
+			Examples: []Example{{"D[m,n] = normalize_grad(X[m,n], G[m,n])", OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}}}}})
+	Register(Op{Name: "max_grad", Family: "grad", Kind: Helper, Type: maxGradOp, Placement: Rule{Sigs: maxGradSigs},
+		Doc: Doc{Rows: []Row{{"`max_grad(x, y, g[, axis])`", "", "g routed to the maxima of x (y = max(x, axis)), shared equally among ties"}},
+			Examples: []Example{{"D[m,n] = max_grad(X[m,n], Y[m], G[m], 1)", OpDesc{In: [][]int{{4, 4}, {4}, {4}}, Out: []int{4, 4}, Axis: 1}}}}})
+	Register(Op{Name: "broadcast_to", Family: "grad", Kind: Helper, Type: broadcastToOp, Placement: Rule{Sigs: broadcastToSigs},
+		Doc: Doc{Rows: []Row{{"`broadcast_to(x, d0, ...)`", "", "NumPy broadcast to a shape"}},
+			Examples: []Example{{"Y[m,n] = broadcast_to(A[m,1], m, n)", OpDesc{In: [][]int{{4, 1}}, Out: []int{4, 4}}}}}})
+	Register(Op{Name: "pad", Family: "grad", Kind: Helper, Type: padOp, Placement: Rule{Sigs: alongAxisSigs},
+		Doc: Doc{Rows: []Row{{"`pad(x, axis, before, after)`", "", "zeros added along axis"}},
+			Examples: []Example{{"Y[m,n+i+j] = pad(A[m,n], 1, i, j)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 7}, Axis: 1}}}}})
+	Register(Op{Name: "embedding_grad", Family: "grad", Kind: Helper, Type: embeddingGradOp, Placement: Rule{Sigs: embeddingGradSigs},
+		Doc: Doc{Rows: []Row{{"`embedding_grad(idx, g, vocab)`", "", "rows of g scatter-added into a [vocab, hidden] table"}},
+			Examples: []Example{{"D[v,h] = embedding_grad(idx[t], G[t,h], v)", OpDesc{In: [][]int{{4}, {4, 4}}, Out: []int{8, 4}}}}}})
+	Register(Op{Name: "cross_entropy_grad", Family: "grad", Kind: Helper, Type: crossEntropyGradOp, Placement: Rule{Sigs: crossEntropyGradSigs},
+		Doc: Doc{Rows: []Row{{"`cross_entropy_grad(logits, labels, g)`", "", "(softmax(logits) − onehot(labels))·g/N"}},
+			Examples: []Example{{"D[n,c] = cross_entropy_grad(logits[n,c], labels[n], g[])", OpDesc{In: [][]int{{4, 4}, {4}, {}}, Out: []int{4, 4}}}}}})
 }
 
 func softmaxGradSigs(d *OpDesc) []Sig {

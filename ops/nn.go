@@ -21,12 +21,24 @@ import (
 // global count.
 
 func init() {
-	Register(Op{Name: "softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}, Grad: softmaxVJP})
-	Register(Op{Name: "log_softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}, Grad: logSoftmaxVJP})
-	Register(Op{Name: "layernorm", Family: "nn", Type: layernormOp, Placement: Rule{Sigs: layernormSigs}, Grad: layernormVJP})
-	Register(Op{Name: "embedding", Family: "nn", Type: embeddingOp, Placement: Rule{Sigs: embeddingSigs}, Grad: embeddingVJP})
-	Register(Op{Name: "cross_entropy", Family: "loss", Type: crossEntropyOp, Placement: Rule{Sigs: crossEntropySigs}, Grad: crossEntropyVJP})
-	Register(Op{Name: "mse", Family: "loss", Type: mseOp, Placement: Rule{Sigs: mseSigs}, Grad: mseVJP})
+	Register(Op{Name: "softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}, Grad: softmaxVJP,
+		Doc: Doc{Rows: []Row{{"`softmax(a, axis=-1)`, `log_softmax(a, axis=-1)`", "same shape", "max-subtracted, stable"}},
+			Examples: []Example{{"Y[m,n] = softmax(A[m,n], axis=1) (also log_softmax)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}, Axis: 1}}}}})
+	Register(Op{Name: "log_softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}, Grad: logSoftmaxVJP,
+		Doc: Doc{RowsWith: "softmax",
+			RulesWith: "softmax"}})
+	Register(Op{Name: "layernorm", Family: "nn", Type: layernormOp, Placement: Rule{Sigs: layernormSigs}, Grad: layernormVJP,
+		Doc: Doc{Rows: []Row{{"`layernorm(x, gamma, beta, eps=1e-5)`", "`gamma`, `beta` are `[last dim]`", "normalises the last dim: `(x-μ)/√(σ²+eps)·γ+β`, biased variance (PyTorch)"}},
+			Examples: []Example{{"Y[m,n] = layernorm(A[m,n], gamma[n], beta[n])", OpDesc{In: [][]int{{4, 4}, {4}, {4}}, Out: []int{4, 4}}}}}})
+	Register(Op{Name: "embedding", Family: "nn", Type: embeddingOp, Placement: Rule{Sigs: embeddingSigs}, Grad: embeddingVJP,
+		Doc: Doc{Rows: []Row{{"`embedding(W, idx)`", "`W [V, H]` float, `idx` int → `idx.shape + [H]`", "row lookup; an index outside `[0, V)` is a run-time error"}},
+			Examples: []Example{{"Y[t,h] = embedding(W[v,h], idx[t])", OpDesc{In: [][]int{{8, 4}, {4}}, Out: []int{4, 4}}}}}})
+	Register(Op{Name: "cross_entropy", Family: "loss", Type: crossEntropyOp, Placement: Rule{Sigs: crossEntropySigs}, Grad: crossEntropyVJP,
+		Doc: Doc{Rows: []Row{{"`cross_entropy(logits, labels)`", "`[N, C]`, int `[N]` → scalar", "mean over N of `logsumexp(row) - row[label]` (PyTorch's default reduction)"}},
+			Examples: []Example{{"Y[] = cross_entropy(logits[n,c], labels[n])", OpDesc{In: [][]int{{4, 4}, {4}}, Out: []int{}}}}}})
+	Register(Op{Name: "mse", Family: "loss", Type: mseOp, Placement: Rule{Sigs: mseSigs}, Grad: mseVJP,
+		Doc: Doc{Rows: []Row{{"`mse(a, b)`", "equal shapes → scalar", "mean of squared differences"}},
+			Examples: []Example{{"Y[] = mse(A[m,n], B[m,n])", OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{}}}}}})
 }
 
 func softmaxSigs(d *OpDesc) []Sig {

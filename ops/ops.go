@@ -43,6 +43,30 @@ type Op struct {
 	// not differentiable (the gradient helpers: no second derivatives).
 	Grad   GradRule
 	NoGrad bool
+	// Doc is the op's text in spec.md, which package specgen generates.
+	Doc Doc
+}
+
+// Doc is an op's spec text: its lines in the op tables and its examples in
+// the placement-rule tables. An op documented by another op's line or
+// example names that op instead (sub is on add's line), so nothing an op
+// does goes undocumented.
+type Doc struct {
+	Rows      []Row
+	RowsWith  string
+	Examples  []Example
+	RulesWith string
+}
+
+// Row is one line of an op table: how a program writes the call, the
+// shape rule (forward ops) and what it computes.
+type Row struct{ Call, Shape, Text string }
+
+// Example is a use of an op with representative shapes, whose one-axis
+// signatures spec.md lists.
+type Example struct {
+	Form string
+	Desc OpDesc
 }
 
 // TypeRule types one call of an op (see Call).
@@ -113,6 +137,15 @@ func Calls() []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// All lists every op in registration order.
+func All() []*Op {
+	out := make([]*Op, len(order))
+	for i, n := range order {
+		out[i] = registry[n]
+	}
 	return out
 }
 

@@ -34,3 +34,22 @@ func TestRegisterRefusesDuplicates(t *testing.T) {
 	require.Panics(t, func() { Register(Op{Name: "matmul", Family: "matmul"}) })
 	require.Panics(t, func() { RegisterCall("permute", nil) })
 }
+
+// Every op is in spec.md: on its own line of an op table and with its own
+// placement-rule example, or on another op's that it names.
+func TestEveryOpIsDocumented(t *testing.T) {
+	for _, op := range All() {
+		d := op.Doc
+		if op.Type != nil {
+			require.True(t, (len(d.Rows) > 0) != (d.RowsWith != ""), "%s: rows or rows-with, not both", op.Name)
+		}
+		require.True(t, (len(d.Examples) > 0) != (d.RulesWith != ""), "%s: examples or rules-with, not both", op.Name)
+		for _, with := range []string{d.RowsWith, d.RulesWith} {
+			if with != "" {
+				other, ok := Lookup(with)
+				require.True(t, ok, "%s is documented with unknown op %s", op.Name, with)
+				require.Equal(t, op.Family, other.Family, "%s is documented with an op of another family", op.Name)
+			}
+		}
+	}
+}

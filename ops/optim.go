@@ -13,9 +13,15 @@ import (
 // be reduced first.
 
 func init() {
-	Register(Op{Name: "adam_moment", Family: "optim", Kind: Optim, Type: fusedOp(2), Placement: Rule{Sigs: fusedSigs}})
-	Register(Op{Name: "adam_moment2", Family: "optim", Kind: Optim, Type: fusedOp(2), Placement: Rule{Sigs: fusedSigs}})
-	Register(Op{Name: "adam_update", Family: "optim", Kind: Optim, Type: fusedOp(3), Placement: Rule{Sigs: fusedSigs}})
+	Register(Op{Name: "adam_moment", Family: "optim", Kind: Optim, Type: fusedOp(2), Placement: Rule{Sigs: fusedSigs},
+		Doc: Doc{Rows: []Row{{"`adam_moment(m, g, beta)`", "", "beta·m + (1 − beta)·g"}},
+			RulesWith: "adam_update"}})
+	Register(Op{Name: "adam_moment2", Family: "optim", Kind: Optim, Type: fusedOp(2), Placement: Rule{Sigs: fusedSigs},
+		Doc: Doc{Rows: []Row{{"`adam_moment2(v, g, beta)`", "", "beta·v + (1 − beta)·g²"}},
+			RulesWith: "adam_update"}})
+	Register(Op{Name: "adam_update", Family: "optim", Kind: Optim, Type: fusedOp(3), Placement: Rule{Sigs: fusedSigs},
+		Doc: Doc{Rows: []Row{{"`adam_update(p, m, v, step, root_bc2, eps, decay)`", "", "p·decay − step·m / (√v / root_bc2 + eps)"}},
+			Examples: []Example{{"P'[m,n] = adam_update(P, M, V, step, root_bc2, eps, decay) (also adam_moment, adam_moment2)", OpDesc{In: [][]int{{4, 4}, {4, 4}, {4, 4}, {}, {}, {}, {}}, Out: []int{4, 4}}}}}})
 }
 
 func fusedSigs(d *OpDesc) []Sig {

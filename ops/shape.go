@@ -13,10 +13,19 @@ import (
 // split only where it provably maps to a split of the output (see reshapeSigs).
 
 func init() {
-	Register(Op{Name: "transpose", Family: "shape", Type: transposeOp, Placement: Rule{Sigs: transposeSigs}, Grad: transposeVJP})
-	Register(Op{Name: "reshape", Family: "shape", Type: reshapeOp, Placement: Rule{Sigs: reshapeSigs, NdOK: reshapeNdOK}, Grad: reshapeVJP})
-	Register(Op{Name: "concat", Family: "shape", Type: concatOp, Placement: Rule{Sigs: alongAxisSigs}, Grad: concatVJP})
-	Register(Op{Name: "slice", Family: "shape", Type: sliceOp, Placement: Rule{Sigs: alongAxisSigs}, Grad: sliceVJP})
+	Register(Op{Name: "transpose", Family: "shape", Type: transposeOp, Placement: Rule{Sigs: transposeSigs}, Grad: transposeVJP,
+		Doc: Doc{Rows: []Row{{"`transpose(a)` / `transpose(a, d0, d1)`", "swaps the last two dims / d0 and d1", ""},
+			{"`permute(a, p0, p1, ...)`", "output dim i is input dim `p_i`", ""}},
+			Examples: []Example{{"Y[n,m] = transpose(A[m,n])", OpDesc{In: [][]int{{4, 6}}, Out: []int{6, 4}, Perm: []int{1, 0}}}}}})
+	Register(Op{Name: "reshape", Family: "shape", Type: reshapeOp, Placement: Rule{Sigs: reshapeSigs, NdOK: reshapeNdOK}, Grad: reshapeVJP,
+		Doc: Doc{Rows: []Row{{"`reshape(a, d0, d1, ...)`", "same element count; one dim may be `-1`", "row-major"}},
+			Examples: []Example{{"Y[a,b,n] = reshape(A[a·b,n], a, b, n)", OpDesc{In: [][]int{{8, 4}}, Out: []int{2, 4, 4}}}}}})
+	Register(Op{Name: "concat", Family: "shape", Type: concatOp, Placement: Rule{Sigs: alongAxisSigs}, Grad: concatVJP,
+		Doc: Doc{Rows: []Row{{"`concat(a, b, ..., axis=0)`", "equal dims except `axis`", ""}},
+			Examples: []Example{{"Y[m1+m2,n] = concat(A[m1,n], B[m2,n], axis=0)", OpDesc{In: [][]int{{4, 4}, {2, 4}}, Out: []int{6, 4}, Axis: 0}}}}})
+	Register(Op{Name: "slice", Family: "shape", Type: sliceOp, Placement: Rule{Sigs: alongAxisSigs}, Grad: sliceVJP,
+		Doc: Doc{Rows: []Row{{"`slice(a, axis, start, end)`", "dim `axis` becomes `end-start`; `0 ≤ start < end ≤ n`", ""}},
+			Examples: []Example{{"Y[m,j-i] = slice(A[m,n], 1, i, j)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 2}, Axis: 1}}}}})
 	RegisterCall("permute", permuteOp)
 }
 
