@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/meshrun/meshrun/ad"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/stdlib"
@@ -56,7 +57,7 @@ type Checker struct {
 	// onFinal hooks run when a watched value's adjoint is complete.
 	onFinal map[*Value]func(g *Value) *Value
 	// grads caches the backward graph built for each differentiated scalar.
-	grads map[*Value]*adjoints
+	grads map[*Value]*ad.Adjoints
 	// Last is the value of the last bare expression statement (REPL).
 	Last *Value
 }
@@ -169,7 +170,7 @@ func (c *Checker) touch(v *Value) {
 
 type snapshot struct {
 	values, outputs int
-	grads           map[*Value]*adjoints
+	grads           map[*Value]*ad.Adjoints
 	globals         map[string]*Value
 	funcs           map[string]*FuncDef
 	modules         map[string]map[string]*FuncDef

@@ -22,6 +22,9 @@ func numOp(f float64) operand { return operand{num: &f} }
 // arg is the operand as an op's argument (a placement literal is not one).
 func (a operand) arg() ops.Arg { return ops.Arg{V: a.v, Num: a.num, Str: a.str} }
 
+// fromArg is an op's argument as an operand.
+func fromArg(a ops.Arg) operand { return operand{v: a.V, num: a.Num, str: a.Str} }
+
 func (c *Checker) expr(e *Expr) operand {
 	left := c.term(e.Left)
 	for _, op := range e.Ops {

@@ -266,11 +266,11 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 			if v.Op != "param" || !v.Type.DType.IsFloat() {
 				continue
 			}
-			g := adj.of[v]
+			g := adj.Of[v]
 			if seen := seenBy[v]; seen != v && tr.Zero >= 2 {
-				g = adj.of[seen] // reduced in the backward (onFinal)
+				g = adj.Of[seen] // reduced in the backward (onFinal)
 			} else if view := tr.Views[v]; view != nil {
-				g = adj.of[view] // reduce the half gradient, cast it up after
+				g = adj.Of[view] // reduce the half gradient, cast it up after
 			}
 			if g == nil {
 				continue

@@ -3,7 +3,9 @@
 // rule (Call in, a typed value out, or the first problem), its placement
 // rule (the one-axis SBP signatures, handed on to package sbp, whose
 // inference and boxing read them), its gradient and its spec text.
-// Adding an op is one Register call here plus one kernel per backend.
+// Adding an op is one Register call here plus one kernel per backend. A
+// family file holds its registrations, then its placement signatures, type
+// rules and gradients.
 //
 // Placement rules are data: every one-axis signature (input placements →
 // output placement) under which computing the op locally on every device
