@@ -7,19 +7,8 @@ import (
 	"github.com/meshrun/meshrun/ops"
 )
 
-// Builder is how the pass extends the graph. The checker implements it:
-// the values it adds carry their call sites and checkpoint marks, and a
-// type error (a bug in a gradient rule) becomes its error, reported at the
-// value's position, with an invalid value returned in place of a panic.
-type Builder interface {
-	Graph() *ir.Graph
-	// Apply applies an op through its type rule (package ops).
-	Apply(pos ir.Pos, name string, kw map[string]ops.Arg, args ...ops.Arg) *ir.Value
-	// Add appends a value built by hand (a repeated gather, a recomputation).
-	Add(v *ir.Value) *ir.Value
-	// Const is a scalar constant.
-	Const(f float64, dt ir.DType, pos ir.Pos) *ir.Value
-}
+// Builder is how the pass extends the graph (ops.Builder).
+type Builder = ops.Builder
 
 // Adjoints is the backward graph of one scalar: Of maps each value to its
 // adjoint (nil: the scalar does not depend on it through a float path).

@@ -31,7 +31,7 @@ func gradOp(c *Checker, b *ops.Call, raw []operand) *Value {
 	if g == nil {
 		// y does not depend on x: the gradient is zero
 		zero := c.constValue(numOp(0), x.Type.DType, b.Pos)
-		g = c.mk(b.Pos, "broadcast_to", append([]operand{{v: zero}}, dims(x.Type.Shape)...), nil)
+		g = builder{c}.Apply(b.Pos, "broadcast_to", nil, append([]ops.Arg{ops.T(zero)}, ops.Dims(x.Type.Shape)...)...)
 		if len(x.Type.Shape) == 0 {
 			g = zero
 		}
@@ -39,16 +39,6 @@ func gradOp(c *Checker, b *ops.Call, raw []operand) *Value {
 	// grad returns the adjoint value itself: mark it with the name the
 	// assignment gives it, through an identity conversion-free alias
 	return g
-}
-
-func strp(s string) *string { return &s }
-
-func dims(shape []int) []operand {
-	var out []operand
-	for _, d := range shape {
-		out = append(out, numOp(float64(d)))
-	}
-	return out
 }
 
 // backward builds (once per y) the adjoints of every value on a path from a
@@ -60,7 +50,7 @@ func (c *Checker) backward(y *Value) (*ad.Adjoints, error) {
 	if a, ok := c.grads[y]; ok {
 		return a, nil
 	}
-	adj, err := ad.Backward(adBuilder{c}, y, c.onFinal)
+	adj, err := ad.Backward(builder{c}, y, c.onFinal)
 	if err != nil {
 		return nil, err
 	}
@@ -68,16 +58,17 @@ func (c *Checker) backward(y *Value) (*ad.Adjoints, error) {
 	return adj, nil
 }
 
-// adBuilder lends the checker's graph building to package ad.
-type adBuilder struct{ c *Checker }
+// builder lends the checker's graph building to the passes over the IR
+// (packages ad and train).
+type builder struct{ c *Checker }
 
-func (b adBuilder) Graph() *Graph       { return b.c.g }
-func (b adBuilder) Add(v *Value) *Value { return b.c.add(v) }
-func (b adBuilder) Const(f float64, dt DType, pos Pos) *Value {
+func (b builder) Graph() *Graph       { return b.c.g }
+func (b builder) Add(v *Value) *Value { return b.c.add(v) }
+func (b builder) Const(f float64, dt DType, pos Pos) *Value {
 	return b.c.constValue(numOp(f), dt, pos)
 }
 
-func (b adBuilder) Apply(pos Pos, name string, kw map[string]ops.Arg, args ...ops.Arg) *Value {
+func (b builder) Apply(pos Pos, name string, kw map[string]ops.Arg, args ...ops.Arg) *Value {
 	vals := make([]operand, len(args))
 	for i, a := range args {
 		vals[i] = fromArg(a)
@@ -91,5 +82,3 @@ func (b adBuilder) Apply(pos Pos, name string, kw map[string]ops.Arg, args ...op
 	}
 	return b.c.mk(pos, name, vals, kwo)
 }
-
-func t(v *Value) operand { return operand{v: v} }

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/sbp"
+	"github.com/meshrun/meshrun/train"
 )
 
 // A train block turns the program into one training step, repeated:
@@ -15,32 +17,16 @@ import (
 //	    steps = 20
 //	}
 //
-// The checker evaluates the block's statements in their own scope, then
-// builds, as ordinary graph values: the backward graph of loss with respect
-// to every float param it depends on (autodiff.go), optional gradient
-// clipping, and the optimizer's update. Each step's new parameters and
-// optimizer states are "carried" into the next step. Per-step scalars (the
-// learning rate after its schedule, Adam's bias corrections) are "hyper"
-// sources the trainer feeds every step.
-//
-// ZeRO is a choice of storage placement: with zero = 1 the optimizer
-// states are split over the data-parallel axis; 2 also consumes gradients
-// in that split form (reduce-scatter rather than all-reduce); 3 also stores
-// the parameters split and all-gathers them for the forward and again for
-// the backward. The collectives are ordinary boxing. The data-parallel
-// axis is named by data_axis = NAME or follows from the inputs (dataAxis).
+// The checker evaluates the block's settings, then its statements in their
+// own scope (once per micro-batch), differentiates the loss (package ad)
+// and hands the rest of the step to package train, whose doc says what a
+// step holds. With ZeRO-3 or mixed precision the statements see each
+// param through its gather or half-precision copy.
 
 // trainSettings are the train block's assignments that configure the step
 // rather than compute in it.
 var trainSettings = map[string]bool{"steps": true, "zero": true, "clip": true, "optimizer": true, "schedule": true,
 	"accumulate": true, "batch": true, "precision": true, "data_axis": true}
-
-var optimizerDefaults = map[string]Optimizer{
-	"sgd":      {Kind: "sgd"},
-	"momentum": {Kind: "momentum", Momentum: 0.9},
-	"adam":     {Kind: "adam", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
-	"adamw":    {Kind: "adamw", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01},
-}
 
 func (c *Checker) trainBlock(tb *TrainBlock) {
 	if c.scope != nil {
@@ -128,8 +114,14 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	}
 	tr.Optimizer = opt
 	if tr.Zero > 0 || dataAxis != nil {
-		ax, ok := c.dataAxis(tb, dataAxis, tr.Zero)
-		if !ok {
+		named, pos := "", tb.Pos
+		if dataAxis != nil {
+			_, named = initCall(dataAxis.Value)
+			pos = dataAxis.Value.Pos
+		}
+		ax, err := train.DataAxis(c.g, named, tr.Zero)
+		if err != nil {
+			c.errorf(pos, "%v", err)
 			return
 		}
 		tr.DataAxis = ax
@@ -149,7 +141,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		seen := v
 		if tr.Precision != "" {
 			// the forward computes with a half copy of the f32 master weight
-			seen = c.mk(v.Pos, "cast", []operand{{v: v}, {str: strp(tr.Precision)}}, nil)
+			seen = builder{c}.Apply(v.Pos, "cast", nil, ops.T(v), ops.Str(tr.Precision))
 			seen.Name = name + "." + tr.Precision
 			tr.Views[v] = seen
 		}
@@ -161,7 +153,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		if tr.Zero == 3 || (tr.Zero >= 1 && tr.Precision != "") {
 			compute := v.Declared
 			c.touch(v) // a failed train block leaves the param as declared
-			v.Declared = zeroStorage(v, compute, tr.DataAxis)
+			v.Declared = train.Storage(v, compute, tr.DataAxis)
 			// with mixed precision seen is the cast of the local shard, so
 			// the gather moves 2-byte values
 			g := c.add(&Value{Op: "to", Type: seen.Type, Args: []*Value{seen}, Pos: v.Pos, Declared: compute, Name: name + ".gathered"})
@@ -180,7 +172,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		defer func() { c.onFinal = nil }()
 		for p, seen := range seenBy {
 			p := p
-			st := zeroStorage(p, p.Declared, tr.DataAxis)
+			st := train.Storage(p, p.Declared, tr.DataAxis)
 			c.onFinal[seen] = func(g *Value) *Value {
 				r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tb.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
 				tr.Reduced[p] = true
@@ -204,9 +196,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	for micro := 0; micro < k; micro++ {
 		for _, name := range c.globalsInOrder() {
 			if x, ok := inputs[name]; ok {
-				mb := c.microBatch(x, micro, k, tb.Pos)
+				mb := train.MicroBatch(builder{c}, x, micro, k, tb.Pos)
 				if tr.Precision != "" && mb.Type.DType.IsFloat() {
-					mb = c.mk(tb.Pos, "cast", []operand{{v: mb}, {str: strp(tr.Precision)}}, nil)
+					mb = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(mb), ops.Str(tr.Precision))
 				}
 				c.override[name] = operand{v: mb}
 			}
@@ -242,7 +234,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		}
 		loss := lossOp.v
 		if loss.Type.DType != F32 && tr.Precision != "" {
-			loss = c.mk(tb.Pos, "cast", []operand{{v: loss}, {str: strp("f32")}}, nil)
+			loss = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(loss), ops.Str("f32"))
 		}
 		if k > 1 {
 			// micro-batches of equal size: the step's loss is their mean
@@ -290,7 +282,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	if len(c.errs) > nerr {
 		return
 	}
-	c.buildStep(tr)
+	if err := train.Step(builder{c}, tr); err != nil {
+		c.errorf(tb.Pos, "%v", err)
+	}
 	if len(c.errs) > nerr {
 		return
 	}
@@ -307,7 +301,7 @@ func (c *Checker) optimizer(a *Assign) (Optimizer, bool) {
 		c.errorf(a.Value.Pos, "optimizer must be sgd(...), momentum(...), adam(...) or adamw(...)")
 		return Optimizer{}, false
 	}
-	opt, ok := optimizerDefaults[call.Name]
+	opt, ok := train.Defaults[call.Name]
 	if !ok {
 		c.errorf(call.Pos, "unknown optimizer %q (want sgd, momentum, adam or adamw)", call.Name)
 		return Optimizer{}, false

@@ -17,6 +17,19 @@ type Arg struct {
 	Str *string
 }
 
+// T, N, Str and Dims make arguments: a tensor, a number, a string, and a
+// shape's dims as numbers.
+func T(v *ir.Value) Arg { return Arg{V: v} }
+func N(f float64) Arg   { return Arg{Num: &f} }
+func Str(s string) Arg  { return Arg{Str: &s} }
+func Dims(shape []int) []Arg {
+	var out []Arg
+	for _, d := range shape {
+		out = append(out, N(float64(d)))
+	}
+	return out
+}
+
 // Call is one application of an op being type-checked. A type rule reads
 // its arguments through Call's methods, which record the first problem
 // (Err); keyword arguments a rule consumes are deleted from Kw, so the

@@ -228,69 +228,69 @@ func addVJP(b *Grad) {
 func subVJP(b *Grad) {
 	g, a := b.G, b.V.Args
 	b.acc(a[0], b.unbroadcast(g, a[0].Type.Shape))
-	b.acc(a[1], b.unbroadcast(b.op("neg", t(g)), a[1].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("neg", T(g)), a[1].Type.Shape))
 }
 
 // mulVJP is the gradient of mul.
 func mulVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.unbroadcast(b.op("mul", t(g), t(b.val(a[1]))), a[0].Type.Shape))
-	b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(b.val(a[0]))), a[1].Type.Shape))
+	b.acc(a[0], b.unbroadcast(b.op("mul", T(g), T(b.val(a[1]))), a[0].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("mul", T(g), T(b.val(a[0]))), a[1].Type.Shape))
 }
 
 // divVJP is the gradient of div.
 func divVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	b.acc(a[0], b.unbroadcast(b.op("div", t(g), t(b.val(a[1]))), a[0].Type.Shape))
-	b.acc(a[1], b.unbroadcast(b.op("neg", t(b.op("div", t(b.op("mul", t(g), t(b.val(v)))), t(b.val(a[1]))))), a[1].Type.Shape))
+	b.acc(a[0], b.unbroadcast(b.op("div", T(g), T(b.val(a[1]))), a[0].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("neg", T(b.op("div", T(b.op("mul", T(g), T(b.val(v)))), T(b.val(a[1]))))), a[1].Type.Shape))
 }
 
 // negVJP is the gradient of neg.
 func negVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.op("neg", t(g)))
+	b.acc(a[0], b.op("neg", T(g)))
 }
 
 // expVJP is the gradient of exp.
 func expVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	b.acc(a[0], b.op("mul", t(g), t(b.val(v))))
+	b.acc(a[0], b.op("mul", T(g), T(b.val(v))))
 }
 
 // logVJP is the gradient of log.
 func logVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.op("div", t(g), t(b.val(a[0]))))
+	b.acc(a[0], b.op("div", T(g), T(b.val(a[0]))))
 }
 
 // sqrtVJP is the gradient of sqrt.
 func sqrtVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	b.acc(a[0], b.op("div", t(b.op("mul", t(g), n(0.5))), t(b.val(v))))
+	b.acc(a[0], b.op("div", T(b.op("mul", T(g), N(0.5))), T(b.val(v))))
 }
 
 // tanhVJP is the gradient of tanh.
 func tanhVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	b.acc(a[0], b.op("mul", t(g), t(b.op("sub", n(1), t(b.op("mul", t(b.val(v)), t(b.val(v))))))))
+	b.acc(a[0], b.op("mul", T(g), T(b.op("sub", N(1), T(b.op("mul", T(b.val(v)), T(b.val(v))))))))
 }
 
 // sigmoidVJP is the gradient of sigmoid.
 func sigmoidVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	b.acc(a[0], b.op("mul", t(g), t(b.op("mul", t(b.val(v)), t(b.op("sub", n(1), t(b.val(v))))))))
+	b.acc(a[0], b.op("mul", T(g), T(b.op("mul", T(b.val(v)), T(b.op("sub", N(1), T(b.val(v))))))))
 }
 
 // reluVJP is the gradient of relu.
 func reluVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.op("mul", t(g), t(b.op("relu_grad", t(b.val(a[0]))))))
+	b.acc(a[0], b.op("mul", T(g), T(b.op("relu_grad", T(b.val(a[0]))))))
 }
 
 // geluVJP is the gradient of gelu.
 func geluVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.op("mul", t(g), t(b.op("gelu_grad", t(b.val(a[0]))))))
+	b.acc(a[0], b.op("mul", T(g), T(b.op("gelu_grad", T(b.val(a[0]))))))
 }
 
 // minMaxVJP is the gradient of minimum and maximum.
@@ -298,24 +298,24 @@ func minMaxVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
 	// the gradient goes to the operand that was chosen; ties go to the
 	// second (relu_grad is 1 only for a strictly positive difference)
-	d := b.op("sub", t(b.val(a[1])), t(b.val(a[0])))
+	d := b.op("sub", T(b.val(a[1])), T(b.val(a[0])))
 	if v.Op == "maximum" {
-		d = b.op("neg", t(d))
+		d = b.op("neg", T(d))
 	}
-	first := b.op("relu_grad", t(d))
-	b.acc(a[0], b.unbroadcast(b.op("mul", t(g), t(first)), a[0].Type.Shape))
-	b.acc(a[1], b.unbroadcast(b.op("mul", t(g), t(b.op("sub", n(1), t(first)))), a[1].Type.Shape))
+	first := b.op("relu_grad", T(d))
+	b.acc(a[0], b.unbroadcast(b.op("mul", T(g), T(first)), a[0].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("mul", T(g), T(b.op("sub", N(1), T(first)))), a[1].Type.Shape))
 }
 
 // whereVJP is the gradient of where.
 func whereVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[1], b.unbroadcast(b.op("where", t(b.val(a[0])), t(g), n(0)), a[1].Type.Shape))
-	b.acc(a[2], b.unbroadcast(b.op("where", t(b.val(a[0])), n(0), t(g)), a[2].Type.Shape))
+	b.acc(a[1], b.unbroadcast(b.op("where", T(b.val(a[0])), T(g), N(0)), a[1].Type.Shape))
+	b.acc(a[2], b.unbroadcast(b.op("where", T(b.val(a[0])), N(0), T(g)), a[2].Type.Shape))
 }
 
 // castVJP is the gradient of cast.
 func castVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.op("cast", t(g), Arg{Str: strp(a[0].Type.DType.String())}))
+	b.acc(a[0], b.op("cast", T(g), Str(a[0].Type.DType.String())))
 }

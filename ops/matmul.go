@@ -89,17 +89,17 @@ func matmulVJP(b *Grad) {
 // matmul: dA = g·Bᵀ and dB = Aᵀ·g, summed over batch dims an operand
 // lacks. A batched A against a 2-D B folds the batch into rows for dB.
 func matmulBoth(b *Grad, A, B, g *ir.Value) {
-	swap := func(x *ir.Value) *ir.Value { return b.op("transpose", t(b.val(x))) }
-	b.acc(A, b.unbroadcast(b.op("matmul", t(g), t(swap(B))), A.Type.Shape))
+	swap := func(x *ir.Value) *ir.Value { return b.op("transpose", T(b.val(x))) }
+	b.acc(A, b.unbroadcast(b.op("matmul", T(g), T(swap(B))), A.Type.Shape))
 	if !b.Active(B) {
 		return
 	}
 	if B.Type.Rank() == 2 && A.Type.Rank() > 2 {
 		k, nn := A.Type.Shape[A.Type.Rank()-1], g.Type.Shape[g.Type.Rank()-1]
-		a2 := b.op("reshape", t(b.val(A)), n(-1), n(float64(k)))
-		g2 := b.op("reshape", t(g), n(-1), n(float64(nn)))
-		b.acc(B, b.op("matmul", t(swap(a2)), t(g2)))
+		a2 := b.op("reshape", T(b.val(A)), N(-1), N(float64(k)))
+		g2 := b.op("reshape", T(g), N(-1), N(float64(nn)))
+		b.acc(B, b.op("matmul", T(swap(a2)), T(g2)))
 		return
 	}
-	b.acc(B, b.unbroadcast(b.op("matmul", t(swap(A)), t(g)), B.Type.Shape))
+	b.acc(B, b.unbroadcast(b.op("matmul", T(swap(A)), T(g)), B.Type.Shape))
 }

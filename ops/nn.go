@@ -190,42 +190,42 @@ func mseOp(b *Call) *ir.Value {
 // softmaxVJP is the gradient of softmax.
 func softmaxVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	b.acc(a[0], b.op("softmax_grad", t(b.val(v)), t(g), n(float64(v.Attrs.Axis))))
+	b.acc(a[0], b.op("softmax_grad", T(b.val(v)), T(g), N(float64(v.Attrs.Axis))))
 }
 
 // logSoftmaxVJP is the gradient of log_softmax.
 func logSoftmaxVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	s := b.keepdim(b.op("sum", t(g), n(float64(v.Attrs.Axis))), g, v.Attrs.Axis)
-	b.acc(a[0], b.op("sub", t(g), t(b.op("mul", t(b.op("exp", t(b.val(v)))), t(s)))))
+	s := b.keepdim(b.op("sum", T(g), N(float64(v.Attrs.Axis))), g, v.Attrs.Axis)
+	b.acc(a[0], b.op("sub", T(g), T(b.op("mul", T(b.op("exp", T(b.val(v)))), T(s)))))
 }
 
 // layernormVJP is the gradient of layernorm.
 func layernormVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	eps := map[string]Arg{"eps": n(v.Attrs.Eps)}
-	xh := b.opKw("normalize", eps, t(b.val(a[0])))
-	b.acc(a[1], b.sumToLast(b.op("mul", t(g), t(xh))))
+	eps := map[string]Arg{"eps": N(v.Attrs.Eps)}
+	xh := b.opKw("normalize", eps, T(b.val(a[0])))
+	b.acc(a[1], b.sumToLast(b.op("mul", T(g), T(xh))))
 	b.acc(a[2], b.sumToLast(g))
-	b.acc(a[0], b.opKw("normalize_grad", map[string]Arg{"eps": n(v.Attrs.Eps)}, t(b.val(a[0])), t(b.op("mul", t(g), t(b.val(a[1]))))))
+	b.acc(a[0], b.opKw("normalize_grad", map[string]Arg{"eps": N(v.Attrs.Eps)}, T(b.val(a[0])), T(b.op("mul", T(g), T(b.val(a[1]))))))
 }
 
 // embeddingVJP is the gradient of embedding.
 func embeddingVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.op("embedding_grad", t(b.val(a[1])), t(g), n(float64(a[0].Type.Shape[0]))))
+	b.acc(a[0], b.op("embedding_grad", T(b.val(a[1])), T(g), N(float64(a[0].Type.Shape[0]))))
 }
 
 // crossEntropyVJP is the gradient of cross_entropy.
 func crossEntropyVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.op("cross_entropy_grad", t(b.val(a[0])), t(b.val(a[1])), t(g)))
+	b.acc(a[0], b.op("cross_entropy_grad", T(b.val(a[0])), T(b.val(a[1])), T(g)))
 }
 
 // mseVJP is the gradient of mse.
 func mseVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	d := b.op("mul", t(b.op("sub", t(b.val(a[0])), t(b.val(a[1])))), t(b.op("mul", t(g), n(2/float64(a[0].Type.Numel())))))
+	d := b.op("mul", T(b.op("sub", T(b.val(a[0])), T(b.val(a[1])))), T(b.op("mul", T(g), N(2/float64(a[0].Type.Numel())))))
 	b.acc(a[0], d)
-	b.acc(a[1], b.op("neg", t(d)))
+	b.acc(a[1], b.op("neg", T(d)))
 }

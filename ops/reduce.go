@@ -100,21 +100,21 @@ func sumVJP(b *Grad) {
 		count = x.Type.Shape[v.Attrs.Axis]
 	}
 	if v.Op == "mean" {
-		gk = b.op("mul", t(gk), n(1/float64(count)))
+		gk = b.op("mul", T(gk), N(1/float64(count)))
 	}
 	if x.Type.Rank() == 0 {
 		b.acc(x, gk)
 		return
 	}
-	b.acc(x, b.op("broadcast_to", append([]Arg{t(gk)}, dims(x.Type.Shape)...)...))
+	b.acc(x, b.op("broadcast_to", append([]Arg{T(gk)}, Dims(x.Type.Shape)...)...))
 }
 
 // maxVJP is the gradient of max.
 func maxVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
-	args := []Arg{t(b.val(a[0])), t(b.val(v)), t(g)}
+	args := []Arg{T(b.val(a[0])), T(b.val(v)), T(g)}
 	if v.Attrs.Axis >= 0 {
-		args = append(args, n(float64(v.Attrs.Axis)))
+		args = append(args, N(float64(v.Attrs.Axis)))
 	}
 	b.acc(a[0], b.op("max_grad", args...))
 }

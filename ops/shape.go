@@ -343,15 +343,15 @@ func transposeVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
 	inv := make([]Arg, len(v.Attrs.Perm))
 	for i, p := range v.Attrs.Perm {
-		inv[p] = n(float64(i))
+		inv[p] = N(float64(i))
 	}
-	b.acc(a[0], b.op("permute", append([]Arg{t(g)}, inv...)...))
+	b.acc(a[0], b.op("permute", append([]Arg{T(g)}, inv...)...))
 }
 
 // reshapeVJP is the gradient of reshape.
 func reshapeVJP(b *Grad) {
 	g, a := b.G, b.V.Args
-	b.acc(a[0], b.op("reshape", append([]Arg{t(g)}, dims(a[0].Type.Shape)...)...))
+	b.acc(a[0], b.op("reshape", append([]Arg{T(g)}, Dims(a[0].Type.Shape)...)...))
 }
 
 // concatVJP is the gradient of concat.
@@ -360,7 +360,7 @@ func concatVJP(b *Grad) {
 	off := 0
 	for _, x := range a {
 		l := x.Type.Shape[v.Attrs.Axis]
-		b.acc(x, b.op("slice", t(g), n(float64(v.Attrs.Axis)), n(float64(off)), n(float64(off+l))))
+		b.acc(x, b.op("slice", T(g), N(float64(v.Attrs.Axis)), N(float64(off)), N(float64(off+l))))
 		off += l
 	}
 }
@@ -369,5 +369,5 @@ func concatVJP(b *Grad) {
 func sliceVJP(b *Grad) {
 	v, g, a := b.V, b.G, b.V.Args
 	full := a[0].Type.Shape[v.Attrs.Axis]
-	b.acc(a[0], b.op("pad", t(g), n(float64(v.Attrs.Axis)), n(float64(v.Attrs.Start)), n(float64(full-v.Attrs.End))))
+	b.acc(a[0], b.op("pad", T(g), N(float64(v.Attrs.Axis)), N(float64(v.Attrs.Start)), N(float64(full-v.Attrs.End))))
 }

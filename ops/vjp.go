@@ -31,30 +31,17 @@ func (b *Grad) opKw(name string, kw map[string]Arg, args ...Arg) *ir.Value {
 func (b *Grad) val(x *ir.Value) *ir.Value { return b.Val(x) }
 func (b *Grad) acc(x, contrib *ir.Value)  { b.Acc(x, contrib) }
 
-func t(v *ir.Value) Arg     { return Arg{V: v} }
-func n(f float64) Arg       { return Arg{Num: &f} }
-func strp(s string) *string { return &s }
-
-// dims are a shape as number arguments.
-func dims(shape []int) []Arg {
-	var out []Arg
-	for _, d := range shape {
-		out = append(out, n(float64(d)))
-	}
-	return out
-}
-
 // unbroadcast sums g down to shape: over leading dims g has and shape
 // lacks, and over dims where shape has 1 and g more.
 func (b *Grad) unbroadcast(g *ir.Value, shape []int) *ir.Value {
 	for g.Type.Rank() > len(shape) {
-		g = b.op("sum", t(g), n(0))
+		g = b.op("sum", T(g), N(0))
 	}
 	for i, d := range shape {
 		if d == 1 && g.Type.Shape[i] != 1 {
 			keep := append([]int{}, g.Type.Shape...)
 			keep[i] = 1
-			g = b.op("reshape", append([]Arg{t(b.op("sum", t(g), n(float64(i))))}, dims(keep)...)...)
+			g = b.op("reshape", append([]Arg{T(b.op("sum", T(g), N(float64(i))))}, Dims(keep)...)...)
 		}
 	}
 	return g
@@ -64,13 +51,13 @@ func (b *Grad) unbroadcast(g *ir.Value, shape []int) *ir.Value {
 func (b *Grad) keepdim(r *ir.Value, x *ir.Value, axis int) *ir.Value {
 	keep := append([]int{}, x.Type.Shape...)
 	keep[axis] = 1
-	return b.op("reshape", append([]Arg{t(r)}, dims(keep)...)...)
+	return b.op("reshape", append([]Arg{T(r)}, Dims(keep)...)...)
 }
 
 // sumToLast sums every dim but the last: [.., h] → [h].
 func (b *Grad) sumToLast(x *ir.Value) *ir.Value {
 	for x.Type.Rank() > 1 {
-		x = b.op("sum", t(x), n(0))
+		x = b.op("sum", T(x), N(0))
 	}
 	return x
 }
