@@ -1,9 +1,6 @@
 package lang
 
 import (
-	"fmt"
-	"math"
-
 	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/sbp"
 	"github.com/meshrun/meshrun/train"
@@ -23,9 +20,9 @@ import (
 // step holds. With ZeRO-3 or mixed precision the statements see each
 // param through its gather or half-precision copy.
 
-// trainSettings are the train block's assignments that configure the step
+// settingNames are the train block's assignments that configure the step
 // rather than compute in it.
-var trainSettings = map[string]bool{"steps": true, "zero": true, "clip": true, "optimizer": true, "schedule": true,
+var settingNames = map[string]bool{"steps": true, "zero": true, "clip": true, "optimizer": true, "schedule": true,
 	"accumulate": true, "batch": true, "precision": true, "data_axis": true}
 
 func (c *Checker) trainBlock(tb *TrainBlock) {
@@ -41,98 +38,63 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		c.errorf(tb.Pos, "declare a mesh before the train block")
 		return
 	}
-	tr := &Train{Pos: tb.Pos, Steps: 1, Accumulate: 1, Schedule: Schedule{Kind: "constant"}, Grads: map[*Value]*Value{}, Hyper: map[string]*Value{}}
 	nerr := len(c.errs)
-	opt, optSet := Optimizer{}, false
-	var dataAxis *Assign // data_axis = NAME
 	// settings first: zero changes how the loss sees the params
-	for _, s := range tb.Body {
-		a := s.Assign
-		if a == nil {
-			continue
+	tr, ok := c.trainSettings(tb)
+	if !ok {
+		return
+	}
+	c.override = map[string]operand{}
+	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
+	seenBy := c.paramViews(tr)
+	if tr.Zero >= 2 {
+		c.onFinal = c.reduceWhenFinal(tr, seenBy)
+		defer func() { c.onFinal = nil }()
+	}
+	if tr.Precision == "f16" {
+		// dynamic loss scaling (PyTorch's GradScaler): the trainer feeds the scale
+		tr.Hyper["loss_scale"] = c.add(&Value{Op: "hyper", Type: Type{DType: F32, Shape: []int{}}, Name: "loss_scale", Pos: tb.Pos,
+			Declared: sbp.Broadcasts(c.g.Mesh.NumAxes()), Attrs: Attrs{Init: &Init{Kind: "fed"}}})
+	}
+	inputs := c.trainInputs(tb, tr)
+	if len(c.errs) > nerr {
+		return
+	}
+	tr.Grads = map[*Value]*Value{}
+	for micro := 0; micro < tr.Accumulate; micro++ {
+		loss, ok := c.microStep(tb, tr, inputs, seenBy, micro)
+		if !ok {
+			return
 		}
-		switch a.Name {
-		case "steps", "zero", "clip", "accumulate", "batch":
-			op := c.expr(a.Value)
-			if op.num == nil {
-				if !op.bad {
-					c.errorf(a.Value.Pos, "%s must be a number", a.Name)
-				}
-				continue
-			}
-			f := *op.num
-			switch a.Name {
-			case "steps":
-				if f < 1 || f != math.Trunc(f) || f > 1e9 {
-					c.errorf(a.Value.Pos, "steps must be a positive integer")
-				}
-				tr.Steps = int(f)
-			case "zero":
-				if f != 0 && f != 1 && f != 2 && f != 3 {
-					c.errorf(a.Value.Pos, "zero must be 0, 1, 2 or 3 (the ZeRO paper's stages)")
-				}
-				tr.Zero = int(f)
-			case "clip":
-				if f <= 0 {
-					c.errorf(a.Value.Pos, "clip must be a positive gradient norm")
-				}
-				tr.Clip = f
-			case "accumulate", "batch":
-				if f < 1 || f != math.Trunc(f) || f > 1<<30 {
-					c.errorf(a.Value.Pos, "%s must be a positive integer", a.Name)
-				}
-				if a.Name == "accumulate" {
-					tr.Accumulate = int(f)
-				} else {
-					tr.Batch = int(f)
-				}
-			}
-		case "optimizer":
-			opt, optSet = c.optimizer(a)
-		case "precision":
-			_, name := initCall(a.Value)
-			switch name {
-			case "bf16", "f16", "f32":
-				if name != "f32" {
-					tr.Precision = name
-				}
-			default:
-				c.errorf(a.Value.Pos, "precision must be bf16, f16 or f32")
-			}
-		case "schedule":
-			c.schedule(a, tr)
-		case "data_axis":
-			dataAxis = a
+		if tr.Loss == nil {
+			tr.Loss = loss
+		} else {
+			tr.Loss = c.mk(tb.Pos, "add", []operand{{v: tr.Loss}, {v: loss}}, nil)
 		}
 	}
 	if len(c.errs) > nerr {
 		return
 	}
-	if !optSet {
-		c.errorf(tb.Pos, "the train block needs an optimizer, e.g. optimizer = adam(lr=0.001)")
+	if err := train.Step(builder{c}, tr); err != nil {
+		c.errorf(tb.Pos, "%v", err)
+	}
+	if len(c.errs) > nerr {
 		return
 	}
-	tr.Optimizer = opt
-	if tr.Zero > 0 || dataAxis != nil {
-		named, pos := "", tb.Pos
-		if dataAxis != nil {
-			_, named = initCall(dataAxis.Value)
-			pos = dataAxis.Value.Pos
-		}
-		ax, err := train.DataAxis(c.g, named, tr.Zero)
-		if err != nil {
-			c.errorf(pos, "%v", err)
-			return
-		}
-		tr.DataAxis = ax
+	c.g.Train = tr
+	c.g.Outputs = append(c.g.Outputs, &Output{Name: "loss", Value: tr.Loss, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
+	if tr.FoundInf != nil {
+		c.g.Outputs = append(c.g.Outputs, &Output{Name: "found_inf", Value: tr.FoundInf, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
 	}
-	// the body, in its own scope; with zero = 3 every param is seen through
-	// an all-gather from its split storage
-	c.override = map[string]operand{}
-	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
+}
+
+// paramViews returns, for each float param, the value the block's forward
+// uses, and makes the block's statements see it: the param itself, its
+// half-precision copy, or (ZeRO-3, or ZeRO with mixed precision) the
+// all-gather of its split storage.
+func (c *Checker) paramViews(tr *Train) map[*Value]*Value {
 	tr.Views = map[*Value]*Value{}
-	tr.Reduced = map[*Value]bool{}
-	seenBy := map[*Value]*Value{} // param → the value its forward uses
+	seenBy := map[*Value]*Value{}
 	for _, name := range c.globalsInOrder() {
 		v := c.globals[name]
 		if v.Op != "param" || !v.Type.DType.IsFloat() {
@@ -165,211 +127,113 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		}
 		seenBy[v] = seen
 	}
-	if tr.Zero >= 2 {
-		// ZeRO-2/3: reduce-scatter each gradient the moment the backward
-		// completes it, so full gradients never pile up
-		c.onFinal = map[*Value]func(*Value) *Value{}
-		defer func() { c.onFinal = nil }()
-		for p, seen := range seenBy {
-			p := p
-			st := train.Storage(p, p.Declared, tr.DataAxis)
-			c.onFinal[seen] = func(g *Value) *Value {
-				r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tb.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
-				tr.Reduced[p] = true
-				return r
-			}
+	return seenBy
+}
+
+// reduceWhenFinal is, for ZeRO-2/3, the backward hooks that reduce-scatter
+// each gradient the moment the backward completes it, so full gradients
+// never pile up.
+func (c *Checker) reduceWhenFinal(tr *Train, seenBy map[*Value]*Value) map[*Value]func(*Value) *Value {
+	tr.Reduced = map[*Value]bool{}
+	hooks := map[*Value]func(*Value) *Value{}
+	for p, seen := range seenBy {
+		st := train.Storage(p, p.Declared, tr.DataAxis)
+		hooks[seen] = func(g *Value) *Value {
+			r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tr.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
+			tr.Reduced[p] = true
+			return r
 		}
 	}
-	var scale *Value
-	if tr.Precision == "f16" {
-		// dynamic loss scaling (PyTorch's GradScaler): the trainer feeds the scale
-		scale = c.add(&Value{Op: "hyper", Type: Type{DType: F32, Shape: []int{}}, Name: "loss_scale", Pos: tb.Pos, Declared: sbp.Broadcasts(c.g.Mesh.NumAxes()), Attrs: Attrs{Init: &Init{Kind: "fed"}}})
-		tr.Hyper["loss_scale"] = scale
-	}
-	inputs := c.trainInputs(tb, tr)
-	if len(c.errs) > nerr {
-		return
-	}
+	return hooks
+}
+
+// microStep checks the block's statements on micro-batch micro of the
+// inputs, differentiates its loss and adds its gradients to tr.Grads. Each
+// micro-batch's backward follows its forward, so only one micro-batch's
+// activations are alive at a time. It returns the micro-batch's share of
+// the step's loss.
+func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value, seenBy map[*Value]*Value, micro int) (*Value, bool) {
+	nerr := len(c.errs)
 	k := tr.Accumulate
-	tr.Grads = map[*Value]*Value{}
-	var total *Value
-	for micro := 0; micro < k; micro++ {
-		for _, name := range c.globalsInOrder() {
-			if x, ok := inputs[name]; ok {
-				mb := train.MicroBatch(builder{c}, x, micro, k, tb.Pos)
-				if tr.Precision != "" && mb.Type.DType.IsFloat() {
-					mb = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(mb), ops.Str(tr.Precision))
-				}
-				c.override[name] = operand{v: mb}
+	for _, name := range c.globalsInOrder() {
+		if x, ok := inputs[name]; ok {
+			mb := train.MicroBatch(builder{c}, x, micro, k, tb.Pos)
+			if tr.Precision != "" && mb.Type.DType.IsFloat() {
+				mb = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(mb), ops.Str(tr.Precision))
 			}
-		}
-		c.scope, c.fn = map[string]operand{}, "train"
-		for _, s := range tb.Body {
-			if s.Assign != nil {
-				if trainSettings[s.Assign.Name] {
-					continue
-				}
-				c.stmt(s)
-				continue
-			}
-			if s.For != nil {
-				c.stmt(s)
-				continue
-			}
-			if micro == 0 {
-				c.errorf(s.Pos, "a train block holds assignments and for loops only (loss = ..., optimizer = ..., steps = ...)")
-			}
-		}
-		if len(c.errs) > nerr {
-			return
-		}
-		lossOp, ok := c.scope["loss"]
-		if !ok {
-			c.errorf(tb.Pos, "the train block needs loss = ...")
-			return
-		}
-		if lossOp.v == nil || lossOp.v.Type.Rank() != 0 || !lossOp.v.Type.DType.IsFloat() {
-			c.errorf(tb.Pos, "loss must be a float scalar")
-			return
-		}
-		loss := lossOp.v
-		if loss.Type.DType != F32 && tr.Precision != "" {
-			loss = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(loss), ops.Str("f32"))
-		}
-		if k > 1 {
-			// micro-batches of equal size: the step's loss is their mean
-			loss = c.mk(tb.Pos, "mul", []operand{{v: loss}, numOp(1 / float64(k))}, nil)
-		}
-		seed := loss
-		if scale != nil {
-			seed = c.mk(tb.Pos, "mul", []operand{{v: loss}, {v: scale}}, nil)
-		}
-		if len(c.errs) > nerr {
-			return // an internal error built an invalid loss
-		}
-		// each micro-batch's backward follows its forward, so only one
-		// micro-batch's activations are alive at a time
-		adj, err := c.backward(seed)
-		if err != nil {
-			c.errorf(tb.Pos, "%v", err)
-			return
-		}
-		for _, v := range c.g.Values[:loss.ID] {
-			if v.Op != "param" || !v.Type.DType.IsFloat() {
-				continue
-			}
-			g := adj.Of[v]
-			if seen := seenBy[v]; seen != v && tr.Zero >= 2 {
-				g = adj.Of[seen] // reduced in the backward (onFinal)
-			} else if view := tr.Views[v]; view != nil {
-				g = adj.Of[view] // reduce the half gradient, cast it up after
-			}
-			if g == nil {
-				continue
-			}
-			if prev := tr.Grads[v]; prev != nil {
-				g = c.mk(tb.Pos, "add", []operand{{v: prev}, {v: g}}, nil)
-			}
-			tr.Grads[v] = g
-		}
-		if total == nil {
-			total = loss
-		} else {
-			total = c.mk(tb.Pos, "add", []operand{{v: total}, {v: loss}}, nil)
+			c.override[name] = operand{v: mb}
 		}
 	}
-	tr.Loss = total
-	if len(c.errs) > nerr {
-		return
-	}
-	if err := train.Step(builder{c}, tr); err != nil {
-		c.errorf(tb.Pos, "%v", err)
-	}
-	if len(c.errs) > nerr {
-		return
-	}
-	c.g.Train = tr
-	c.g.Outputs = append(c.g.Outputs, &Output{Name: "loss", Value: tr.Loss, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
-	if tr.FoundInf != nil {
-		c.g.Outputs = append(c.g.Outputs, &Output{Name: "found_inf", Value: tr.FoundInf, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
-	}
-}
-
-func (c *Checker) optimizer(a *Assign) (Optimizer, bool) {
-	call, _ := initCall(a.Value)
-	if call == nil || call.Module != "" {
-		c.errorf(a.Value.Pos, "optimizer must be sgd(...), momentum(...), adam(...) or adamw(...)")
-		return Optimizer{}, false
-	}
-	opt, ok := train.Defaults[call.Name]
+	loss, ok := c.trainBody(tb, micro == 0)
 	if !ok {
-		c.errorf(call.Pos, "unknown optimizer %q (want sgd, momentum, adam or adamw)", call.Name)
-		return Optimizer{}, false
+		return nil, false
 	}
-	fields := map[string]*float64{"lr": &opt.LR}
-	switch opt.Kind {
-	case "momentum":
-		fields["momentum"] = &opt.Momentum
-	case "adam", "adamw":
-		fields["beta1"], fields["beta2"], fields["eps"] = &opt.Beta1, &opt.Beta2, &opt.Eps
-		fields["weight_decay"] = &opt.WeightDecay
+	if loss.Type.DType != F32 && tr.Precision != "" {
+		loss = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(loss), ops.Str("f32"))
 	}
-	lrSet := false
-	for _, arg := range call.Args {
-		dst, ok := fields[arg.Name]
-		if arg.Name == "" || !ok {
-			c.errorf(arg.Pos, "%s takes keyword arguments: %s", call.Name, keys(fields))
-			return Optimizer{}, false
+	if k > 1 {
+		// micro-batches of equal size: the step's loss is their mean
+		loss = c.mk(tb.Pos, "mul", []operand{{v: loss}, numOp(1 / float64(k))}, nil)
+	}
+	seed := loss
+	if scale := tr.Hyper["loss_scale"]; scale != nil {
+		seed = c.mk(tb.Pos, "mul", []operand{{v: loss}, {v: scale}}, nil)
+	}
+	if len(c.errs) > nerr {
+		return nil, false // an internal error built an invalid loss
+	}
+	adj, err := c.backward(seed)
+	if err != nil {
+		c.errorf(tb.Pos, "%v", err)
+		return nil, false
+	}
+	for _, v := range c.g.Values[:loss.ID] {
+		if v.Op != "param" || !v.Type.DType.IsFloat() {
+			continue
 		}
-		op := c.expr(arg.Value)
-		if op.num == nil || *op.num < 0 {
-			c.errorf(arg.Pos, "%s must be a number >= 0", arg.Name)
-			return Optimizer{}, false
+		g := adj.Of[v]
+		if seen := seenBy[v]; seen != v && tr.Zero >= 2 {
+			g = adj.Of[seen] // reduced in the backward (reduceWhenFinal)
+		} else if view := tr.Views[v]; view != nil {
+			g = adj.Of[view] // reduce the half gradient, cast it up after
 		}
-		*dst = *op.num
-		lrSet = lrSet || arg.Name == "lr"
+		if g == nil {
+			continue
+		}
+		if prev := tr.Grads[v]; prev != nil {
+			g = c.mk(tb.Pos, "add", []operand{{v: prev}, {v: g}}, nil)
+		}
+		tr.Grads[v] = g
 	}
-	if !lrSet {
-		c.errorf(call.Pos, "%s needs lr=...", call.Name)
-		return Optimizer{}, false
-	}
-	return opt, true
+	return loss, true
 }
 
-func keys(m map[string]*float64) string {
-	var ks []string
-	for _, k := range []string{"lr", "momentum", "beta1", "beta2", "eps", "weight_decay"} {
-		if _, ok := m[k]; ok {
-			ks = append(ks, k)
+// trainBody checks the block's statements (not its settings) in a fresh
+// scope and returns its loss; report says whether to report statements a
+// train block cannot hold (once, not per micro-batch).
+func (c *Checker) trainBody(tb *TrainBlock, report bool) (*Value, bool) {
+	nerr := len(c.errs)
+	c.scope, c.fn = map[string]operand{}, "train"
+	for _, s := range tb.Body {
+		switch {
+		case s.Assign != nil && settingNames[s.Assign.Name]:
+		case s.Assign != nil, s.For != nil:
+			c.stmt(s)
+		case report:
+			c.errorf(s.Pos, "a train block holds assignments and for loops only (loss = ..., optimizer = ..., steps = ...)")
 		}
 	}
-	return fmt.Sprint(ks)
-}
-
-func (c *Checker) schedule(a *Assign, tr *Train) {
-	call, name := initCall(a.Value)
-	if name == "constant" {
-		return
+	if len(c.errs) > nerr {
+		return nil, false
 	}
-	if call == nil || call.Name != "cosine" {
-		c.errorf(a.Value.Pos, "schedule must be constant or cosine(warmup=N, min_lr=X)")
-		return
+	lossOp, ok := c.scope["loss"]
+	if !ok {
+		c.errorf(tb.Pos, "the train block needs loss = ...")
+		return nil, false
 	}
-	tr.Schedule.Kind = "cosine"
-	for _, arg := range call.Args {
-		op := c.expr(arg.Value)
-		if op.num == nil || *op.num < 0 {
-			c.errorf(arg.Pos, "cosine takes warmup=N and min_lr=X, numbers >= 0")
-			return
-		}
-		switch arg.Name {
-		case "warmup":
-			tr.Schedule.Warmup = int(*op.num)
-		case "min_lr":
-			tr.Schedule.MinLR = *op.num
-		default:
-			c.errorf(arg.Pos, "cosine takes warmup=N and min_lr=X")
-			return
-		}
+	if lossOp.v == nil || lossOp.v.Type.Rank() != 0 || !lossOp.v.Type.DType.IsFloat() {
+		c.errorf(tb.Pos, "loss must be a float scalar")
+		return nil, false
 	}
+	return lossOp.v, true
 }

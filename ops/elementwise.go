@@ -16,8 +16,7 @@ func init() {
 		Doc: Doc{Rows: []Row{{"`a + b`, `a - b`, `a * b`, `a / b`", "NumPy broadcast", "elementwise"}},
 			Examples: []Example{{"Y[m,n] = A[m,n] + B[n] (also sub)", OpDesc{In: [][]int{{4, 4}, {4}}, Out: []int{4, 4}}}}}})
 	Register(Op{Name: "sub", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: subVJP,
-		Doc: Doc{RowsWith: "add",
-			RulesWith: "add"}})
+		Doc: Doc{RowsWith: "add", RulesWith: "add"}})
 	Register(Op{Name: "mul", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: mulVJP,
 		Doc: Doc{RowsWith: "add",
 			Examples: []Example{{"Y[m,n] = A[m,n] * B[m,n]", OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}}}}})
@@ -28,8 +27,7 @@ func init() {
 		Doc: Doc{Rows: []Row{{"`minimum(a, b)`, `maximum(a, b)`", "NumPy broadcast", "elementwise; the gradient goes to the chosen operand (ties: to b)"}},
 			Examples: []Example{{"Y[m,n] = minimum(A[m,n], B[m,n]) (also maximum)", OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}}}}})
 	Register(Op{Name: "maximum", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: minMaxVJP,
-		Doc: Doc{RowsWith: "minimum",
-			RulesWith: "minimum"}})
+		Doc: Doc{RowsWith: "minimum", RulesWith: "minimum"}})
 	Register(Op{Name: "neg", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(true)}, Grad: negVJP,
 		Doc: Doc{Rows: []Row{{"`-a`, `neg(a)`, `exp`, `log`, `sqrt`, `tanh`, `relu`, `sigmoid`", "same shape", "elementwise; `sigmoid(x) = 1/(1+e^-x)`"}},
 			Examples: []Example{{"Y[m,n] = -A[m,n]", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}})
@@ -37,23 +35,18 @@ func init() {
 		Doc: Doc{RowsWith: "neg",
 			Examples: []Example{{"Y = f(A[m,n]) for exp log sqrt tanh relu gelu sigmoid", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}})
 	Register(Op{Name: "log", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: logVJP,
-		Doc: Doc{RowsWith: "neg",
-			RulesWith: "exp"}})
+		Doc: Doc{RowsWith: "neg", RulesWith: "exp"}})
 	Register(Op{Name: "sqrt", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: sqrtVJP,
-		Doc: Doc{RowsWith: "neg",
-			RulesWith: "exp"}})
+		Doc: Doc{RowsWith: "neg", RulesWith: "exp"}})
 	Register(Op{Name: "tanh", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: tanhVJP,
-		Doc: Doc{RowsWith: "neg",
-			RulesWith: "exp"}})
+		Doc: Doc{RowsWith: "neg", RulesWith: "exp"}})
 	Register(Op{Name: "relu", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: reluVJP,
-		Doc: Doc{RowsWith: "neg",
-			RulesWith: "exp"}})
+		Doc: Doc{RowsWith: "neg", RulesWith: "exp"}})
 	Register(Op{Name: "gelu", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: geluVJP,
 		Doc: Doc{Rows: []Row{{"`gelu(a)`", "same shape", "the exact form, PyTorch's default: `x·Φ(x) = ½x(1 + erf(x/√2))`"}},
 			RulesWith: "exp"}})
 	Register(Op{Name: "sigmoid", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: sigmoidVJP,
-		Doc: Doc{RowsWith: "neg",
-			RulesWith: "exp"}})
+		Doc: Doc{RowsWith: "neg", RulesWith: "exp"}})
 	Register(Op{Name: "cast", Family: "unary", Type: castOp, Placement: Rule{Sigs: unarySigs(true)}, Grad: castVJP,
 		Doc: Doc{Rows: []Row{{"`cast(x, \"bf16\")`", "same shape", "to another float dtype (`\"f32\"`, `\"f64\"`, `\"bf16\"`, `\"f16\"`), rounded to nearest even"}},
 			RulesWith: "neg"}})

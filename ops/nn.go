@@ -25,8 +25,7 @@ func init() {
 		Doc: Doc{Rows: []Row{{"`softmax(a, axis=-1)`, `log_softmax(a, axis=-1)`", "same shape", "max-subtracted, stable"}},
 			Examples: []Example{{"Y[m,n] = softmax(A[m,n], axis=1) (also log_softmax)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}, Axis: 1}}}}})
 	Register(Op{Name: "log_softmax", Family: "nn", Type: softmaxOp, Placement: Rule{Sigs: softmaxSigs}, Grad: logSoftmaxVJP,
-		Doc: Doc{RowsWith: "softmax",
-			RulesWith: "softmax"}})
+		Doc: Doc{RowsWith: "softmax", RulesWith: "softmax"}})
 	Register(Op{Name: "layernorm", Family: "nn", Type: layernormOp, Placement: Rule{Sigs: layernormSigs}, Grad: layernormVJP,
 		Doc: Doc{Rows: []Row{{"`layernorm(x, gamma, beta, eps=1e-5)`", "`gamma`, `beta` are `[last dim]`", "normalises the last dim: `(x-μ)/√(σ²+eps)·γ+β`, biased variance (PyTorch)"}},
 			Examples: []Example{{"Y[m,n] = layernorm(A[m,n], gamma[n], beta[n])", OpDesc{In: [][]int{{4, 4}, {4}, {4}}, Out: []int{4, 4}}}}}})

@@ -16,8 +16,7 @@ func init() {
 		Doc: Doc{Rows: []Row{{"`sum(a)`, `mean(a)`, `max(a)`", "scalar", "over all elements"}, {"`sum(a, axis)`, `mean(a, axis)`, `max(a, axis)`", "the axis is removed", "`mean` divides by the global size of the axis"}},
 			Examples: []Example{{"Y[m] = sum(A[m,n], axis=1) (also mean)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4}, Axis: 1}}, {"Y[] = sum(A[m,n]) (all dims; also mean)", OpDesc{In: [][]int{{4, 4}}, Out: []int{}, Axis: -1}}}}})
 	Register(Op{Name: "mean", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}, Grad: sumVJP,
-		Doc: Doc{RowsWith: "sum",
-			RulesWith: "sum"}})
+		Doc: Doc{RowsWith: "sum", RulesWith: "sum"}})
 	Register(Op{Name: "max", Family: "reduce", Type: reduceOp, Placement: Rule{Sigs: reduceSigs}, Grad: maxVJP,
 		Doc: Doc{RowsWith: "sum",
 			Examples: []Example{{"Y[m] = max(A[m,n], axis=1)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4}, Axis: 1}}}}})
