@@ -2,6 +2,7 @@ package ad
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
@@ -22,58 +23,16 @@ type Adjoints struct {
 // float source to the scalar y. onFinal hooks run when a watched value's
 // adjoint is complete (nil: none); a hook returns the adjoint to keep.
 func Backward(b Builder, y *ir.Value, onFinal map[*ir.Value]func(g *ir.Value) *ir.Value) (*Adjoints, error) {
-	values := b.Graph().Values
-	// active: depends on a float source, and y depends on it
-	dependsOnSource := map[*ir.Value]bool{}
-	for _, v := range values[:y.ID+1] {
-		if v.IsSource() && v.Type.DType.IsFloat() {
-			dependsOnSource[v] = true
-			continue
-		}
-		for _, a := range v.Args {
-			if dependsOnSource[a] && v.Type.DType.IsFloat() {
-				dependsOnSource[v] = true
-			}
-		}
-	}
-	needed := map[*ir.Value]bool{y: true}
-	for i := y.ID; i >= 0; i-- {
-		v := values[i]
-		if needed[v] {
-			for _, a := range v.Args {
-				needed[a] = true
-			}
-		}
-	}
+	values := b.Graph().Values[:y.ID+1]
+	active, needed := activeValues(values), neededValues(values, y)
 	adj := &Adjoints{Of: map[*ir.Value]*ir.Value{}, regather: map[*ir.Value]*ir.Value{}, remat: map[*ir.Value]*ir.Value{}}
-	one := b.Const(1, y.Type.DType, y.Pos)
-	adj.Of[y] = one
-	// A watched value's adjoint is complete once the backward has visited
-	// its first consumer (the backward runs in reverse program order): the
-	// hook runs there, e.g. to reduce-scatter a ZeRO-2 gradient as soon as
-	// it exists instead of after the whole backward.
-	finalAt := map[int][]*ir.Value{}
-	for w := range onFinal {
-		first := -1
-		for _, v := range values[w.ID+1 : y.ID+1] {
-			if !needed[v] || !dependsOnSource[v] {
-				continue
-			}
-			for _, a := range v.Args {
-				if a == w && first < 0 {
-					first = v.ID
-				}
-			}
-		}
-		if first >= 0 {
-			finalAt[first] = append(finalAt[first], w)
-		}
-	}
+	adj.Of[y] = b.Const(1, y.Type.DType, y.Pos)
+	finalAt := finalPoints(values, onFinal, func(v *ir.Value) bool { return needed[v] && active[v] })
 	for i := y.ID; i >= 0; i-- {
 		v := values[i]
 		g := adj.Of[v]
-		if g != nil && needed[v] && dependsOnSource[v] && !v.IsSource() {
-			bw := &vjp{b: b, v: v, g: g, adj: adj, active: dependsOnSource}
+		if g != nil && needed[v] && active[v] && !v.IsSource() {
+			bw := &vjp{b: b, v: v, g: g, adj: adj, active: active}
 			if err := bw.run(); err != nil {
 				return nil, err
 			}
@@ -85,6 +44,61 @@ func Backward(b Builder, y *ir.Value, onFinal map[*ir.Value]func(g *ir.Value) *i
 		}
 	}
 	return adj, nil
+}
+
+// activeValues are the float values that depend on a float source: the
+// ones that can have an adjoint.
+func activeValues(values []*ir.Value) map[*ir.Value]bool {
+	active := map[*ir.Value]bool{}
+	for _, v := range values {
+		if v.IsSource() && v.Type.DType.IsFloat() {
+			active[v] = true
+			continue
+		}
+		for _, a := range v.Args {
+			if active[a] && v.Type.DType.IsFloat() {
+				active[v] = true
+			}
+		}
+	}
+	return active
+}
+
+// neededValues are the values y depends on.
+func neededValues(values []*ir.Value, y *ir.Value) map[*ir.Value]bool {
+	needed := map[*ir.Value]bool{y: true}
+	for i := y.ID; i >= 0; i-- {
+		if v := values[i]; needed[v] {
+			for _, a := range v.Args {
+				needed[a] = true
+			}
+		}
+	}
+	return needed
+}
+
+// finalPoints says where each watched value's adjoint is complete: once
+// the backward (in reverse program order) has visited its first consumer
+// that takes part. The hook runs there, e.g. to reduce-scatter a ZeRO-2
+// gradient as soon as it exists instead of after the whole backward.
+func finalPoints(values []*ir.Value, watched map[*ir.Value]func(*ir.Value) *ir.Value, takesPart func(*ir.Value) bool) map[int][]*ir.Value {
+	at := map[int][]*ir.Value{}
+	for w := range watched {
+		first := -1
+		for _, v := range values[w.ID+1:] {
+			if takesPart(v) && first < 0 && slices.Contains(v.Args, w) {
+				first = v.ID
+			}
+		}
+		if first >= 0 {
+			at[first] = append(at[first], w)
+		}
+	}
+	for _, ws := range at {
+		// hooks build values: run them in program order, not map order
+		slices.SortFunc(ws, func(a, b *ir.Value) int { return a.ID - b.ID })
+	}
+	return at
 }
 
 // vjp applies one op's vector-Jacobian product.
