@@ -26,16 +26,18 @@ func newREPL() *Checker {
 	return NewChecker("<repl>", nil, CheckOptions{AllowExprStmt: true})
 }
 
+// replDecls declare W and x on two devices.
+var replDecls = []string{
+	"mesh M = [dp=2]",
+	"param W : f32[4, 4] {B} = normal(0, 1)",
+	"input x : f32[8, 4] {S(0)} = ones",
+}
+
 // A train block that fails after ZeRO-3 has chosen the params' split
 // storage leaves them as declared: the REPL shows what the program says.
 func TestFailedTrainBlockLeavesParamsAsDeclared(t *testing.T) {
 	c := newREPL()
-	errs := replStmts(t, c,
-		"mesh M = [dp=2]",
-		"param W : f32[4, 4] {B} = normal(0, 1)",
-		"input x : f32[8, 4] {S(0)} = ones",
-		"train {\n loss = sum(x @ W)\n optimizer = adam(lr=0.1)\n zero = 3\n l2 = nope(W)\n}",
-	)
+	errs := replStmts(t, c, append(replDecls, "train {\n loss = sum(x @ W)\n optimizer = adam(lr=0.1)\n zero = 3\n l2 = nope(W)\n}")...)
 	require.NoError(t, errs[2])
 	require.ErrorContains(t, errs[3], `unknown function "nope"`)
 	g := c.Graph()
@@ -55,13 +57,7 @@ func TestFailedTrainBlockLeavesParamsAsDeclared(t *testing.T) {
 // statement made (grad returns the adjoint the first grad built).
 func TestFailedAssignKeepsEarlierValuesUnnamed(t *testing.T) {
 	c := newREPL()
-	errs := replStmts(t, c,
-		"mesh M = [dp=2]",
-		"param W : f32[4, 4] {B} = normal(0, 1)",
-		"input x : f32[8, 4] {S(0)} = ones",
-		"l = sum(x @ W)",
-		"grad(l, W)",
-	)
+	errs := replStmts(t, c, append(replDecls, "l = sum(x @ W)", "grad(l, W)")...)
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
