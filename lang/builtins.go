@@ -1,450 +1,183 @@
 package lang
 
 import (
-	"fmt"
-	"math"
+	"errors"
 	"slices"
+
+	"github.com/meshrun/meshrun/ops"
 )
 
-// The built-in ops and their type rules (dtype and shape). Placement rules
-// live in package sbp, one file per op family; every op here has one there
-// (a test checks it).
+// Calls of built-in functions. Ops — their type, placement and gradient
+// rules — are registered in package ops; the few calls here are language,
+// not ops: to() takes a placement literal, grad() runs autodiff and
+// index() is sugar for a slice and a reshape.
 
-type builtinFn func(c *Checker, b *binder) *Value
+// langBuiltin checks a language call; raw holds its operands as evaluated
+// (to() needs its placement literal).
+type langBuiltin func(c *Checker, b *ops.Call, raw []operand) *Value
 
-// binder holds one call's arguments while a builtin checks them.
-type binder struct {
-	name string
-	pos  Pos
-	args []operand
-	kw   map[string]operand
-	ok   bool
-}
-
-var builtins map[string]builtinFn
+var langBuiltins map[string]langBuiltin
 
 func init() {
-	builtins = map[string]builtinFn{
-		"matmul": matmulOp, "add": binaryOp, "sub": binaryOp, "mul": binaryOp, "div": binaryOp,
-		"minimum": binaryOp, "maximum": binaryOp,
-		"neg": unaryOp, "exp": unaryOp, "log": unaryOp, "sqrt": unaryOp, "tanh": unaryOp,
-		"relu": unaryOp, "gelu": unaryOp, "sigmoid": unaryOp,
-		"softmax": softmaxOp, "log_softmax": softmaxOp, "layernorm": layernormOp,
-		"sum": reduceOp, "mean": reduceOp, "max": reduceOp,
-		"transpose": transposeOp, "permute": permuteOp, "reshape": reshapeOp,
-		"concat": concatOp, "slice": sliceOp, "embedding": embeddingOp,
-		"cross_entropy": crossEntropyOp, "mse": mseOp, "to": toOp,
-	}
-	builtins["grad"] = gradOp // assigned apart: these refer to builtins
-	builtins["index"] = indexOp
-	builtins["cast"] = castOp
-	builtins["where"] = whereOp
-	builtins["nonfinite"] = nonfiniteOp
+	langBuiltins = map[string]langBuiltin{"to": toOp, "grad": gradOp, "index": indexOp}
 }
 
-// BuiltinOps lists the IR op names the builtins produce (for rule coverage tests).
-func BuiltinOps() []string {
-	return []string{"matmul", "add", "sub", "mul", "div", "minimum", "maximum", "neg", "exp", "log", "sqrt", "tanh", "relu", "gelu",
-		"sigmoid", "softmax", "log_softmax", "layernorm", "sum", "mean", "max", "transpose", "reshape",
-		"concat", "slice", "embedding", "cross_entropy", "mse", "const", "cast", "where", "nonfinite"}
+// BuiltinRows are the op-table lines (spec.md) of the calls that are
+// language rather than ops.
+func BuiltinRows() []ops.Row {
+	return []ops.Row{
+		{Call: "`to(x, {placement})`", Shape: "same shape", Text: "explicit conversion; the compiler inserts the boxing"},
+		{Call: "`index(W, i)`", Shape: "drops dim 0", Text: "`W[i]` for an integer constant i: `slice` along dim 0, then `reshape`"},
+		{Call: "`grad(y, x)`", Shape: "`x`'s shape", Text: "∂y/∂x for a float scalar `y` (reverse mode, see [Autodiff](#autodiff)); zeros when `y` does not depend on `x`"},
+	}
+}
+
+// isBuiltin reports a built-in call name.
+func isBuiltin(name string) bool {
+	_, lang := langBuiltins[name]
+	_, op := ops.TypeOf(name)
+	return lang || op
+}
+
+// builtinNames lists the built-in call names (for "did you mean").
+func builtinNames() []string {
+	names := ops.Calls()
+	for n := range langBuiltins {
+		names = append(names, n)
+	}
+	return names
+}
+
+// BuiltinOps lists the forward IR ops (for rule coverage tests).
+func BuiltinOps() []string { return ops.Names(ops.Forward) }
+
+// GradOps lists the gradient helper ops.
+func GradOps() []string { return ops.Names(ops.Helper) }
+
+// OptimOps lists the fused optimizer ops.
+func OptimOps() []string { return ops.Names(ops.Optim) }
+
+// Broadcast computes NumPy's broadcast of two shapes (ops.Broadcast).
+func Broadcast(a, b []int) ([]int, bool) { return ops.Broadcast(a, b) }
+
+// newCall prepares a call for a type rule; numbers used as tensors become
+// scalar constants at the call's position.
+func (c *Checker) newCall(pos Pos, name string, args []operand, kw map[string]operand) *ops.Call {
+	b := &ops.Call{Name: name, Pos: pos, Kw: map[string]ops.Arg{}}
+	for _, a := range args {
+		b.Args = append(b.Args, a.arg())
+	}
+	for k, a := range kw {
+		b.Kw[k] = a.arg()
+	}
+	b.Const = func(f float64, dt DType) *Value { return c.constValue(numOp(f), dt, pos) }
+	return b
+}
+
+// typeRule runs the rule of a built-in call: the result (not yet in the
+// graph, except grad's adjoint), or nil with the problem in b.Err() or
+// already reported.
+func (c *Checker) typeRule(b *ops.Call, raw []operand) *Value {
+	if f, ok := langBuiltins[b.Name]; ok {
+		return f(c, b, raw)
+	}
+	rule, _ := ops.TypeOf(b.Name)
+	return rule(b)
 }
 
 func (c *Checker) apply(pos Pos, name string, args []operand, kw map[string]operand) operand {
 	for _, a := range args {
-		if a.bad {
+		if a.bad || invalid(a.v) {
 			return operand{bad: true}
 		}
 	}
-	b := &binder{name: name, pos: pos, args: args, kw: kw, ok: true}
-	v := builtins[name](c, b)
-	if v == nil {
+	b := c.newCall(pos, name, args, kw)
+	v := c.typeRule(b, args)
+	if msg := b.Err(); msg != "" {
+		c.errorf(pos, "%s", msg)
 		return operand{bad: true}
 	}
-	for k := range b.kw {
+	if v == nil || invalid(v) {
+		return operand{bad: true}
+	}
+	for k := range b.Kw {
 		c.errorf(pos, "%s has no argument %q", name, k)
 		return operand{bad: true}
 	}
-	if v.ID < len(c.g.Values) && c.g.Values[v.ID] == v {
+	if c.g.Has(v) {
 		return operand{v: v} // an existing value (grad returns an adjoint)
 	}
 	return operand{v: c.add(v)}
 }
 
-func (c *Checker) fail(b *binder, format string, args ...any) *Value {
-	if b.ok {
-		c.errorf(b.pos, format, args...)
-	}
-	b.ok = false
-	return nil
-}
-
-func (c *Checker) nargs(b *binder, lo, hi int) bool {
-	if len(b.args) < lo || len(b.args) > hi {
-		want := fmt.Sprint(lo)
-		if hi != lo {
-			want = fmt.Sprintf("%d to %d", lo, hi)
-		}
-		c.fail(b, "%s takes %s arguments, got %d", b.name, want, len(b.args))
-		return false
-	}
-	return true
-}
-
-// tensor returns argument i as a tensor; numbers become scalar constants of
-// dtype like (or f32 when like is nil).
-func (c *Checker) tensor(b *binder, i int, like *Value) *Value {
-	a := b.args[i]
-	if a.v != nil {
-		return a.v
-	}
-	if a.num != nil {
-		dt := F32
-		if like != nil {
-			dt = like.Type.DType
-		}
-		return c.constValue(a, dt, b.pos)
-	}
-	c.fail(b, "argument %d of %s must be a tensor", i+1, b.name)
-	return nil
-}
-
-func (c *Checker) floatTensor(b *binder, v *Value) bool {
-	if v != nil && !v.Type.DType.IsFloat() {
-		c.fail(b, "%s needs a float tensor, got %s", b.name, v.Type)
-		return false
-	}
-	return v != nil
-}
-
-// intAttr reads an integer attribute: a positional argument i (when
-// i < len(args)) or keyword key, else def.
-func (c *Checker) intAttr(b *binder, i int, key string, def int, required bool) (int, bool) {
-	var op operand
-	found := false
-	if i >= 0 && i < len(b.args) {
-		op, found = b.args[i], true
-	} else if kv, ok := b.kw[key]; ok {
-		op, found = kv, true
-		delete(b.kw, key)
-	}
-	if !found {
-		if required {
-			c.fail(b, "%s needs %s", b.name, key)
-			return 0, false
-		}
-		return def, true
-	}
-	if op.num == nil || *op.num != math.Trunc(*op.num) || math.Abs(*op.num) > 1<<31 {
-		c.fail(b, "%s: %s must be an integer constant", b.name, key)
-		return 0, false
-	}
-	return int(*op.num), true
-}
-
-func (c *Checker) axisAttr(b *binder, i int, key string, def int, rank int, required bool) (int, bool) {
-	ax, ok := c.intAttr(b, i, key, def, required)
-	if !ok {
-		return 0, false
-	}
-	if ax < 0 {
-		ax += rank
-	}
-	if ax < 0 || ax >= rank {
-		c.fail(b, "%s: %s %d out of range for rank %d", b.name, key, ax, rank)
-		return 0, false
-	}
-	return ax, true
-}
-
-func (c *Checker) sameDType(b *binder, x, y *Value) bool {
-	if x.Type.DType != y.Type.DType {
-		c.fail(b, "dtype mismatch in %s: %s and %s", b.name, x.Type.DType, y.Type.DType)
-		return false
-	}
-	return true
-}
-
-func newValue(b *binder, t Type, args ...*Value) *Value {
-	return &Value{Op: b.name, Type: t, Args: args, Pos: b.pos}
-}
-
-func unaryOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 1, 1) {
-		return nil
-	}
-	x := c.tensor(b, 0, nil)
-	if !c.floatTensor(b, x) {
-		return nil
-	}
-	return newValue(b, x.Type, x)
-}
-
-// Broadcast computes NumPy's broadcast of two shapes.
-func Broadcast(a, b []int) ([]int, bool) {
-	n := max(len(a), len(b))
-	out := make([]int, n)
-	for i := 0; i < n; i++ {
-		x, y := 1, 1
-		if j := i - (n - len(a)); j >= 0 {
-			x = a[j]
-		}
-		if j := i - (n - len(b)); j >= 0 {
-			y = b[j]
-		}
-		switch {
-		case x == y || y == 1:
-			out[i] = x
-		case x == 1:
-			out[i] = y
-		default:
-			return nil, false
+// mk applies a built-in op to operands, reusing its type rules. A type
+// error here is a bug in a VJP rule or in the training step's construction,
+// not in the program: it is reported as an internal error at pos and mk
+// returns an invalid value (see add) instead of panicking.
+func (c *Checker) mk(pos Pos, name string, args []operand, kw map[string]operand) *Value {
+	for _, a := range args {
+		if invalid(a.v) {
+			return &Value{ID: -1, Op: name, Pos: pos}
 		}
 	}
-	return out, true
-}
-
-func binaryOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 2, 2) {
-		return nil
-	}
-	var like *Value
-	if b.args[0].v != nil {
-		like = b.args[0].v
-	} else {
-		like = b.args[1].v
-	}
-	x, y := c.tensor(b, 0, like), c.tensor(b, 1, like)
-	if !c.floatTensor(b, x) || !c.floatTensor(b, y) || !c.sameDType(b, x, y) {
-		return nil
-	}
-	shape, ok := Broadcast(x.Type.Shape, y.Type.Shape)
-	if !ok {
-		return c.fail(b, "shape mismatch in %s: %s and %s do not broadcast", b.name, ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
-	}
-	return newValue(b, Type{x.Type.DType, shape}, x, y)
-}
-
-func matmulOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 2, 2) {
-		return nil
-	}
-	x, y := c.tensor(b, 0, nil), c.tensor(b, 1, nil)
-	if !c.floatTensor(b, x) || !c.floatTensor(b, y) || !c.sameDType(b, x, y) {
-		return nil
-	}
-	xs, ys := x.Type.Shape, y.Type.Shape
-	if len(xs) < 2 || len(ys) < 2 {
-		return c.fail(b, "matmul needs operands of rank >= 2, got %s @ %s", ShapeString(xs), ShapeString(ys))
-	}
-	if xs[len(xs)-1] != ys[len(ys)-2] {
-		return c.fail(b, "shape mismatch in matmul: %s @ %s (inner dims %d and %d differ)", ShapeString(xs), ShapeString(ys), xs[len(xs)-1], ys[len(ys)-2])
-	}
-	xb, yb := xs[:len(xs)-2], ys[:len(ys)-2]
-	n := max(len(xb), len(yb))
-	batch := make([]int, n)
-	for i := 0; i < n; i++ {
-		bx, by := -1, -1
-		if j := i - (n - len(xb)); j >= 0 {
-			bx = xb[j]
+	b := c.newCall(pos, name, args, kw)
+	nerr := len(c.errs)
+	v := c.typeRule(b, args)
+	if v == nil || b.Err() != "" || len(c.errs) > nerr {
+		errs := ErrorList(slices.Clone(c.errs[nerr:]))
+		c.errs = c.errs[:nerr]
+		var err error = errs
+		if msg := b.Err(); msg != "" {
+			err = errors.New(msg)
 		}
-		if j := i - (n - len(yb)); j >= 0 {
-			by = yb[j]
-		}
-		if bx >= 0 && by >= 0 && bx != by {
-			return c.fail(b, "shape mismatch in matmul: batch dims %s and %s differ", ShapeString(xb), ShapeString(yb))
-		}
-		batch[i] = max(bx, by)
+		c.errorf(pos, "internal error: building %s: %v", name, err)
+		return &Value{ID: -1, Op: name, Pos: pos}
 	}
-	out := append(batch, xs[len(xs)-2], ys[len(ys)-1])
-	return newValue(b, Type{x.Type.DType, out}, x, y)
+	return c.add(v)
 }
 
-func softmaxOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 1, 2) {
+func toOp(c *Checker, b *ops.Call, raw []operand) *Value {
+	if !b.NArgs(2, 2) {
 		return nil
 	}
-	x := c.tensor(b, 0, nil)
-	if !c.floatTensor(b, x) {
-		return nil
-	}
-	if x.Type.Rank() == 0 {
-		return c.fail(b, "%s needs a tensor of rank >= 1", b.name)
-	}
-	ax, ok := c.axisAttr(b, 1, "axis", -1, x.Type.Rank(), false)
-	if !ok {
-		return nil
-	}
-	v := newValue(b, x.Type, x)
-	v.Attrs.Axis = ax
-	return v
-}
-
-func layernormOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 3, 3) {
-		return nil
-	}
-	x := c.tensor(b, 0, nil)
-	g, be := c.tensor(b, 1, x), c.tensor(b, 2, x)
-	if !c.floatTensor(b, x) || !c.floatTensor(b, g) || !c.floatTensor(b, be) || !c.sameDType(b, x, g) || !c.sameDType(b, x, be) {
-		return nil
-	}
-	if x.Type.Rank() == 0 {
-		return c.fail(b, "layernorm needs a tensor of rank >= 1")
-	}
-	h := x.Type.Shape[x.Type.Rank()-1]
-	for _, p := range []*Value{g, be} {
-		if !slices.Equal(p.Type.Shape, []int{h}) {
-			return c.fail(b, "shape mismatch in layernorm: gamma and beta must be [%d] for input %s, got %s", h, ShapeString(x.Type.Shape), ShapeString(p.Type.Shape))
-		}
-	}
-	eps := 1e-5
-	if e, ok := b.kw["eps"]; ok {
-		delete(b.kw, "eps")
-		if e.num == nil || *e.num <= 0 {
-			return c.fail(b, "layernorm: eps must be a positive number")
-		}
-		eps = *e.num
-	}
-	v := newValue(b, x.Type, x, g, be)
-	v.Attrs.Eps = eps
-	return v
-}
-
-func reduceOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 1, 2) {
-		return nil
-	}
-	x := c.tensor(b, 0, nil)
-	if !c.floatTensor(b, x) {
-		return nil
-	}
-	_, hasKw := b.kw["axis"]
-	if len(b.args) < 2 && !hasKw {
-		v := newValue(b, Type{x.Type.DType, []int{}}, x)
-		v.Attrs.Axis = -1
-		return v
-	}
-	if x.Type.Rank() == 0 {
-		return c.fail(b, "%s: a scalar has no axis", b.name)
-	}
-	ax, ok := c.axisAttr(b, 1, "axis", 0, x.Type.Rank(), true)
-	if !ok {
-		return nil
-	}
-	shape := append(append([]int{}, x.Type.Shape[:ax]...), x.Type.Shape[ax+1:]...)
-	v := newValue(b, Type{x.Type.DType, shape}, x)
-	v.Attrs.Axis = ax
-	return v
-}
-
-// whereOp is where(c, a, b): a where c is non-zero, else b, elementwise
-// with NumPy broadcasting (a float c: 0 is false).
-func whereOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 3, 3) {
-		return nil
-	}
-	var like *Value
-	for _, a := range b.args[1:] {
-		if a.v != nil {
-			like = a.v
-		}
-	}
-	cond, x, y := c.tensor(b, 0, like), c.tensor(b, 1, like), c.tensor(b, 2, like)
-	if !c.floatTensor(b, cond) || !c.floatTensor(b, x) || !c.floatTensor(b, y) || !c.sameDType(b, x, y) {
-		return nil
-	}
-	shape, ok := Broadcast(x.Type.Shape, y.Type.Shape)
-	if ok {
-		shape, ok = Broadcast(shape, cond.Type.Shape)
-	}
-	if !ok {
-		return c.fail(b, "shape mismatch in where: %s, %s and %s do not broadcast", ShapeString(cond.Type.Shape), ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
-	}
-	return newValue(b, Type{x.Type.DType, shape}, cond, x, y)
-}
-
-// nonfiniteOp is nonfinite(x): 1 if any element of x is inf or NaN, else 0
-// (a scalar of x's dtype; the loss scaler's overflow test).
-func nonfiniteOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 1, 1) {
-		return nil
-	}
-	x := c.tensor(b, 0, nil)
-	if !c.floatTensor(b, x) {
-		return nil
-	}
-	v := newValue(b, Type{x.Type.DType, []int{}}, x)
-	v.Attrs.Axis = -1
-	return v
-}
-
-func embeddingOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 2, 2) {
-		return nil
-	}
-	w, idx := c.tensor(b, 0, nil), c.tensor(b, 1, nil)
-	if !c.floatTensor(b, w) || idx == nil {
-		return nil
-	}
-	if w.Type.Rank() != 2 {
-		return c.fail(b, "embedding table must be [vocab, hidden], got %s", ShapeString(w.Type.Shape))
-	}
-	if !idx.Type.DType.IsInt() {
-		return c.fail(b, "embedding indices must be i32 or i64, got %s", idx.Type.DType)
-	}
-	shape := append(append([]int{}, idx.Type.Shape...), w.Type.Shape[1])
-	return newValue(b, Type{w.Type.DType, shape}, w, idx)
-}
-
-func crossEntropyOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 2, 2) {
-		return nil
-	}
-	x, y := c.tensor(b, 0, nil), c.tensor(b, 1, nil)
-	if !c.floatTensor(b, x) || y == nil {
-		return nil
-	}
-	if x.Type.Rank() != 2 || y.Type.Rank() != 1 || x.Type.Shape[0] != y.Type.Shape[0] {
-		return c.fail(b, "shape mismatch in cross_entropy: want logits [N, C] and labels [N], got %s and %s", ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
-	}
-	if !y.Type.DType.IsInt() {
-		return c.fail(b, "cross_entropy labels must be i32 or i64, got %s", y.Type.DType)
-	}
-	return newValue(b, Type{x.Type.DType, []int{}}, x, y)
-}
-
-func mseOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 2, 2) {
-		return nil
-	}
-	x, y := c.tensor(b, 0, nil), c.tensor(b, 1, nil)
-	if !c.floatTensor(b, x) || !c.floatTensor(b, y) || !c.sameDType(b, x, y) {
-		return nil
-	}
-	if !slices.Equal(x.Type.Shape, y.Type.Shape) {
-		return c.fail(b, "shape mismatch in mse: %s and %s", ShapeString(x.Type.Shape), ShapeString(y.Type.Shape))
-	}
-	return newValue(b, Type{x.Type.DType, []int{}}, x, y)
-}
-
-func toOp(c *Checker, b *binder) *Value {
-	if !c.nargs(b, 2, 2) {
-		return nil
-	}
-	x := c.tensor(b, 0, nil)
+	x := b.Tensor(0, nil)
 	if x == nil {
 		return nil
 	}
-	lit := b.args[1].placement
+	lit := raw[1].placement
 	if lit == nil {
-		return c.fail(b, "to(x, {...}): the second argument must be a placement")
+		return b.Failf("to(x, {...}): the second argument must be a placement")
 	}
 	p, ok := c.placement(lit, x.Type)
 	if !ok {
-		b.ok = false
-		return nil
+		return nil // reported
 	}
-	v := newValue(b, x.Type, x)
+	v := b.NewValue(x.Type, x)
 	v.Declared = p
 	return v
+}
+
+// indexOp is index(W, i) = W[i]: a slice along dim 0 and a reshape that
+// drops it, so stacked per-layer parameters can be written once:
+// param Wq : f32[L, H, H]; for l in range(L) { ... index(Wq, l) ... }.
+func indexOp(c *Checker, b *ops.Call, _ []operand) *Value {
+	if !b.NArgs(2, 2) {
+		return nil
+	}
+	w := b.Tensor(0, nil)
+	if w == nil {
+		return nil
+	}
+	if w.Type.Rank() == 0 {
+		return b.Failf("index needs a tensor of rank >= 1")
+	}
+	i, ok := b.IntAttr(1, "i", 0, true)
+	if !ok {
+		return nil
+	}
+	if i < 0 || i >= w.Type.Shape[0] {
+		return b.Failf("index %d out of range for dim 0 of size %d", i, w.Type.Shape[0])
+	}
+	s := c.mk(b.Pos, "slice", []operand{{v: w}, numOp(0), numOp(float64(i)), numOp(float64(i + 1))}, nil)
+	return &Value{Op: "reshape", Type: Type{DType: w.Type.DType, Shape: append([]int{}, w.Type.Shape[1:]...)}, Args: []*Value{s}, Pos: b.Pos}
 }

@@ -1,6 +1,7 @@
 package lang
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/meshrun/meshrun/ad"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/stdlib"
 )
@@ -26,8 +29,13 @@ type CheckOptions struct {
 // Checker turns statements into a typed Graph. It keeps its environment
 // between calls so the REPL can feed it one statement at a time.
 type Checker struct {
-	opts    CheckOptions
-	g       *Graph
+	opts CheckOptions
+	g    *Graph
+	b    *ir.Builder // appends to g
+	// base is the number of values before the current REPL statement, and
+	// saved the old contents of earlier values it changed (see touch).
+	base    int
+	saved   map[*Value]Value
 	errs    ErrorList
 	globals map[string]*Value
 	funcs   map[string]*FuncDef
@@ -49,7 +57,7 @@ type Checker struct {
 	// onFinal hooks run when a watched value's adjoint is complete.
 	onFinal map[*Value]func(g *Value) *Value
 	// grads caches the backward graph built for each differentiated scalar.
-	grads map[*Value]*adjoints
+	grads map[*Value]*ad.Adjoints
 	// Last is the value of the last bare expression statement (REPL).
 	Last *Value
 }
@@ -64,9 +72,11 @@ const (
 
 // NewChecker starts an empty program named file.
 func NewChecker(file string, src []byte, opts CheckOptions) *Checker {
+	g := &Graph{File: file, Sources: map[string][]byte{file: src}}
 	return &Checker{
 		opts:    opts,
-		g:       &Graph{File: file, Sources: map[string][]byte{file: src}},
+		g:       g,
+		b:       ir.NewBuilder(g),
 		globals: map[string]*Value{},
 		funcs:   map[string]*FuncDef{},
 		modules: map[string]map[string]*FuncDef{},
@@ -124,7 +134,9 @@ func (c *Checker) File(f *File) error {
 }
 
 // Stmt checks one statement (the REPL). On error the checker's state is
-// unchanged.
+// unchanged: the values the statement made are dropped, and the values it
+// changed that existed before it (a name given to an earlier value, a
+// parameter's storage placement under ZeRO) get their old contents back.
 func (c *Checker) Stmt(s *Stmt, src []byte) error {
 	snap := c.snapshot()
 	c.errs = nil
@@ -132,6 +144,8 @@ func (c *Checker) Stmt(s *Stmt, src []byte) error {
 	if src != nil {
 		c.g.Sources[s.Pos.Filename] = src
 	}
+	c.saved = map[*Value]Value{}
+	defer func() { c.saved = nil }()
 	c.stmt(s)
 	if err := c.result(); err != nil {
 		c.restore(snap)
@@ -140,28 +154,57 @@ func (c *Checker) Stmt(s *Stmt, src []byte) error {
 	return nil
 }
 
+// touch is called before the checker changes a value in place. Within a
+// REPL statement it saves the contents of a value the statement did not
+// make, so that a failed statement can put them back; values the statement
+// made are dropped on failure anyway. Changes replace fields, never edit
+// shared slices, so a shallow copy is enough.
+func (c *Checker) touch(v *Value) {
+	if c.saved == nil || v.ID >= c.base {
+		return
+	}
+	if _, ok := c.saved[v]; !ok {
+		c.saved[v] = *v
+	}
+}
+
 type snapshot struct {
 	values, outputs int
-	grads           map[*Value]*adjoints
+	grads           map[*Value]*ad.Adjoints
 	globals         map[string]*Value
 	funcs           map[string]*FuncDef
 	modules         map[string]map[string]*FuncDef
 	broken          map[string]bool
 	mesh            *mesh.Mesh
+	meshPos         Pos
+	train           *Train
 }
 
 func (c *Checker) snapshot() snapshot {
-	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.grads), maps.Clone(c.globals), maps.Clone(c.funcs), maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh}
+	c.base = len(c.g.Values)
+	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.grads), maps.Clone(c.globals), maps.Clone(c.funcs),
+		maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh, c.g.MeshPos, c.g.Train}
 }
 
 func (c *Checker) restore(s snapshot) {
 	c.g.Values = c.g.Values[:s.values]
 	c.g.Outputs = c.g.Outputs[:s.outputs]
 	c.grads = s.grads
-	c.globals, c.funcs, c.modules, c.broken, c.g.Mesh = s.globals, s.funcs, s.modules, s.broken, s.mesh
+	c.globals, c.funcs, c.modules, c.broken = s.globals, s.funcs, s.modules, s.broken
+	c.g.Mesh, c.g.MeshPos, c.g.Train = s.mesh, s.meshPos, s.train
+	for v, old := range c.saved {
+		*v = old
+	}
 }
 
+// result is the errors so far; with none, the graph must verify (a
+// failure is a checker bug, reported rather than passed on to lowering).
 func (c *Checker) result() error {
+	if len(c.errs) == 0 {
+		if err := ir.Verify(c.g); err != nil {
+			c.internal(c.g.MeshPos, err)
+		}
+	}
 	if len(c.errs) == 0 {
 		return nil
 	}
@@ -199,7 +242,7 @@ func (c *Checker) stmt(s *Stmt) {
 			c.errorf(s.Def.Pos, "function %s is already defined", s.Def.Name)
 			return
 		}
-		if _, builtin := builtins[s.Def.Name]; builtin {
+		if isBuiltin(s.Def.Name) {
 			c.errorf(s.Def.Pos, "%s is a built-in op and cannot be redefined", s.Def.Name)
 			return
 		}
@@ -224,6 +267,7 @@ func (c *Checker) stmt(s *Stmt) {
 		}
 		op := c.expr(a.Value)
 		if op.v != nil && op.v.Name == "" {
+			c.touch(op.v) // grad(y, x) names an adjoint an earlier statement made
 			op.v.Name = a.Name
 			if c.fn != "" {
 				op.v.Name = c.fn + "." + a.Name
@@ -418,8 +462,12 @@ func (c *Checker) names() []string {
 // Names lists the top-level tensors, for the REPL.
 func (c *Checker) Names() map[string]*Value { return c.globals }
 
+// add appends v to the graph through the IR builder. A value the builder
+// rejects is a checker bug: it is reported at v's position, so the
+// statement fails (and the REPL rolls back), and v comes back invalid (ID
+// -1) so the code building on it carries on without a panic. Values built
+// from an invalid one are dropped quietly: the first error is the one to read.
 func (c *Checker) add(v *Value) *Value {
-	v.ID = len(c.g.Values)
 	if c.remat > 0 && !v.Backward {
 		v.Remat = true
 	}
@@ -428,8 +476,29 @@ func (c *Checker) add(v *Value) *Value {
 			v.Calls = append(v.Calls, c.calls[i])
 		}
 	}
-	c.g.Values = append(c.g.Values, v)
+	for _, a := range v.Args {
+		if invalid(a) {
+			v.ID = -1
+			return v
+		}
+	}
+	if _, err := c.b.Add(v); err != nil {
+		c.internal(v.Pos, err)
+		v.ID = -1
+	}
 	return v
+}
+
+// invalid reports a value that failed to join the graph (see add).
+func invalid(v *Value) bool { return v != nil && v.ID < 0 }
+
+// internal reports a checker bug found by the IR builder or verifier.
+func (c *Checker) internal(pos Pos, err error) {
+	if e, ok := err.(*Error); ok {
+		pos = e.Pos
+		err = errors.New(e.Msg)
+	}
+	c.errorf(pos, "internal error: %v", err)
 }
 
 func (c *Checker) constValue(op operand, dt DType, pos Pos) *Value {

@@ -2,6 +2,8 @@ package lang
 
 import (
 	"strconv"
+
+	"github.com/meshrun/meshrun/ops"
 )
 
 // operand is the result of evaluating an expression: a tensor value, a
@@ -16,6 +18,12 @@ type operand struct {
 }
 
 func numOp(f float64) operand { return operand{num: &f} }
+
+// arg is the operand as an op's argument (a placement literal is not one).
+func (a operand) arg() ops.Arg { return ops.Arg{V: a.v, Num: a.num, Str: a.str} }
+
+// fromArg is an op's argument as an operand.
+func fromArg(a ops.Arg) operand { return operand{v: a.V, num: a.Num, str: a.Str} }
 
 func (c *Checker) expr(e *Expr) operand {
 	left := c.term(e.Left)
@@ -166,13 +174,10 @@ func (c *Checker) call(call *Call) operand {
 	if def, ok := c.funcs[call.Name]; ok {
 		return c.expand(call, def, call.Name, args, kw)
 	}
-	if _, ok := builtins[call.Name]; ok {
+	if isBuiltin(call.Name) {
 		return c.apply(call.Pos, call.Name, args, kw)
 	}
-	var names []string
-	for n := range builtins {
-		names = append(names, n)
-	}
+	names := builtinNames()
 	for n := range c.funcs {
 		names = append(names, n)
 	}
@@ -234,6 +239,7 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 	}
 	if def.Checkpoint && ret.v != nil && c.remat == 1 {
 		// the function's result is the checkpoint: kept, not recomputed
+		c.touch(ret.v)
 		ret.v.Remat = false
 	}
 	return *ret

@@ -1,10 +1,9 @@
 package lang
 
 import (
-	"fmt"
-	"math"
-
+	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/sbp"
+	"github.com/meshrun/meshrun/train"
 )
 
 // A train block turns the program into one training step, repeated:
@@ -15,102 +14,16 @@ import (
 //	    steps = 20
 //	}
 //
-// The checker evaluates the block's statements in their own scope, then
-// builds, as ordinary graph values: the backward graph of loss with respect
-// to every float param it depends on (autodiff.go), optional gradient
-// clipping, and the optimizer's update. Each step's new parameters and
-// optimizer states are "carried" into the next step. Per-step scalars (the
-// learning rate after its schedule, Adam's bias corrections) are "hyper"
-// sources the trainer feeds every step.
-//
-// ZeRO is a choice of storage placement: with zero = 1 the optimizer
-// states are split over the data-parallel axis; 2 also consumes gradients
-// in that split form (reduce-scatter rather than all-reduce); 3 also stores
-// the parameters split and all-gathers them for the forward and again for
-// the backward. The collectives are ordinary boxing.
+// The checker evaluates the block's settings, then its statements in their
+// own scope (once per micro-batch), differentiates the loss (package ad)
+// and hands the rest of the step to package train, whose doc says what a
+// step holds. With ZeRO-3 or mixed precision the statements see each
+// param through its gather or half-precision copy.
 
-// Train is a checked train block.
-type Train struct {
-	Pos        Pos
-	Loss       *Value
-	Optimizer  Optimizer
-	Steps      int
-	Zero       int
-	ZeroAxis   int
-	Clip       float64 // max global gradient norm; 0 = no clipping
-	Schedule   Schedule
-	Precision  string // "" (the declared dtypes), "bf16" or "f16": compute in half, f32 master weights
-	Accumulate int    // micro-batches per step (gradient accumulation)
-	Batch      int    // rows per step drawn from each input (0: the whole input every step)
-	Batches    []BatchInput
-	Params     []*Value
-	Grads      map[*Value]*Value // param → its gradient
-	// Views are the half-precision copies of the params the forward uses
-	// (precision = bf16 | f16); gradients are taken with respect to them.
-	Views map[*Value]*Value
-	// Reduced marks gradients already reduced into their storage placement
-	// during the backward (ZeRO-2 and 3).
-	Reduced map[*Value]bool
-	// FoundInf is the f16 loss scaler's overflow flag (1: skip the step).
-	FoundInf *Value
-	Carry    []Carry
-	Hyper    map[string]*Value // "lr", "bc1", "bc2": fed every step
-}
-
-// Optimizer is the update rule and its hyperparameters (PyTorch defaults).
-type Optimizer struct {
-	Kind        string // sgd, momentum, adam, adamw
-	LR          float64
-	Momentum    float64
-	Beta1       float64
-	Beta2       float64
-	Eps         float64
-	WeightDecay float64
-}
-
-// Schedule is the learning-rate schedule.
-type Schedule struct {
-	Kind   string // "constant" or "cosine" (linear warm-up, then cosine to MinLR)
-	Warmup int
-	MinLR  float64
-}
-
-// BatchInput is a per-step batch source fed by the trainer from a dataset
-// input: rows of Dataset (a .npy file, iterated in a seeded shuffled order,
-// epoch after epoch) or, for a random initialiser, the next rows of an
-// endless deterministic stream.
-type BatchInput struct {
-	Source  *Value
-	Dataset *Value
-}
-
-// Carry pairs a step's input state with the value that replaces it.
-type Carry struct {
-	Source *Value
-	Next   *Value
-}
-
-// LR is the learning rate at step (1-based).
-func (t *Train) LR(step int) float64 {
-	lr := t.Optimizer.LR
-	s := t.Schedule
-	if s.Kind != "cosine" {
-		return lr
-	}
-	if step <= s.Warmup {
-		return lr * float64(step) / float64(max(1, s.Warmup))
-	}
-	span := max(1, t.Steps-s.Warmup)
-	prog := math.Min(1, float64(step-s.Warmup)/float64(span))
-	return s.MinLR + 0.5*(lr-s.MinLR)*(1+math.Cos(math.Pi*prog))
-}
-
-var optimizerDefaults = map[string]Optimizer{
-	"sgd":      {Kind: "sgd"},
-	"momentum": {Kind: "momentum", Momentum: 0.9},
-	"adam":     {Kind: "adam", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
-	"adamw":    {Kind: "adamw", Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01},
-}
+// settingNames are the train block's assignments that configure the step
+// rather than compute in it.
+var settingNames = map[string]bool{"steps": true, "zero": true, "clip": true, "optimizer": true, "schedule": true,
+	"accumulate": true, "batch": true, "precision": true, "data_axis": true}
 
 func (c *Checker) trainBlock(tb *TrainBlock) {
 	if c.scope != nil {
@@ -125,89 +38,63 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		c.errorf(tb.Pos, "declare a mesh before the train block")
 		return
 	}
-	tr := &Train{Pos: tb.Pos, Steps: 1, Accumulate: 1, Schedule: Schedule{Kind: "constant"}, Grads: map[*Value]*Value{}, Hyper: map[string]*Value{}}
 	nerr := len(c.errs)
-	opt, optSet := Optimizer{}, false
 	// settings first: zero changes how the loss sees the params
-	for _, s := range tb.Body {
-		a := s.Assign
-		if a == nil {
-			continue
+	tr, ok := c.trainSettings(tb)
+	if !ok {
+		return
+	}
+	c.override = map[string]operand{}
+	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
+	seenBy := c.paramViews(tr)
+	if tr.Zero >= 2 {
+		c.onFinal = c.reduceWhenFinal(tr, seenBy)
+		defer func() { c.onFinal = nil }()
+	}
+	if tr.Precision == "f16" {
+		// dynamic loss scaling (PyTorch's GradScaler): the trainer feeds the scale
+		tr.Hyper["loss_scale"] = c.add(&Value{Op: "hyper", Type: Type{DType: F32, Shape: []int{}}, Name: "loss_scale", Pos: tb.Pos,
+			Declared: sbp.Broadcasts(c.g.Mesh.NumAxes()), Attrs: Attrs{Init: &Init{Kind: "fed"}}})
+	}
+	inputs := c.trainInputs(tb, tr)
+	if len(c.errs) > nerr {
+		return
+	}
+	tr.Grads = map[*Value]*Value{}
+	for micro := 0; micro < tr.Accumulate; micro++ {
+		loss, ok := c.microStep(tb, tr, inputs, seenBy, micro)
+		if !ok {
+			return
 		}
-		switch a.Name {
-		case "steps", "zero", "clip", "accumulate", "batch":
-			op := c.expr(a.Value)
-			if op.num == nil {
-				if !op.bad {
-					c.errorf(a.Value.Pos, "%s must be a number", a.Name)
-				}
-				continue
-			}
-			f := *op.num
-			switch a.Name {
-			case "steps":
-				if f < 1 || f != math.Trunc(f) || f > 1e9 {
-					c.errorf(a.Value.Pos, "steps must be a positive integer")
-				}
-				tr.Steps = int(f)
-			case "zero":
-				if f != 0 && f != 1 && f != 2 && f != 3 {
-					c.errorf(a.Value.Pos, "zero must be 0, 1, 2 or 3 (the ZeRO paper's stages)")
-				}
-				tr.Zero = int(f)
-			case "clip":
-				if f <= 0 {
-					c.errorf(a.Value.Pos, "clip must be a positive gradient norm")
-				}
-				tr.Clip = f
-			case "accumulate", "batch":
-				if f < 1 || f != math.Trunc(f) || f > 1<<30 {
-					c.errorf(a.Value.Pos, "%s must be a positive integer", a.Name)
-				}
-				if a.Name == "accumulate" {
-					tr.Accumulate = int(f)
-				} else {
-					tr.Batch = int(f)
-				}
-			}
-		case "optimizer":
-			opt, optSet = c.optimizer(a)
-		case "precision":
-			_, name := initCall(a.Value)
-			switch name {
-			case "bf16", "f16", "f32":
-				if name != "f32" {
-					tr.Precision = name
-				}
-			default:
-				c.errorf(a.Value.Pos, "precision must be bf16, f16 or f32")
-			}
-		case "schedule":
-			c.schedule(a, tr)
+		if tr.Loss == nil {
+			tr.Loss = loss
+		} else {
+			tr.Loss = c.mk(tb.Pos, "add", []operand{{v: tr.Loss}, {v: loss}}, nil)
 		}
 	}
 	if len(c.errs) > nerr {
 		return
 	}
-	if !optSet {
-		c.errorf(tb.Pos, "the train block needs an optimizer, e.g. optimizer = adam(lr=0.001)")
+	if err := train.Step(builder{c}, tr); err != nil {
+		c.errorf(tb.Pos, "%v", err)
+	}
+	if len(c.errs) > nerr {
 		return
 	}
-	tr.Optimizer = opt
-	if tr.Zero > 0 {
-		tr.ZeroAxis = c.g.Mesh.AxisIndex("dp")
-		if tr.ZeroAxis < 0 {
-			c.errorf(tb.Pos, "zero = %d shards over the data-parallel axis, but mesh %s has no axis named dp", tr.Zero, c.g.Mesh.Name)
-			return
-		}
+	c.g.Train = tr
+	c.g.Outputs = append(c.g.Outputs, &Output{Name: "loss", Value: tr.Loss, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
+	if tr.FoundInf != nil {
+		c.g.Outputs = append(c.g.Outputs, &Output{Name: "found_inf", Value: tr.FoundInf, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
 	}
-	// the body, in its own scope; with zero = 3 every param is seen through
-	// an all-gather from its split storage
-	c.override = map[string]operand{}
-	defer func() { c.scope, c.fn, c.override = nil, "", nil }()
+}
+
+// paramViews returns, for each float param, the value the block's forward
+// uses, and makes the block's statements see it: the param itself, its
+// half-precision copy, or (ZeRO-3, or ZeRO with mixed precision) the
+// all-gather of its split storage.
+func (c *Checker) paramViews(tr *Train) map[*Value]*Value {
 	tr.Views = map[*Value]*Value{}
-	tr.Reduced = map[*Value]bool{}
-	seenBy := map[*Value]*Value{} // param → the value its forward uses
+	seenBy := map[*Value]*Value{}
 	for _, name := range c.globalsInOrder() {
 		v := c.globals[name]
 		if v.Op != "param" || !v.Type.DType.IsFloat() {
@@ -216,7 +103,7 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		seen := v
 		if tr.Precision != "" {
 			// the forward computes with a half copy of the f32 master weight
-			seen = c.mk(v.Pos, "cast", []operand{{v: v}, {str: strp(tr.Precision)}}, nil)
+			seen = builder{c}.Apply(v.Pos, "cast", nil, ops.T(v), ops.Str(tr.Precision))
 			seen.Name = name + "." + tr.Precision
 			tr.Views[v] = seen
 		}
@@ -227,7 +114,8 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		// their half copy, which stays alive for the step (stages 1–2).
 		if tr.Zero == 3 || (tr.Zero >= 1 && tr.Precision != "") {
 			compute := v.Declared
-			v.Declared = zeroStorage(v, compute, tr.ZeroAxis)
+			c.touch(v) // a failed train block leaves the param as declared
+			v.Declared = train.Storage(v, compute, tr.DataAxis)
 			// with mixed precision seen is the cast of the local shard, so
 			// the gather moves 2-byte values
 			g := c.add(&Value{Op: "to", Type: seen.Type, Args: []*Value{seen}, Pos: v.Pos, Declared: compute, Name: name + ".gathered"})
@@ -239,204 +127,113 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		}
 		seenBy[v] = seen
 	}
-	if tr.Zero >= 2 {
-		// ZeRO-2/3: reduce-scatter each gradient the moment the backward
-		// completes it, so full gradients never pile up
-		c.onFinal = map[*Value]func(*Value) *Value{}
-		defer func() { c.onFinal = nil }()
-		for p, seen := range seenBy {
-			p := p
-			st := zeroStorage(p, p.Declared, tr.ZeroAxis)
-			c.onFinal[seen] = func(g *Value) *Value {
-				r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tb.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
-				tr.Reduced[p] = true
-				return r
-			}
+	return seenBy
+}
+
+// reduceWhenFinal is, for ZeRO-2/3, the backward hooks that reduce-scatter
+// each gradient the moment the backward completes it, so full gradients
+// never pile up.
+func (c *Checker) reduceWhenFinal(tr *Train, seenBy map[*Value]*Value) map[*Value]func(*Value) *Value {
+	tr.Reduced = map[*Value]bool{}
+	hooks := map[*Value]func(*Value) *Value{}
+	for p, seen := range seenBy {
+		st := train.Storage(p, p.Declared, tr.DataAxis)
+		hooks[seen] = func(g *Value) *Value {
+			r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tr.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
+			tr.Reduced[p] = true
+			return r
 		}
 	}
-	var scale *Value
-	if tr.Precision == "f16" {
-		// dynamic loss scaling (PyTorch's GradScaler): the trainer feeds the scale
-		scale = c.add(&Value{Op: "hyper", Type: Type{DType: F32, Shape: []int{}}, Name: "loss_scale", Pos: tb.Pos, Declared: sbp.Broadcasts(c.g.Mesh.NumAxes()), Attrs: Attrs{Init: &Init{Kind: "fed"}}})
-		tr.Hyper["loss_scale"] = scale
-	}
-	inputs := c.trainInputs(tb, tr)
-	if len(c.errs) > nerr {
-		return
-	}
+	return hooks
+}
+
+// microStep checks the block's statements on micro-batch micro of the
+// inputs, differentiates its loss and adds its gradients to tr.Grads. Each
+// micro-batch's backward follows its forward, so only one micro-batch's
+// activations are alive at a time. It returns the micro-batch's share of
+// the step's loss.
+func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value, seenBy map[*Value]*Value, micro int) (*Value, bool) {
+	nerr := len(c.errs)
 	k := tr.Accumulate
-	tr.Grads = map[*Value]*Value{}
-	var total *Value
-	for micro := 0; micro < k; micro++ {
-		for _, name := range c.globalsInOrder() {
-			if x, ok := inputs[name]; ok {
-				mb := c.microBatch(x, micro, k, tb.Pos)
-				if tr.Precision != "" && mb.Type.DType.IsFloat() {
-					mb = c.mk(tb.Pos, "cast", []operand{{v: mb}, {str: strp(tr.Precision)}}, nil)
-				}
-				c.override[name] = operand{v: mb}
+	for _, name := range c.globalsInOrder() {
+		if x, ok := inputs[name]; ok {
+			mb := train.MicroBatch(builder{c}, x, micro, k, tb.Pos)
+			if tr.Precision != "" && mb.Type.DType.IsFloat() {
+				mb = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(mb), ops.Str(tr.Precision))
 			}
-		}
-		c.scope, c.fn = map[string]operand{}, "train"
-		for _, s := range tb.Body {
-			if s.Assign != nil {
-				switch s.Assign.Name {
-				case "steps", "zero", "clip", "optimizer", "schedule", "accumulate", "batch", "precision":
-					continue
-				}
-				c.stmt(s)
-				continue
-			}
-			if s.For != nil {
-				c.stmt(s)
-				continue
-			}
-			if micro == 0 {
-				c.errorf(s.Pos, "a train block holds assignments and for loops only (loss = ..., optimizer = ..., steps = ...)")
-			}
-		}
-		if len(c.errs) > nerr {
-			return
-		}
-		lossOp, ok := c.scope["loss"]
-		if !ok {
-			c.errorf(tb.Pos, "the train block needs loss = ...")
-			return
-		}
-		if lossOp.v == nil || lossOp.v.Type.Rank() != 0 || !lossOp.v.Type.DType.IsFloat() {
-			c.errorf(tb.Pos, "loss must be a float scalar")
-			return
-		}
-		loss := lossOp.v
-		if loss.Type.DType != F32 && tr.Precision != "" {
-			loss = c.mk(tb.Pos, "cast", []operand{{v: loss}, {str: strp("f32")}}, nil)
-		}
-		if k > 1 {
-			// micro-batches of equal size: the step's loss is their mean
-			loss = c.mk(tb.Pos, "mul", []operand{{v: loss}, numOp(1 / float64(k))}, nil)
-		}
-		seed := loss
-		if scale != nil {
-			seed = c.mk(tb.Pos, "mul", []operand{{v: loss}, {v: scale}}, nil)
-		}
-		// each micro-batch's backward follows its forward, so only one
-		// micro-batch's activations are alive at a time
-		adj, err := c.backward(seed)
-		if err != nil {
-			c.errorf(tb.Pos, "%v", err)
-			return
-		}
-		for _, v := range c.g.Values[:loss.ID] {
-			if v.Op != "param" || !v.Type.DType.IsFloat() {
-				continue
-			}
-			g := adj.of[v]
-			if seen := seenBy[v]; seen != v && tr.Zero >= 2 {
-				g = adj.of[seen] // reduced in the backward (onFinal)
-			} else if view := tr.Views[v]; view != nil {
-				g = adj.of[view] // reduce the half gradient, cast it up after
-			}
-			if g == nil {
-				continue
-			}
-			if prev := tr.Grads[v]; prev != nil {
-				g = c.mk(tb.Pos, "add", []operand{{v: prev}, {v: g}}, nil)
-			}
-			tr.Grads[v] = g
-		}
-		if total == nil {
-			total = loss
-		} else {
-			total = c.mk(tb.Pos, "add", []operand{{v: total}, {v: loss}}, nil)
+			c.override[name] = operand{v: mb}
 		}
 	}
-	tr.Loss = total
-	c.buildStep(tr)
-	if len(c.errs) > nerr {
-		return
-	}
-	c.g.Train = tr
-	c.g.Outputs = append(c.g.Outputs, &Output{Name: "loss", Value: tr.Loss, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
-	if tr.FoundInf != nil {
-		c.g.Outputs = append(c.g.Outputs, &Output{Name: "found_inf", Value: tr.FoundInf, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
-	}
-}
-
-func (c *Checker) optimizer(a *Assign) (Optimizer, bool) {
-	call, _ := initCall(a.Value)
-	if call == nil || call.Module != "" {
-		c.errorf(a.Value.Pos, "optimizer must be sgd(...), momentum(...), adam(...) or adamw(...)")
-		return Optimizer{}, false
-	}
-	opt, ok := optimizerDefaults[call.Name]
+	loss, ok := c.trainBody(tb, micro == 0)
 	if !ok {
-		c.errorf(call.Pos, "unknown optimizer %q (want sgd, momentum, adam or adamw)", call.Name)
-		return Optimizer{}, false
+		return nil, false
 	}
-	fields := map[string]*float64{"lr": &opt.LR}
-	switch opt.Kind {
-	case "momentum":
-		fields["momentum"] = &opt.Momentum
-	case "adam", "adamw":
-		fields["beta1"], fields["beta2"], fields["eps"] = &opt.Beta1, &opt.Beta2, &opt.Eps
-		fields["weight_decay"] = &opt.WeightDecay
+	if loss.Type.DType != F32 && tr.Precision != "" {
+		loss = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(loss), ops.Str("f32"))
 	}
-	lrSet := false
-	for _, arg := range call.Args {
-		dst, ok := fields[arg.Name]
-		if arg.Name == "" || !ok {
-			c.errorf(arg.Pos, "%s takes keyword arguments: %s", call.Name, keys(fields))
-			return Optimizer{}, false
+	if k > 1 {
+		// micro-batches of equal size: the step's loss is their mean
+		loss = c.mk(tb.Pos, "mul", []operand{{v: loss}, numOp(1 / float64(k))}, nil)
+	}
+	seed := loss
+	if scale := tr.Hyper["loss_scale"]; scale != nil {
+		seed = c.mk(tb.Pos, "mul", []operand{{v: loss}, {v: scale}}, nil)
+	}
+	if len(c.errs) > nerr {
+		return nil, false // an internal error built an invalid loss
+	}
+	adj, err := c.backward(seed)
+	if err != nil {
+		c.errorf(tb.Pos, "%v", err)
+		return nil, false
+	}
+	for _, v := range c.g.Values[:loss.ID] {
+		if v.Op != "param" || !v.Type.DType.IsFloat() {
+			continue
 		}
-		op := c.expr(arg.Value)
-		if op.num == nil || *op.num < 0 {
-			c.errorf(arg.Pos, "%s must be a number >= 0", arg.Name)
-			return Optimizer{}, false
+		g := adj.Of[v]
+		if seen := seenBy[v]; seen != v && tr.Zero >= 2 {
+			g = adj.Of[seen] // reduced in the backward (reduceWhenFinal)
+		} else if view := tr.Views[v]; view != nil {
+			g = adj.Of[view] // reduce the half gradient, cast it up after
 		}
-		*dst = *op.num
-		lrSet = lrSet || arg.Name == "lr"
+		if g == nil {
+			continue
+		}
+		if prev := tr.Grads[v]; prev != nil {
+			g = c.mk(tb.Pos, "add", []operand{{v: prev}, {v: g}}, nil)
+		}
+		tr.Grads[v] = g
 	}
-	if !lrSet {
-		c.errorf(call.Pos, "%s needs lr=...", call.Name)
-		return Optimizer{}, false
-	}
-	return opt, true
+	return loss, true
 }
 
-func keys(m map[string]*float64) string {
-	var ks []string
-	for _, k := range []string{"lr", "momentum", "beta1", "beta2", "eps", "weight_decay"} {
-		if _, ok := m[k]; ok {
-			ks = append(ks, k)
+// trainBody checks the block's statements (not its settings) in a fresh
+// scope and returns its loss; report says whether to report statements a
+// train block cannot hold (once, not per micro-batch).
+func (c *Checker) trainBody(tb *TrainBlock, report bool) (*Value, bool) {
+	nerr := len(c.errs)
+	c.scope, c.fn = map[string]operand{}, "train"
+	for _, s := range tb.Body {
+		switch {
+		case s.Assign != nil && settingNames[s.Assign.Name]:
+		case s.Assign != nil, s.For != nil:
+			c.stmt(s)
+		case report:
+			c.errorf(s.Pos, "a train block holds assignments and for loops only (loss = ..., optimizer = ..., steps = ...)")
 		}
 	}
-	return fmt.Sprint(ks)
-}
-
-func (c *Checker) schedule(a *Assign, tr *Train) {
-	call, name := initCall(a.Value)
-	if name == "constant" {
-		return
+	if len(c.errs) > nerr {
+		return nil, false
 	}
-	if call == nil || call.Name != "cosine" {
-		c.errorf(a.Value.Pos, "schedule must be constant or cosine(warmup=N, min_lr=X)")
-		return
+	lossOp, ok := c.scope["loss"]
+	if !ok {
+		c.errorf(tb.Pos, "the train block needs loss = ...")
+		return nil, false
 	}
-	tr.Schedule.Kind = "cosine"
-	for _, arg := range call.Args {
-		op := c.expr(arg.Value)
-		if op.num == nil || *op.num < 0 {
-			c.errorf(arg.Pos, "cosine takes warmup=N and min_lr=X, numbers >= 0")
-			return
-		}
-		switch arg.Name {
-		case "warmup":
-			tr.Schedule.Warmup = int(*op.num)
-		case "min_lr":
-			tr.Schedule.MinLR = *op.num
-		default:
-			c.errorf(arg.Pos, "cosine takes warmup=N and min_lr=X")
-			return
-		}
+	if lossOp.v == nil || lossOp.v.Type.Rank() != 0 || !lossOp.v.Type.DType.IsFloat() {
+		c.errorf(tb.Pos, "loss must be a float scalar")
+		return nil, false
 	}
+	return lossOp.v, true
 }

@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Kernels of the gradient helper ops (see lang/builtins_grad.go).
+// Kernels of the gradient helper ops (registered with their rules in ops/grad.go).
 
 func init() {
 	registerCPU(pure(func(call *OpCall) *Tensor {

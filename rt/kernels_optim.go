@@ -2,7 +2,7 @@ package rt
 
 import "math"
 
-// Kernels of the fused optimizer ops (lang/builtins_optim.go).
+// Kernels of the fused optimizer ops (registered with their rules in ops/optim.go).
 
 func init() {
 	registerCPU(pure(adamMoment), "adam_moment", "adam_moment2")

@@ -7,7 +7,8 @@
 // B each holds all of it, P each holds a partial value and the logical tensor
 // is their sum (or max). An nd placement (NdSBP) has one entry per mesh axis.
 //
-// Rules are data: every op family registers, in its own file, the one-axis
+// Rules are data: every op family registers (in package ops, one file per
+// family, with the op's type and gradient rules) the one-axis
 // signatures (input placements → output placement) under which computing the
 // op locally on every device yields the declared output placement. An nd
 // signature picks one one-axis signature per mesh axis. Inference (package

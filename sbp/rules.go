@@ -43,8 +43,10 @@ type Rule struct {
 
 var rules = map[string]*Rule{}
 
-// register adds a rule; each op family calls it from its own file.
-func register(family string, r Rule, ops ...string) {
+// Register adds the placement rule of ops; package ops calls it, once per
+// op, from the file of the op's family (the table stays here so that
+// inference and boxing look rules up without knowing the rest of an op).
+func Register(family string, r Rule, ops ...string) {
 	for _, op := range ops {
 		if _, dup := rules[op]; dup {
 			panic("sbp: duplicate rule for " + op)
@@ -111,13 +113,4 @@ func NdSigs(r *Rule, d *OpDesc, m *mesh.Mesh) ([]NdSig, error) {
 		}
 	}
 	return out, nil
-}
-
-// repeat returns n copies of s.
-func repeat(s SBP, n int) []SBP {
-	out := make([]SBP, n)
-	for i := range out {
-		out[i] = s
-	}
-	return out
 }

@@ -1,0 +1,196 @@
+package ad
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/ops"
+)
+
+// Builder is how the pass extends the graph (ops.Builder).
+type Builder = ops.Builder
+
+// Adjoints is the backward graph of one scalar: Of maps each value to its
+// adjoint (nil: the scalar does not depend on it through a float path).
+type Adjoints struct {
+	Of       map[*ir.Value]*ir.Value
+	regather map[*ir.Value]*ir.Value // ZeRO-3 gathers repeated for the backward
+	remat    map[*ir.Value]*ir.Value // checkpointed activations, recomputed
+}
+
+// Backward builds, with b, the adjoints of every value on a path from a
+// float source to the scalar y. onFinal hooks run when a watched value's
+// adjoint is complete (nil: none); a hook returns the adjoint to keep.
+func Backward(b Builder, y *ir.Value, onFinal map[*ir.Value]func(g *ir.Value) *ir.Value) (*Adjoints, error) {
+	values := b.Graph().Values[:y.ID+1]
+	active, needed := activeValues(values), neededValues(values, y)
+	adj := &Adjoints{Of: map[*ir.Value]*ir.Value{}, regather: map[*ir.Value]*ir.Value{}, remat: map[*ir.Value]*ir.Value{}}
+	adj.Of[y] = b.Const(1, y.Type.DType, y.Pos)
+	finalAt := finalPoints(values, onFinal, func(v *ir.Value) bool { return needed[v] && active[v] })
+	for i := y.ID; i >= 0; i-- {
+		v := values[i]
+		g := adj.Of[v]
+		if g != nil && needed[v] && active[v] && !v.IsSource() {
+			bw := &vjp{b: b, v: v, g: g, adj: adj, active: active}
+			if err := bw.run(); err != nil {
+				return nil, err
+			}
+		}
+		for _, w := range finalAt[i] {
+			if g := adj.Of[w]; g != nil {
+				adj.Of[w] = onFinal[w](g)
+			}
+		}
+	}
+	return adj, nil
+}
+
+// activeValues are the float values that depend on a float source: the
+// ones that can have an adjoint.
+func activeValues(values []*ir.Value) map[*ir.Value]bool {
+	active := map[*ir.Value]bool{}
+	for _, v := range values {
+		if v.IsSource() && v.Type.DType.IsFloat() {
+			active[v] = true
+			continue
+		}
+		for _, a := range v.Args {
+			if active[a] && v.Type.DType.IsFloat() {
+				active[v] = true
+			}
+		}
+	}
+	return active
+}
+
+// neededValues are the values y depends on.
+func neededValues(values []*ir.Value, y *ir.Value) map[*ir.Value]bool {
+	needed := map[*ir.Value]bool{y: true}
+	for i := y.ID; i >= 0; i-- {
+		if v := values[i]; needed[v] {
+			for _, a := range v.Args {
+				needed[a] = true
+			}
+		}
+	}
+	return needed
+}
+
+// finalPoints says where each watched value's adjoint is complete: once
+// the backward (in reverse program order) has visited its first consumer
+// that takes part. The hook runs there, e.g. to reduce-scatter a ZeRO-2
+// gradient as soon as it exists instead of after the whole backward.
+func finalPoints(values []*ir.Value, watched map[*ir.Value]func(*ir.Value) *ir.Value, takesPart func(*ir.Value) bool) map[int][]*ir.Value {
+	at := map[int][]*ir.Value{}
+	for w := range watched {
+		first := -1
+		for _, v := range values[w.ID+1:] {
+			if takesPart(v) && first < 0 && slices.Contains(v.Args, w) {
+				first = v.ID
+			}
+		}
+		if first >= 0 {
+			at[first] = append(at[first], w)
+		}
+	}
+	for _, ws := range at {
+		// hooks build values: run them in program order, not map order
+		slices.SortFunc(ws, func(a, b *ir.Value) int { return a.ID - b.ID })
+	}
+	return at
+}
+
+// vjp applies one op's vector-Jacobian product.
+type vjp struct {
+	b      Builder
+	v      *ir.Value
+	g      *ir.Value
+	adj    *Adjoints
+	active map[*ir.Value]bool
+}
+
+// build applies an op for the backward of b.v: at its position and call
+// sites, marked as backward.
+func (b *vjp) build(name string, kw map[string]ops.Arg, args ...ops.Arg) *ir.Value {
+	out := b.b.Apply(b.v.Pos, name, kw, args...)
+	out.Calls = b.v.Calls
+	out.Backward = true
+	return out
+}
+
+// val is x as an operand of the backward: a ZeRO-3 parameter gather is
+// repeated (once per backward) rather than kept alive since the forward.
+func (b *vjp) val(x *ir.Value) *ir.Value {
+	if x.Remat {
+		return b.recompute(x)
+	}
+	if x.Op != "to" || !x.Attrs.Regather {
+		return x
+	}
+	if r, ok := b.adj.regather[x]; ok {
+		return r
+	}
+	r := b.b.Add(&ir.Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true, Attrs: ir.Attrs{Regather: true}})
+	b.adj.regather[x] = r
+	return r
+}
+
+// recompute re-creates a checkpointed forward value (and the checkpointed
+// values it needs) at its first use by the backward, so the forward's
+// copies die as soon as the forward is done with them.
+func (b *vjp) recompute(x *ir.Value) *ir.Value {
+	if r, ok := b.adj.remat[x]; ok {
+		return r
+	}
+	r := *x
+	r.Args = make([]*ir.Value, len(x.Args))
+	for i, a := range x.Args {
+		r.Args[i] = a
+		if a.Remat {
+			r.Args[i] = b.recompute(a)
+		}
+	}
+	r.Remat, r.Backward = false, true
+	if r.Name != "" {
+		r.Name += ".recomputed"
+	}
+	out := b.b.Add(&r)
+	out.Calls = x.Calls
+	b.adj.remat[x] = out
+	return out
+}
+
+// acc adds a contribution to x's adjoint.
+func (b *vjp) acc(x, contrib *ir.Value) {
+	if !b.active[x] || !x.Type.DType.IsFloat() {
+		return
+	}
+	if contrib.Primal == nil && contrib.Backward {
+		contrib.Primal = x
+	}
+	if prev := b.adj.Of[x]; prev != nil {
+		contrib = b.build("add", nil, ops.Arg{V: prev}, ops.Arg{V: contrib})
+	}
+	b.adj.Of[x] = contrib
+}
+
+// run adds b.v's contributions to its arguments' adjoints with the op's
+// gradient rule (package ops). A conversion passes its adjoint through:
+// boxing places it, which is where an all-gather's backward becomes a
+// reduce-scatter.
+func (b *vjp) run() error {
+	if b.v.Op == "to" {
+		b.acc(b.v.Args[0], b.g)
+		return nil
+	}
+	op, ok := ops.Lookup(b.v.Op)
+	if !ok || op.Grad == nil && !op.NoGrad {
+		return fmt.Errorf("no gradient for %s (second derivatives are not supported)", b.v.Op)
+	}
+	if op.Grad != nil {
+		op.Grad(&ops.Grad{V: b.v, G: b.g, Build: b.build, Val: b.val, Acc: b.acc,
+			Active: func(x *ir.Value) bool { return b.active[x] }})
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package ir
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Graph is a checked program: function calls inlined, every value typed,
+// in an order where arguments come before their users. It is what Check
+// produces and what lower consumes; the AST is never annotated.
+type Graph struct {
+	File    string
+	Sources map[string][]byte // file name → text, for rendering errors
+	Mesh    *mesh.Mesh
+	MeshPos Pos
+	Values  []*Value
+	Outputs []*Output
+	Train   *Train // nil unless the program has a train block
+}
+
+// Value is one node: a source tensor, a constant or an op application.
+type Value struct {
+	ID    int
+	Op    string // "input", "param", "const", or an op name such as "matmul"
+	Args  []*Value
+	Type  Type
+	Attrs Attrs
+	Name  string // the user's name for it, or "" for temporaries
+	Pos   Pos    // where it is computed
+	Calls []Pos  // call sites of the functions it was inlined through, innermost first
+
+	// Backward marks values autodiff created.
+	Backward bool
+	// Primal is, for a gradient contribution, the forward value it is the
+	// gradient of: inference prefers to place it dually (same splits).
+	Primal *Value
+	// Remat marks values computed inside a checkpointed function: the
+	// backward recomputes them instead of keeping them alive.
+	Remat bool
+
+	// Declared is the placement the program fixes for this value: on
+	// sources, and on to(x, {...}) conversions. Nil elsewhere.
+	Declared sbp.NdSBP
+}
+
+// Attrs are an op's static arguments.
+type Attrs struct {
+	Axis   int     // reductions, softmax, concat, slice; -1 = all dims
+	Perm   []int   // transpose
+	Start  int     // slice
+	End    int     // slice
+	Eps    float64 // layernorm
+	Scalar float64 // const
+	Init   *Init   // input, param, state, hyper
+	// Regather marks a to() that all-gathers a ZeRO-3 parameter: the
+	// backward gathers it again instead of keeping it alive.
+	Regather bool
+}
+
+// Init is how a source tensor gets its values.
+type Init struct {
+	Kind string  // "normal", "uniform", "zeros", "ones", "load"
+	A, B float64 // mean/std or lo/hi
+	Path string  // for load: resolved path
+	Src  string  // for load: the path as written
+}
+
+// Output is an `output` statement.
+type Output struct {
+	Name      string
+	Value     *Value
+	Placement sbp.NdSBP // nil: keep the inferred placement
+	Pos       Pos
+}
+
+// Label names a value for humans: its name, or op#id.
+func (v *Value) Label() string {
+	if v.Name != "" {
+		return v.Name
+	}
+	return fmt.Sprintf("%s#%d", v.Op, v.ID)
+}
+
+// IsSource reports the values a step starts from: inputs, params,
+// optimizer states and per-step scalars fed by the trainer ("hyper").
+func (v *Value) IsSource() bool {
+	return v.Op == "input" || v.Op == "param" || v.Op == "state" || v.Op == "hyper"
+}
+
+// Where renders the value's position and call chain: "mlp.mesh:9:9 (via mlp.mesh:13:5)".
+func (v *Value) Where() string {
+	s := FormatPos(v.Pos)
+	if len(v.Calls) > 0 {
+		var vs []string
+		for _, c := range v.Calls {
+			vs = append(vs, FormatPos(c))
+		}
+		s += " (called from " + strings.Join(vs, ", ") + ")"
+	}
+	return s
+}
+
+// Dump prints the graph, one value per line.
+func (g *Graph) Dump() string {
+	var b strings.Builder
+	if g.Mesh != nil {
+		fmt.Fprintf(&b, "mesh %s = %s\n", g.Mesh.Name, g.Mesh)
+	}
+	for _, v := range g.Values {
+		var args []string
+		for _, a := range v.Args {
+			args = append(args, fmt.Sprintf("%%%d", a.ID))
+		}
+		fmt.Fprintf(&b, "%%%d = %s(%s) : %s", v.ID, v.Op, strings.Join(args, ", "), v.Type)
+		if v.Name != "" {
+			fmt.Fprintf(&b, " name=%s", v.Name)
+		}
+		if v.Declared != nil {
+			fmt.Fprintf(&b, " declared=%s", v.Declared)
+		}
+		b.WriteByte('\n')
+	}
+	for _, o := range g.Outputs {
+		fmt.Fprintf(&b, "output %s = %%%d", o.Name, o.Value.ID)
+		if o.Placement != nil {
+			fmt.Fprintf(&b, " %s", o.Placement)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

@@ -1,0 +1,55 @@
+package ops
+
+import (
+	"testing"
+
+	"github.com/meshrun/meshrun/sbp"
+	"github.com/stretchr/testify/require"
+)
+
+// Every op is complete: a placement rule sbp can look up, a family, and a
+// type rule unless only the compiler makes it.
+func TestEveryOpIsRegisteredWhole(t *testing.T) {
+	require.NotEmpty(t, order)
+	for _, name := range order {
+		op := registry[name]
+		require.NotEmpty(t, op.Family, name)
+		require.NotNil(t, op.Placement.Sigs, name)
+		r, ok := sbp.Lookup(name)
+		require.True(t, ok, name)
+		require.Equal(t, op.Family, r.Family, name)
+		if name != "const" {
+			require.NotNil(t, op.Type, name)
+			_, ok := TypeOf(name)
+			require.True(t, ok, name)
+		}
+	}
+	_, ok := TypeOf("permute")
+	require.True(t, ok, "permute is a call that builds transpose")
+	require.Contains(t, Calls(), "permute")
+	require.NotContains(t, Calls(), "const")
+}
+
+func TestRegisterRefusesDuplicates(t *testing.T) {
+	require.Panics(t, func() { Register(Op{Name: "matmul", Family: "matmul"}) })
+	require.Panics(t, func() { RegisterCall("permute", nil) })
+}
+
+// Every op is in spec.md: on its own line of an op table and with its own
+// placement-rule example, or on another op's that it names.
+func TestEveryOpIsDocumented(t *testing.T) {
+	for _, op := range All() {
+		d := op.Doc
+		if op.Type != nil {
+			require.True(t, (len(d.Rows) > 0) != (d.RowsWith != ""), "%s: rows or rows-with, not both", op.Name)
+		}
+		require.True(t, (len(d.Examples) > 0) != (d.RulesWith != ""), "%s: examples or rules-with, not both", op.Name)
+		for _, with := range []string{d.RowsWith, d.RulesWith} {
+			if with != "" {
+				other, ok := Lookup(with)
+				require.True(t, ok, "%s is documented with unknown op %s", op.Name, with)
+				require.Equal(t, op.Family, other.Family, "%s is documented with an op of another family", op.Name)
+			}
+		}
+	}
+}
