@@ -82,6 +82,7 @@ func run(ctx context.Context, sizeList string, rounds int, budget time.Duration)
 	}
 	if lead {
 		path, abi, version := mpi.Library()
+		version = strings.TrimSpace(strings.TrimRight(version, "\x00")) // Open MPI's ends in a NUL
 		fmt.Printf("mpicoll: %d ranks, %s (%s, %s), thread multiple %v; %d rounds, alternating\n", p, path, abi, version, mpi.ThreadMultiple(), rounds)
 		fmt.Printf("%-10s %6s %12s %12s   %s\n", "collective", "MiB", "meshrun GB/s", "raw GB/s", "meshrun/raw min / median / max")
 	}
