@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,21 +37,40 @@ func main() {
 	sizes := flag.String("sizes", "1,16", "result sizes in MiB, comma-separated")
 	rounds := flag.Int("rounds", 7, "rounds (each times both sides once per collective and size)")
 	budget := flag.Duration("batch", 100*time.Millisecond, "about how long one timed batch of calls lasts")
+	only := flag.String("only", "", "time only this side (meshrun, raw or raw+alloc), e.g. with -cpuprofile")
+	prof := flag.String("cpuprofile", "", "write rank 0's CPU profile to this file")
 	flag.Parse()
+	onlySide = *only
 	if err := mpi.Load(); err != nil {
 		fmt.Println("mpicoll: skipped:", err)
 		return
 	}
 	ctx := context.Background()
+	if *prof != "" && os.Getenv("OMPI_COMM_WORLD_RANK")+os.Getenv("PMI_RANK") == "0" {
+		f, err := os.Create(*prof)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mpicoll:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "mpicoll:", err)
+			os.Exit(1)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if err := run(ctx, *sizes, *rounds, *budget); err != nil {
 		fmt.Fprintln(os.Stderr, "mpicoll:", err)
 		mpi.Abort(1)
 	}
 	if err := mpi.Finalize(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "mpicoll:", err)
-		os.Exit(1)
+		mpi.Abort(1)
 	}
 }
+
+// onlySide, when set, names the one side that is timed (the others are
+// skipped), for profiling one of them.
+var onlySide string
 
 // side is one way of doing a collective: meshrun's or the raw call.
 type side struct {
@@ -142,6 +162,9 @@ func fill(d []float32, rank int) {
 // round) and prints one line at rank 0: the first side is meshrun's, the
 // second the raw call it is compared with; any others are diagnostics.
 func compare(ctx context.Context, world *mpi.Comm, name string, mib float64, bytes int, s []side, rounds int, budget time.Duration) error {
+	if onlySide != "" {
+		return profileOnly(ctx, world, name, s, rounds, budget)
+	}
 	// One untimed call each warms up MPI's connections and buffers; a
 	// second, timed, sizes the batches (every rank gets the slowest rank's
 	// time, so all make the same number of calls).
@@ -187,6 +210,30 @@ func compare(ctx context.Context, world *mpi.Comm, name string, mib float64, byt
 			name, mib, gbs(per[0]), gbs(per[1]), ratio[0], median(ratio), ratio[len(ratio)-1], iters, extra)
 	}
 	return nil
+}
+
+// profileOnly runs one side's batches for as long as a comparison would.
+func profileOnly(ctx context.Context, world *mpi.Comm, name string, s []side, rounds int, budget time.Duration) error {
+	for _, sd := range s {
+		if sd.name != onlySide {
+			continue
+		}
+		t, err := timeBatch(ctx, world, sd.call, 1)
+		if err != nil {
+			return err
+		}
+		iters := max(3, int(budget/max(t, time.Microsecond)))
+		for range rounds {
+			if _, err := timeBatch(ctx, world, sd.call, iters); err != nil {
+				return err
+			}
+		}
+		if world.Rank() == 0 {
+			fmt.Printf("%-10s %s only: %d rounds of %d calls\n", name, sd.name, rounds, iters)
+		}
+		return nil
+	}
+	return fmt.Errorf("no side %q", onlySide)
 }
 
 // timeBatch runs call iters times between barriers and returns the
