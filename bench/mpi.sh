@@ -7,7 +7,8 @@
 #   (a) the Megatron MLP, a 4-device variant of examples/megatron_mlp.mesh
 #       ([dp=2, tp=4] rewritten to [dp=2, tp=2] in a temp dir): the time
 #       `meshrun run` prints ("ran on 4 devices ... in T", one execution
-#       including parameter initialisation, without process start-up)
+#       including parameter initialisation, without process start-up),
+#       and again with W1 and W2 loaded from .npy files (no random draws)
 #   (b) the DP×TP training step, examples/train/megatron_dp_tp.mesh
 #       ([dp=2, tp=2], 40 steps): the median step time of `meshrun train
 #       --log` (steps 2..40; step 1 also initialises)
@@ -99,20 +100,38 @@ mkdir -p "$tmp/mlp4"
 sed 's/^mesh M = \[dp=2, tp=4\]/mesh M = [dp=2, tp=2]/' examples/megatron_mlp.mesh >"$tmp/mlp4/megatron_mlp4.mesh"
 cp examples/x.npy "$tmp/mlp4/"
 grep -q '^mesh M = \[dp=2, tp=2\]' "$tmp/mlp4/megatron_mlp4.mesh" || { echo "mpi.sh: could not make the 4-device Megatron MLP" >&2; exit 1; }
+# The same with W1 and W2 loaded from .npy files (written once by meshrun)
+# instead of drawn from normal(0, 0.02) at every run: drawing them is most
+# of one run's time, which hides the execution.
+cat >"$tmp/mlp4/gen.mesh" <<'MESH'
+mesh M = [a=1]
+input A : f32[512, 2048] = normal(0, 0.02)
+input B : f32[2048, 512] = normal(0, 0.02)
+W1 = A + 0
+W2 = B + 0
+output W1
+output W2
+MESH
+"$tmp/meshrun" run "$tmp/mlp4/gen.mesh" --launcher local --out "$tmp/mlp4" >/dev/null
+sed 's/^\(param \(W[12]\) .*}\) *= normal(0, 0.02)/\1 = load("\2.npy")/' "$tmp/mlp4/megatron_mlp4.mesh" >"$tmp/mlp4/megatron_mlp4_load.mesh"
+[[ $(grep -c 'load("W[12].npy")' "$tmp/mlp4/megatron_mlp4_load.mesh") == 2 ]] || { echo "mpi.sh: could not make the loading variant" >&2; exit 1; }
 train=examples/train/megatron_dp_tp.mesh
 
 : >"$tmp/run.local"; : >"$tmp/run.mpi"; : >"$tmp/run.ratio"
+: >"$tmp/load.local"; : >"$tmp/load.mpi"; : >"$tmp/load.ratio"
 : >"$tmp/train.local"; : >"$tmp/train.mpi"; : >"$tmp/train.ratio"
 for ((r = 0; r < rounds; r++)); do
     order=(local mpi)
     if ((r % 2 == 1)); then order=(mpi local); fi
-    declare -A runT stepT
+    declare -A runT loadT stepT
     for side in "${order[@]}"; do
         if [[ $side == local ]]; then
             runT[$side]=$(ran "$tmp/meshrun" run "$tmp/mlp4/megatron_mlp4.mesh" --launcher local)
+            loadT[$side]=$(ran "$tmp/meshrun" run "$tmp/mlp4/megatron_mlp4_load.mesh" --launcher local)
             "$tmp/meshrun" train "$train" --launcher local --log "$tmp/log.jsonl" >/dev/null
         else
             runT[$side]=$(ran "${launch[@]}" "$tmp/meshrun" run "$tmp/mlp4/megatron_mlp4.mesh" --launcher mpi)
+            loadT[$side]=$(ran "${launch[@]}" "$tmp/meshrun" run "$tmp/mlp4/megatron_mlp4_load.mesh" --launcher mpi)
             "${launch[@]}" "$tmp/meshrun" train "$train" --launcher mpi --log "$tmp/log.jsonl" >/dev/null
         fi
         stepT[$side]=$(step "$tmp/log.jsonl")
@@ -120,17 +139,24 @@ for ((r = 0; r < rounds; r++)); do
     echo "${runT[local]}" >>"$tmp/run.local"
     echo "${runT[mpi]}" >>"$tmp/run.mpi"
     awk -v a="${runT[mpi]}" -v b="${runT[local]}" 'BEGIN { print a / b }' >>"$tmp/run.ratio"
+    echo "${loadT[local]}" >>"$tmp/load.local"
+    echo "${loadT[mpi]}" >>"$tmp/load.mpi"
+    awk -v a="${loadT[mpi]}" -v b="${loadT[local]}" 'BEGIN { print a / b }' >>"$tmp/load.ratio"
     echo "${stepT[local]}" >>"$tmp/train.local"
     echo "${stepT[mpi]}" >>"$tmp/train.mpi"
     awk -v a="${stepT[mpi]}" -v b="${stepT[local]}" 'BEGIN { print a / b }' >>"$tmp/train.ratio"
-    printf '   round %d: megatron_mlp4 local %.1f ms, mpi %.1f ms; dp_tp step local %.3f ms, mpi %.3f ms\n' "$((r + 1))" \
+    printf '   round %d: megatron_mlp4 local %.1f ms, mpi %.1f ms; weights loaded: local %.1f ms, mpi %.1f ms; dp_tp step local %.3f ms, mpi %.3f ms\n' "$((r + 1))" \
         "$(awk -v s="${runT[local]}" 'BEGIN { print s * 1e3 }')" "$(awk -v s="${runT[mpi]}" 'BEGIN { print s * 1e3 }')" \
+        "$(awk -v s="${loadT[local]}" 'BEGIN { print s * 1e3 }')" "$(awk -v s="${loadT[mpi]}" 'BEGIN { print s * 1e3 }')" \
         "$(awk -v s="${stepT[local]}" 'BEGIN { print s * 1e3 }')" "$(awk -v s="${stepT[mpi]}" 'BEGIN { print s * 1e3 }')"
 done
 ms() { awk '{ print $1 * 1e3 }' "$1" | spread '%.2f'; }
 echo "(a) Megatron MLP, 4-device variant [dp=2, tp=2] (meshrun run, 'ran in', ms, min / median / max)"
 echo "    local $(ms "$tmp/run.local")   mpi $(ms "$tmp/run.mpi")"
 echo "    mpi/local per round: $(spread <"$tmp/run.ratio")"
+echo "    the same with W1, W2 loaded from .npy instead of drawn at random:"
+echo "    local $(ms "$tmp/load.local")   mpi $(ms "$tmp/load.mpi")"
+echo "    mpi/local per round: $(spread <"$tmp/load.ratio")"
 echo "(b) DP×TP training step, $train [dp=2, tp=2] (median step of 2..40, ms, min / median / max over rounds)"
 echo "    local $(ms "$tmp/train.local")   mpi $(ms "$tmp/train.mpi")"
 echo "    mpi/local per round: $(spread <"$tmp/train.ratio")"
