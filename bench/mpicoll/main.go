@@ -206,8 +206,8 @@ func compare(ctx context.Context, world *mpi.Comm, name string, mib float64, byt
 		for i := 2; i < len(s); i++ {
 			extra += fmt.Sprintf("; %s %.2f GB/s", s[i].name, gbs(per[i]))
 		}
-		fmt.Printf("%-10s %6g %12.2f %12.2f   %.3f / %.3f / %.3f   (%d calls per batch%s)\n",
-			name, mib, gbs(per[0]), gbs(per[1]), ratio[0], median(ratio), ratio[len(ratio)-1], iters, extra)
+		fmt.Printf("%-10s %6g %12.3f %12.3f   %.3f / %.3f / %.3f   (%.0f / %.0f µs per call, %d calls per batch%s)\n",
+			name, mib, gbs(per[0]), gbs(per[1]), ratio[0], median(ratio), ratio[len(ratio)-1], 1e6*median(per[0]), 1e6*median(per[1]), iters, extra)
 	}
 	return nil
 }
