@@ -7,7 +7,12 @@ cd "$(dirname "$0")/.."
 time=${BENCHTIME:-3x}
 echo "== gonum BLAS"
 MESHRUN_BLAS=gonum go test ./bench -run '^$' -bench . -benchtime "$time" -v | grep -E 'Benchmark|efficiency|over_single|raw/backend|devices|mesh '
-if ldconfig -p 2>/dev/null | grep -q libopenblas.so.0; then
+# Read the cache into a variable and match it in bash: piping into
+# `grep -q` let grep exit at the first match, ldconfig die of SIGPIPE, and
+# pipefail turn the match into a failure, so OpenBLAS was sometimes
+# skipped (issue 10).
+libs=$(ldconfig -p 2>/dev/null || true)
+if [[ $libs == *libopenblas.so.0* ]]; then
     echo "== OpenBLAS"
     go test ./bench -run '^$' -bench . -benchtime "$time" -v | grep -E 'Benchmark|efficiency|over_single|raw/backend|devices|mesh '
 else
