@@ -79,8 +79,13 @@ func (c *CPU) Name() string {
 // Alloc implements Backend.
 func (c *CPU) Alloc(dt lang.DType, shape []int) (Buffer, error) { return NewTensor(dt, shape), nil }
 
-// Free implements Backend: Go's collector reclaims host tensors.
-func (c *CPU) Free(Buffer) {}
+// Free implements Backend: a recycling CPU backend keeps the buffer for
+// reuse; otherwise Go's collector reclaims it.
+func (c *CPU) Free(b Buffer) {
+	if t, ok := b.(*Tensor); ok && c.pool != nil {
+		c.pool.put(t)
+	}
+}
 
 // CopyIn implements Backend: host memory is the CPU's own.
 func (c *CPU) CopyIn(t *Tensor) (Buffer, error) { return t, nil }

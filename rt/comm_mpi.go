@@ -29,6 +29,7 @@ type MPIComm struct {
 	mu    sync.Mutex
 	sends []chan error         // sends still in flight (Send is buffered)
 	queue map[int]chan sendJob // per peer: sends are posted in order
+	pool  *hostPool            // where results are allocated (nil: fresh memory)
 }
 
 // sendJob is one buffered send waiting for its peer's queue.
@@ -47,6 +48,16 @@ func NewMPIComm(ctx context.Context) (*MPIComm, error) {
 		}
 	}
 	return &MPIComm{world: mpi.World()}, nil
+}
+
+// RecyclingCPU returns a CPU backend that shares a caching allocator with
+// this communicator: buffers the worker frees come back as collective
+// results. Only for one rank per process (see hostPool).
+func (c *MPIComm) RecyclingCPU() *CPU {
+	if c.pool == nil {
+		c.pool = newHostPool(1 << 30)
+	}
+	return &CPU{BLAS: DefaultBLAS(), pool: c.pool}
 }
 
 func (c *MPIComm) Rank() int        { return c.world.Rank() }
@@ -147,7 +158,7 @@ func (c *MPIComm) Flush(ctx context.Context) error {
 
 // Recv implements Comm.
 func (c *MPIComm) Recv(ctx context.Context, peer, tag int, dt lang.DType, shape []int) (Buffer, error) {
-	t := NewTensor(dt, shape)
+	t := c.pool.get(dt, shape)
 	err := forData(t, func(d any) error {
 		n, err := recvAny(ctx, c.world, d, peer, tag)
 		if err == nil && n != t.Numel() {
@@ -192,31 +203,45 @@ func (g *mpiGroup) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer
 	p := int64(g.Size())
 	g.count(2 * (p - 1) * t.Bytes() / p)
 	w := widen(t) // half precision reduces in f32
-	out := NewTensor(w.DType, w.Shape)
+	out := g.parent.pool.get(w.DType, w.Shape)
 	if err := reduceAny(ctx, g.c, w.Data, out.Data, nil, op); err != nil {
 		return nil, mpiErr(err)
 	}
-	return narrowTo(out, t.DType), nil
+	return g.parent.narrowTo(out, t.DType), nil
 }
 
-// AllGather implements Group: every member's block, packed, gathered with
-// MPI_Allgatherv, then joined along dim.
+// AllGather implements Group: every member's block gathered with
+// MPI_Allgatherv straight into the result when the blocks are contiguous
+// there (every dim before dim has length 1), else into a flat buffer from
+// which each block is copied once to its place.
 func (g *mpiGroup) AllGather(ctx context.Context, x Buffer, dim int, lens []int) (Buffer, error) {
 	t, err := host(x)
 	if err != nil {
 		return nil, err
 	}
 	counts, shapes := memberBlocks(t.Shape, dim, lens)
-	total := NewTensor(t.DType, []int{sum(counts)})
 	g.count(int64(sum(counts)-counts[g.Index()]) * int64(t.DType.Size()))
-	if err := forData(t, func(d any) error { return gatherAny(ctx, g.c, d, total.Data, counts) }); err != nil {
+	outShape := append([]int(nil), t.Shape...)
+	outShape[dim] = sum(lens)
+	pool := g.parent.pool
+	out := pool.get(t.DType, outShape)
+	recv := out
+	if !outerContiguous(outShape, dim) {
+		recv = pool.get(t.DType, []int{sum(counts)})
+	}
+	if err := forData(t, func(d any) error { return gatherAny(ctx, g.c, d, recv.Data, counts) }); err != nil {
 		return nil, mpiErr(err)
 	}
-	return ConcatDim(unpack(total, shapes), dim), nil
+	if recv != out {
+		scatterBlocks(out, dim, recv, shapes)
+		pool.put(recv)
+	}
+	return out, nil
 }
 
-// ReduceScatter implements Group: the chunks, packed in member order, go
-// through MPI_Reduce_scatter; this member keeps its chunk.
+// ReduceScatter implements Group: the chunks, in member order and packed
+// (already so when every dim before dim has length 1), go through
+// MPI_Reduce_scatter; this member keeps its chunk.
 func (g *mpiGroup) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int, op ReduceOp) (Buffer, error) {
 	t, err := host(x)
 	if err != nil {
@@ -224,12 +249,20 @@ func (g *mpiGroup) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []
 	}
 	counts, shapes := memberBlocks(t.Shape, dim, lens)
 	g.count(int64(sum(counts)-counts[g.Index()]) * int64(t.DType.Size()))
-	packed := widen(pack(SplitDim(t, dim, lens), t.DType))
-	mine := NewTensor(packed.DType, shapes[g.Index()])
-	if err := reduceAny(ctx, g.c, packed.Data, mine.Data, counts, op); err != nil {
+	pool := g.parent.pool
+	packed := t
+	if !outerContiguous(t.Shape, dim) {
+		packed = gatherBlocks(pool, t, dim, shapes)
+	}
+	wide := widen(packed) // half precision reduces in f32
+	mine := pool.get(wide.DType, shapes[g.Index()])
+	if err := reduceAny(ctx, g.c, wide.Data, mine.Data, counts, op); err != nil {
 		return nil, mpiErr(err)
 	}
-	return narrowTo(mine, t.DType), nil
+	if packed != t {
+		pool.put(packed)
+	}
+	return g.parent.narrowTo(mine, t.DType), nil
 }
 
 // AllToAll implements Group with MPI_Alltoallv over packed pieces.
@@ -238,10 +271,11 @@ func (g *mpiGroup) AllToAll(ctx context.Context, x Buffer, splitDim int, splitLe
 	if err != nil {
 		return nil, err
 	}
-	pieces := SplitDim(t, splitDim, splitLens)
-	sendCounts := make([]int, len(pieces))
-	for i, pc := range pieces {
-		sendCounts[i] = pc.Numel()
+	sendCounts, sendShapes := memberBlocks(t.Shape, splitDim, splitLens)
+	pool := g.parent.pool
+	send := t
+	if !outerContiguous(t.Shape, splitDim) {
+		send = gatherBlocks(pool, t, splitDim, sendShapes)
 	}
 	// what arrives from member j: its block with our length along splitDim
 	mineShape := append([]int(nil), t.Shape...)
@@ -252,19 +286,31 @@ func (g *mpiGroup) AllToAll(ctx context.Context, x Buffer, splitDim int, splitLe
 			catLens[i] = splitLens[g.Index()]
 		}
 	}
-	recvCounts, shapes := memberBlocks(mineShape, catDim, catLens)
+	recvCounts, recvShapes := memberBlocks(mineShape, catDim, catLens)
 	g.count(int64(sum(sendCounts)-sendCounts[g.Index()]) * int64(t.DType.Size()))
-	recv := NewTensor(t.DType, []int{sum(recvCounts)})
-	send := pack(pieces, t.DType)
+	outShape := append([]int(nil), mineShape...)
+	outShape[catDim] = sum(catLens)
+	out := pool.get(t.DType, outShape)
+	recv := out
+	if !outerContiguous(outShape, catDim) {
+		recv = pool.get(t.DType, []int{sum(recvCounts)})
+	}
 	if err := forData(send, func(d any) error { return alltoallAny(ctx, g.c, d, sendCounts, recv.Data, recvCounts) }); err != nil {
 		return nil, mpiErr(err)
 	}
-	return ConcatDim(unpack(recv, shapes), catDim), nil
+	if recv != out {
+		scatterBlocks(out, catDim, recv, recvShapes)
+		pool.put(recv)
+	}
+	if send != t {
+		pool.put(send)
+	}
+	return out, nil
 }
 
 // Broadcast implements Group.
 func (g *mpiGroup) Broadcast(ctx context.Context, x Buffer, root int, dt lang.DType, shape []int) (Buffer, error) {
-	t := NewTensor(dt, shape)
+	t := g.parent.pool.get(dt, shape)
 	if g.Index() == root {
 		src, err := host(x)
 		if err != nil {
@@ -292,32 +338,60 @@ func memberBlocks(shape []int, dim int, lens []int) ([]int, [][]int) {
 	return counts, shapes
 }
 
-// pack lays tensors end to end in one flat tensor.
-func pack(ts []*Tensor, dt lang.DType) *Tensor {
-	n := 0
-	for _, t := range ts {
-		n += t.Numel()
+// outerContiguous reports whether the blocks of a tensor cut along dim
+// lie one after another in memory: every dim before dim has length 1.
+func outerContiguous(shape []int, dim int) bool {
+	for _, l := range shape[:dim] {
+		if l != 1 {
+			return false
+		}
 	}
-	out := NewTensor(dt, []int{n})
-	off := 0
-	for _, t := range ts {
-		CopyBlock(out, []int{off}, &Tensor{DType: t.DType, Shape: []int{t.Numel()}, Data: t.Data}, []int{0}, []int{t.Numel()})
-		off += t.Numel()
+	return true
+}
+
+// gatherBlocks copies t's blocks along dim (of the given shapes, in order)
+// end to end into one flat tensor: one copy per element.
+func gatherBlocks(pool *hostPool, t *Tensor, dim int, shapes [][]int) *Tensor {
+	out := pool.get(t.DType, []int{t.Numel()})
+	off, at := make([]int, len(t.Shape)), 0
+	for _, s := range shapes {
+		n := numel(s)
+		CopyBlock(flatView(out, at, s), make([]int, len(s)), t, off, s)
+		off[dim] += s[dim]
+		at += n
 	}
 	return out
 }
 
-// unpack cuts a flat tensor into consecutive blocks of the given shapes.
-func unpack(flat *Tensor, shapes [][]int) []*Tensor {
-	out := make([]*Tensor, len(shapes))
-	off := 0
-	for i, s := range shapes {
-		n := numel(s)
-		out[i] = Extract(flat, []int{off}, []int{n})
-		out[i].Shape = s
-		off += n
+// scatterBlocks copies consecutive blocks of a flat tensor (of the given
+// shapes) to their places along dim in out: one copy per element.
+func scatterBlocks(out *Tensor, dim int, flat *Tensor, shapes [][]int) {
+	off, at := make([]int, len(out.Shape)), 0
+	for _, s := range shapes {
+		CopyBlock(out, off, flatView(flat, at, s), make([]int, len(s)), s)
+		off[dim] += s[dim]
+		at += numel(s)
 	}
-	return out
+}
+
+// flatView is elements [at, at+numel(shape)) of a flat tensor seen as a
+// tensor of shape, sharing its storage.
+func flatView(t *Tensor, at int, shape []int) *Tensor {
+	n := numel(shape)
+	var d any
+	switch x := t.Data.(type) {
+	case []float32:
+		d = x[at : at+n]
+	case []float64:
+		d = x[at : at+n]
+	case []int32:
+		d = x[at : at+n]
+	case []int64:
+		d = x[at : at+n]
+	case []uint16:
+		d = x[at : at+n]
+	}
+	return &Tensor{DType: t.DType, Shape: shape, Data: d}
 }
 
 func sum(xs []int) int {
@@ -328,10 +402,13 @@ func sum(xs []int) int {
 	return s
 }
 
-// narrowTo rounds an f32 result back to a half type (or returns it).
-func narrowTo(t *Tensor, dt lang.DType) *Tensor {
-	if isHalf(dt) {
-		return narrow(t, dt)
+// narrowTo rounds an f32 result back to a half type (or returns it); the
+// f32 buffer goes back to the pool.
+func (c *MPIComm) narrowTo(t *Tensor, dt lang.DType) *Tensor {
+	if !isHalf(dt) {
+		return t
 	}
-	return t
+	h := narrow(t, dt)
+	c.pool.put(t)
+	return h
 }

@@ -15,6 +15,9 @@ import (
 // value's type and the blocks' offsets.
 type CPU struct {
 	BLAS BLAS
+	// pool, when set, recycles freed buffers for collective results (one
+	// rank per process only: see hostPool).
+	pool *hostPool
 }
 
 // OpCall is one kernel invocation.

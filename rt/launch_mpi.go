@@ -37,7 +37,9 @@ func NewMPI(ctx context.Context, p *plan.Plan, opts Options) (*MPI, error) {
 			c.Size(), p.Mesh, p.Mesh.Size(), p.Mesh.Size())
 	}
 	if opts.Backend == nil {
-		opts.Backend = &CPU{BLAS: DefaultBLAS()}
+		// one rank per process: no other rank can hold a freed buffer, so
+		// collective results may reuse them
+		opts.Backend = c.RecyclingCPU()
 	}
 	w, err := NewWorker(ctx, p, c.Rank(), opts.Backend, c, opts)
 	if err != nil {

@@ -72,6 +72,7 @@ type execution struct {
 	feed   Feed
 	start  time.Time
 	slots  []Buffer
+	refs   map[Buffer]int // slots holding each buffer: freed when none does
 	cur    int64
 	peak   int64
 	events []Event
@@ -81,7 +82,7 @@ type execution struct {
 // (timelines of all ranks share it).
 func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResult, error) {
 	prog := w.Prog.Prog
-	x := &execution{w: w, feed: feed, start: start, slots: make([]Buffer, prog.NumSlots())}
+	x := &execution{w: w, feed: feed, start: start, slots: make([]Buffer, prog.NumSlots()), refs: map[Buffer]int{}}
 	sent0 := w.Comm.BytesSent()
 	for i := range prog.Instrs {
 		in, b := &prog.Instrs[i], &w.Prog.Instrs[i]
@@ -100,13 +101,12 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		x.events = append(x.events, w.labels[i].event(t0, time.Since(start)-t0, w.Comm.BytesSent()-before))
 		if in.Out >= 0 {
 			x.slots[in.Out] = out
+			x.refs[out]++
 			x.cur += out.Bytes()
 			x.peak = max(x.peak, x.cur)
 		}
 		for _, s := range in.Free {
-			x.cur -= x.slots[s].Bytes()
-			w.Backend.Free(x.slots[s])
-			x.slots[s] = nil
+			x.release(s)
 		}
 	}
 	if err := w.Backend.Sync(ctx); err != nil {
@@ -126,6 +126,18 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		res.Carry = append(res.Carry, x.slots[s])
 	}
 	return res, nil
+}
+
+// release empties slot s; its buffer goes back to the backend when no
+// other slot holds it (a backend may recycle it at once).
+func (x *execution) release(s int) {
+	b := x.slots[s]
+	x.slots[s] = nil
+	x.cur -= b.Bytes()
+	if x.refs[b]--; x.refs[b] == 0 {
+		delete(x.refs, b)
+		x.w.Backend.Free(b)
+	}
 }
 
 // fault wraps an instruction's error with the rank, its coordinate, the

@@ -100,6 +100,16 @@ func run(ctx context.Context, sizeList string, rounds int, budget time.Duration)
 	if err != nil {
 		return err
 	}
+	// meshrun's side lives as in a worker: each result is freed when its
+	// slot dies, and the MPI launcher's backend recycles it for the next
+	// collective's result
+	be := comm.RecyclingCPU()
+	free := func(b rt.Buffer, err error) error {
+		if err == nil {
+			be.Free(b)
+		}
+		return err
+	}
 	if lead {
 		path, abi, version := mpi.Library()
 		version = strings.TrimSpace(strings.TrimRight(version, "\x00")) // Open MPI's ends in a NUL
@@ -124,7 +134,7 @@ func run(ctx context.Context, sizeList string, rounds int, budget time.Duration)
 		fill(x.Data.([]float32), me)
 		recv := make([]float32, n)
 		ar := []side{
-			{"meshrun", func() error { _, err := g.AllReduce(ctx, x, rt.OpSum); return err }},
+			{"meshrun", func() error { return free(g.AllReduce(ctx, x, rt.OpSum)) }},
 			{"raw", func() error { return mpi.Allreduce(ctx, world, x.Data.([]float32), recv, mpi.Sum) }},
 			{"raw+alloc", func() error { return mpi.Allreduce(ctx, world, x.Data.([]float32), make([]float32, n), mpi.Sum) }},
 		}
@@ -141,7 +151,7 @@ func run(ctx context.Context, sizeList string, rounds int, budget time.Duration)
 			lens[i], counts[i] = rows, rows*cols
 		}
 		ag := []side{
-			{"meshrun", func() error { _, err := g.AllGather(ctx, blk, 0, lens); return err }},
+			{"meshrun", func() error { return free(g.AllGather(ctx, blk, 0, lens)) }},
 			{"raw", func() error { return mpi.Allgatherv(ctx, world, blk.Data.([]float32), recv, counts) }},
 			{"raw+alloc", func() error { return mpi.Allgatherv(ctx, world, blk.Data.([]float32), make([]float32, n), counts) }},
 		}

@@ -1,0 +1,98 @@
+package rt
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/meshrun/meshrun/lang"
+)
+
+// hostPool is a caching allocator for host tensors, by dtype and element
+// count (PyTorch's caching allocator in miniature). Fresh Go memory costs a
+// page fault per page on first touch and zeroing; a collective's result
+// that reuses a freed buffer of the same size costs neither, which is what
+// lets an MPI collective run at the speed of the raw call.
+//
+// It is only safe where no other rank can hold a reference to a freed
+// buffer: one rank per process (the MPI launcher). In process, the channel
+// transport shares storage between ranks, so the local launcher does not
+// recycle.
+type hostPool struct {
+	mu    sync.Mutex
+	free  map[poolKey][]any // Data slices ready for reuse
+	held  int64             // bytes in free
+	limit int64             // beyond this, freed buffers go to the collector
+}
+
+type poolKey struct {
+	dt lang.DType
+	n  int
+}
+
+// poolMin is the smallest buffer worth recycling (smaller ones are cheap
+// to allocate and would crowd the lists).
+const poolMin = 4096
+
+func newHostPool(limit int64) *hostPool {
+	return &hostPool{free: map[poolKey][]any{}, limit: limit}
+}
+
+// get returns a tensor of shape whose elements are unspecified: the caller
+// overwrites every one (a collective's result). A nil pool allocates.
+func (p *hostPool) get(dt lang.DType, shape []int) *Tensor {
+	n := numel(shape)
+	if p == nil || n < poolMin {
+		return NewTensor(dt, shape)
+	}
+	k := poolKey{dt, n}
+	p.mu.Lock()
+	list := p.free[k]
+	if len(list) == 0 {
+		p.mu.Unlock()
+		return NewTensor(dt, shape)
+	}
+	d := list[len(list)-1]
+	p.free[k] = list[:len(list)-1]
+	p.held -= int64(n * dt.Size())
+	p.mu.Unlock()
+	return &Tensor{DType: dt, Shape: append([]int{}, shape...), Data: d}
+}
+
+// put takes back a buffer nobody references any more.
+func (p *hostPool) put(t *Tensor) {
+	n := t.Numel()
+	if p == nil || n < poolMin {
+		return
+	}
+	size := int64(n * t.DType.Size())
+	k := poolKey{t.DType, n}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held+size > p.limit {
+		return
+	}
+	for _, d := range p.free[k] {
+		if dataPtr(d) == dataPtr(t.Data) {
+			return // already here: never hand one buffer out twice
+		}
+	}
+	p.free[k] = append(p.free[k], t.Data)
+	p.held += size
+}
+
+// dataPtr is the address of a storage slice's first element.
+func dataPtr(d any) unsafe.Pointer {
+	switch x := d.(type) {
+	case []float32:
+		return unsafe.Pointer(unsafe.SliceData(x))
+	case []float64:
+		return unsafe.Pointer(unsafe.SliceData(x))
+	case []int32:
+		return unsafe.Pointer(unsafe.SliceData(x))
+	case []int64:
+		return unsafe.Pointer(unsafe.SliceData(x))
+	case []uint16:
+		return unsafe.Pointer(unsafe.SliceData(x))
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package rt
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHostPoolRecyclesBySizeOnce(t *testing.T) {
+	p := newHostPool(1 << 20)
+	a := NewTensor(lang.F32, []int{64, 64})
+	p.put(a)
+	p.put(a) // a second put of the same buffer must not make it twice available
+	b := p.get(lang.F32, []int{4096})
+	require.Equal(t, dataPtr(a.Data), dataPtr(b.Data))
+	require.Equal(t, []int{4096}, b.Shape)
+	c := p.get(lang.F32, []int{4096})
+	require.NotEqual(t, dataPtr(a.Data), dataPtr(c.Data))
+	// other dtypes and sizes never match; small buffers are not kept
+	p.put(c)
+	require.NotEqual(t, dataPtr(c.Data), dataPtr(p.get(lang.F64, []int{4096}).Data))
+	small := NewTensor(lang.F32, []int{8})
+	p.put(small)
+	require.NotEqual(t, dataPtr(small.Data), dataPtr(p.get(lang.F32, []int{8}).Data))
+	// beyond the limit freed buffers are dropped
+	q := newHostPool(4096 * 4)
+	q.put(NewTensor(lang.F32, []int{4096}))
+	q.put(NewTensor(lang.F32, []int{4096}))
+	require.Len(t, q.free[poolKey{lang.F32, 4096}], 1)
+}
+
+// freeCounter is a CPU backend that counts Free calls per buffer.
+type freeCounter struct {
+	CPU
+	freed map[Buffer]int
+}
+
+func (f *freeCounter) Free(b Buffer) { f.freed[b]++ }
+
+// A buffer two slots hold goes back to the backend once, when the second
+// slot dies: a recycling backend must never get a buffer still in use.
+func TestWorkerFreesABufferWhenItsLastSlotDies(t *testing.T) {
+	m := mesh.New("M", mesh.Axis{Name: "a", Size: 1})
+	b := sbp.NdSBP{sbp.B}
+	at := lang.Pos{Filename: "f.mesh", Line: 1, Column: 1}
+	add := &plan.Kernel{Op: "add", DType: lang.F32, Shape: []int{4}, ArgDTypes: []lang.DType{lang.F32, lang.F32}, ArgShapes: [][]int{{4}, {4}}}
+	mk := func(kind plan.Kind, src, out int, free []int, args ...int) plan.Instr {
+		in := plan.Instr{Kind: kind, Label: "x", Src: src, DType: lang.F32, Shape: []int{4}, Placement: b, Args: args, Out: out, Free: free, Pos: at}
+		if kind == plan.Compute {
+			in.Kernel, in.ArgPlace = add, []sbp.NdSBP{b, b}
+		}
+		return in
+	}
+	prog := &plan.Program{SlotType: []lang.DType{lang.F32, lang.F32, lang.F32, lang.F32}, OutputSlots: []int{3}, Instrs: []plan.Instr{
+		mk(plan.Source, 0, 0, nil), mk(plan.Source, 1, 1, nil),
+		mk(plan.Compute, 0, 2, []int{0}, 0, 1), mk(plan.Compute, 0, 3, []int{1, 2}, 2, 1),
+	}}
+	src := plan.Tensor{Role: "hyper", DType: lang.F32, Shape: []int{4}, Placement: b}
+	p := &plan.Plan{Mesh: m, Programs: []*plan.Program{prog}, Sources: []plan.Tensor{src, src},
+		Outputs: []plan.Tensor{{Name: "y", DType: lang.F32, Shape: []int{4}, Placement: b}}}
+	require.NoError(t, p.Verify())
+	be := &freeCounter{freed: map[Buffer]int{}}
+	w, err := NewWorker(context.Background(), p, 0, be, NewInProc(1)[0], Options{})
+	require.NoError(t, err)
+	x := FromSlice([]int{4}, []float32{1, 2, 3, 4})
+	res, err := w.Run(context.Background(), func(int) Buffer { return x }, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 1, be.freed[x], "x is in slots 0 and 1: one Free, after both die")
+	require.Equal(t, []float32{3, 6, 9, 12}, res.Outputs[0].(*Tensor).Data)
+}
