@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/rt"
@@ -23,7 +24,7 @@ import (
 func BenchmarkMatmulBackendVsRawBLAS(b *testing.B) {
 	for _, sh := range [][3]int{{64, 512, 512}, {256, 256, 256}, {32, 512, 2048}} {
 		m, k, n := sh[0], sh[1], sh[2]
-		b.Run(lang.ShapeString(sh[:]), func(b *testing.B) {
+		b.Run(ir.ShapeString(sh[:]), func(b *testing.B) {
 			blas := rt.DefaultBLAS()
 			cpu := &rt.CPU{BLAS: blas}
 			g, err := lang.CheckSource("b.mesh", []byte("mesh M = [a=1]\ninput x : f32["+itoa(m)+", "+itoa(k)+"] = normal(0, 1)\ninput w : f32["+itoa(k)+", "+itoa(n)+"] = normal(0, 1)\ny = x @ w\noutput y\n"), lang.CheckOptions{})
@@ -31,8 +32,8 @@ func BenchmarkMatmulBackendVsRawBLAS(b *testing.B) {
 				b.Fatal(err)
 			}
 			v := g.Outputs[0].Value
-			x := rt.NewTensor(lang.F32, []int{m, k})
-			w := rt.NewTensor(lang.F32, []int{k, n})
+			x := rt.NewTensor(ir.F32, []int{m, k})
+			w := rt.NewTensor(ir.F32, []int{k, n})
 			for i, d := 0, x.Data.([]float32); i < len(d); i++ {
 				d[i] = float32(i%7) - 3
 			}
@@ -55,7 +56,7 @@ func BenchmarkMatmulBackendVsRawBLAS(b *testing.B) {
 			}
 			b.ReportMetric(float64(tRaw)/float64(tBackend), "backend_efficiency")
 			b.ReportMetric(2*float64(m*n*k)*float64(b.N)/tRaw.Seconds()/1e9, "raw_GFLOPs")
-			b.Logf("%s with %s: raw/backend = %.3f", lang.ShapeString(sh[:]), blas.Name(), float64(tRaw)/float64(tBackend))
+			b.Logf("%s with %s: raw/backend = %.3f", ir.ShapeString(sh[:]), blas.Name(), float64(tRaw)/float64(tBackend))
 		})
 	}
 }

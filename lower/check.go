@@ -3,6 +3,7 @@ package lower
 import (
 	"fmt"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -16,10 +17,10 @@ import (
 func checkGraph(p *Plan) error {
 	g := p.Graph
 	n := p.Mesh.NumAxes()
-	index := map[*lang.Value]int{}
+	index := map[*ir.Value]int{}
 	var errs lang.ErrorList
-	bad := func(v *lang.Value, format string, args ...any) {
-		errs = append(errs, &lang.Error{Pos: v.Pos, Msg: fmt.Sprintf(format, args...)})
+	bad := func(v *ir.Value, format string, args ...any) {
+		errs = append(errs, &ir.Error{Pos: v.Pos, Msg: fmt.Sprintf(format, args...)})
 	}
 	for i, v := range g.Values {
 		for _, a := range v.Args {
@@ -49,10 +50,10 @@ func checkGraph(p *Plan) error {
 	}
 	for _, o := range g.Outputs {
 		if _, ok := index[o.Value]; !ok {
-			errs = append(errs, &lang.Error{Pos: o.Pos, Msg: "internal: output " + o.Name + " is not a value of this graph"})
+			errs = append(errs, &ir.Error{Pos: o.Pos, Msg: "internal: output " + o.Name + " is not a value of this graph"})
 		}
 		if o.Placement != nil && !fits(o.Placement, o.Value.Type, n) {
-			errs = append(errs, &lang.Error{Pos: o.Pos, Msg: fmt.Sprintf("placement %s does not fit output %s", o.Placement, o.Name)})
+			errs = append(errs, &ir.Error{Pos: o.Pos, Msg: fmt.Sprintf("placement %s does not fit output %s", o.Placement, o.Name)})
 		}
 	}
 	if len(errs) > 0 {
@@ -63,11 +64,11 @@ func checkGraph(p *Plan) error {
 }
 
 // live lists the values the outputs depend on, in program order.
-func live(g *lang.Graph, all bool) []*lang.Value {
+func live(g *ir.Graph, all bool) []*ir.Value {
 	if all {
 		return g.Values
 	}
-	need := map[*lang.Value]bool{}
+	need := map[*ir.Value]bool{}
 	for _, o := range g.Outputs {
 		need[o.Value] = true
 	}
@@ -83,7 +84,7 @@ func live(g *lang.Graph, all bool) []*lang.Value {
 			}
 		}
 	}
-	var out []*lang.Value
+	var out []*ir.Value
 	for _, v := range g.Values {
 		if need[v] {
 			out = append(out, v)
@@ -92,7 +93,7 @@ func live(g *lang.Graph, all bool) []*lang.Value {
 	return out
 }
 
-func fits(pl sbp.NdSBP, t lang.Type, axes int) bool {
+func fits(pl sbp.NdSBP, t ir.Type, axes int) bool {
 	if len(pl) != axes {
 		return false
 	}

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -131,7 +131,7 @@ func Explain(p *Plan) *Report {
 	}
 	for _, v := range p.Values {
 		pl := p.Placement[v]
-		op := OpReport{ID: v.ID, Op: v.Op, Value: v.Label(), Where: lang.FormatPos(v.Pos), Line: v.Pos.Line, CalledFrom: callSites(v), Shape: v.Type.Shape, DType: v.Type.DType.String(),
+		op := OpReport{ID: v.ID, Op: v.Op, Value: v.Label(), Where: ir.FormatPos(v.Pos), Line: v.Pos.Line, CalledFrom: callSites(v), Shape: v.Type.Shape, DType: v.Type.DType.String(),
 			Placement: pl.String(), Local: sbp.LocalShape(m, v.Type.Shape, pl, 0), LocalShapes: distinctShapes(p, v.Type.Shape, pl)}
 		if ch := p.Choice[v]; ch != nil {
 			op.Candidates = ch.Candidates
@@ -152,7 +152,7 @@ func Explain(p *Plan) *Report {
 		for _, st := range c.Path.Steps {
 			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,
 				Value: c.Value.Label(), From: st.From.String(), To: st.To.String(), Communicate: st.Kind.Communicates(),
-				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: lang.FormatPos(c.Pos), Line: c.Pos.Line, CalledFrom: formatAll(c.Calls),
+				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: ir.FormatPos(c.Pos), Line: c.Pos.Line, CalledFrom: formatAll(c.Calls),
 				Source: sourceLine(p.Graph.Sources[c.Pos.Filename], c.Pos.Line)}
 			r.Collectives = append(r.Collectives, cr)
 			if cr.Communicate {
@@ -170,7 +170,7 @@ func Explain(p *Plan) *Report {
 	}
 	for d, peak := range p.Peak {
 		mr := MemoryReport{Device: d, Coord: m.CoordString(d), PeakBytes: peak}
-		local := func(v *lang.Value) int64 {
+		local := func(v *ir.Value) int64 {
 			return int64(sbp.Layout(m, v.Type.Shape, p.Placement[v], d).Numel() * v.Type.DType.Size())
 		}
 		for _, v := range p.Values {
@@ -196,12 +196,12 @@ func Explain(p *Plan) *Report {
 // round6 drops float noise from unit conversions (50.00000000000001 → 50).
 func round6(x float64) float64 { return math.Round(x*1e6) / 1e6 }
 
-func callSites(v *lang.Value) []string { return formatAll(v.Calls) }
+func callSites(v *ir.Value) []string { return formatAll(v.Calls) }
 
-func formatAll(ps []lang.Pos) []string {
+func formatAll(ps []ir.Pos) []string {
 	var out []string
 	for _, c := range ps {
-		out = append(out, lang.FormatPos(c))
+		out = append(out, ir.FormatPos(c))
 	}
 	return out
 }
@@ -302,7 +302,7 @@ func (r *Report) Text() string {
 			}
 			ins = append(ins, s)
 		}
-		local := lang.ShapeString(o.Local)
+		local := ir.ShapeString(o.Local)
 		if len(o.LocalShapes) > 1 {
 			local += fmt.Sprintf(" (+%d other shapes: uneven)", len(o.LocalShapes)-1)
 		}

@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/sbp"
 )
 
 // Desc builds the rule input for an op value.
-func Desc(v *lang.Value) *sbp.OpDesc {
+func Desc(v *ir.Value) *sbp.OpDesc {
 	d := &sbp.OpDesc{Op: v.Op, Out: v.Type.Shape, Axis: v.Attrs.Axis, Perm: v.Attrs.Perm, NumIn: len(v.Args)}
 	for _, a := range v.Args {
 		d.In = append(d.In, a.Type.Shape)
@@ -58,7 +59,7 @@ func inferPlacements(p *Plan) error {
 		default:
 			c, err := p.choose(v)
 			if err != nil {
-				errs = append(errs, &lang.Error{Pos: v.Pos, Msg: err.Error()})
+				errs = append(errs, &ir.Error{Pos: v.Pos, Msg: err.Error()})
 				continue
 			}
 			p.Choice[v] = c
@@ -72,7 +73,7 @@ func inferPlacements(p *Plan) error {
 }
 
 // choose prices every valid nd signature of v and keeps the cheapest.
-func (p *Plan) choose(v *lang.Value) (*Choice, error) {
+func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 	rule, ok := sbp.Lookup(v.Op)
 	if !ok {
 		return nil, fmt.Errorf("op %s has no placement rule (this is a missing rule in package sbp)", v.Op)
@@ -155,7 +156,7 @@ func dualOf(primal, out sbp.NdSBP) sbp.NdSBP {
 
 // sigFits rejects signatures a value's dtype cannot take: integer tensors
 // are never partial.
-func (p *Plan) sigFits(v *lang.Value, s sbp.NdSig) bool {
+func (p *Plan) sigFits(v *ir.Value, s sbp.NdSig) bool {
 	if v.Type.DType.IsInt() && s.Out.HasPartial() {
 		return false
 	}
@@ -167,7 +168,7 @@ func (p *Plan) sigFits(v *lang.Value, s sbp.NdSig) bool {
 	return true
 }
 
-func argTypes(v *lang.Value) string {
+func argTypes(v *ir.Value) string {
 	s := ""
 	for i, a := range v.Args {
 		if i > 0 {
@@ -183,7 +184,7 @@ func argTypes(v *lang.Value) string {
 // Identical conversions of one value are shared.
 func insertBoxing(p *Plan) error {
 	byKey := map[string]*Conversion{}
-	get := func(v *lang.Value, to sbp.NdSBP, pos lang.Pos, calls []lang.Pos, cause string) (*Conversion, error) {
+	get := func(v *ir.Value, to sbp.NdSBP, pos ir.Pos, calls []ir.Pos, cause string) (*Conversion, error) {
 		from := p.Placement[v]
 		if from.Equal(to) {
 			return nil, nil
@@ -194,7 +195,7 @@ func insertBoxing(p *Plan) error {
 		}
 		path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), from, to)
 		if err != nil {
-			return nil, &lang.Error{Pos: pos, Msg: err.Error()}
+			return nil, &ir.Error{Pos: pos, Msg: err.Error()}
 		}
 		c := &Conversion{ID: len(p.Convs), Value: v, Path: path, Pos: pos, Calls: calls, Cause: cause}
 		p.Convs = append(p.Convs, c)

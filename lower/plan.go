@@ -32,7 +32,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
@@ -54,17 +54,17 @@ type Options struct {
 
 // Plan is a lowered program.
 type Plan struct {
-	Graph   *lang.Graph
+	Graph   *ir.Graph
 	Mesh    *mesh.Mesh
 	Planner *sbp.Planner
 	Opts    Options
 
 	// Values are the graph's values that reach an output, in order (the
 	// check pass drops the rest unless Options.KeepDead).
-	Values []*lang.Value
+	Values []*ir.Value
 
-	Placement map[*lang.Value]sbp.NdSBP
-	Choice    map[*lang.Value]*Choice
+	Placement map[*ir.Value]sbp.NdSBP
+	Choice    map[*ir.Value]*Choice
 	Convs     []*Conversion
 	Outputs   []*OutputPlan
 	Carry     []*CarryPlan // training: the values that replace sources each step
@@ -72,7 +72,7 @@ type Plan struct {
 	// per-rank programs (package plan); SourceIndex maps each source value
 	// to its index in Exec.Sources.
 	Exec        *plan.Plan
-	SourceIndex map[*lang.Value]int
+	SourceIndex map[*ir.Value]int
 	Peak        []int64 // per-device peak bytes (memory pass)
 
 	done map[string]bool
@@ -89,16 +89,16 @@ type Choice struct {
 // Conversion is one inserted boxing: Value converted along Path.
 type Conversion struct {
 	ID    int
-	Value *lang.Value
+	Value *ir.Value
 	Path  *sbp.Path
-	Pos   lang.Pos   // the source position that needs it
-	Calls []lang.Pos // call sites of the functions Pos is inside, innermost first
-	Cause string     // what needs it, e.g. "matmul", "output y", "to"
+	Pos   ir.Pos   // the source position that needs it
+	Calls []ir.Pos // call sites of the functions Pos is inside, innermost first
+	Cause string   // what needs it, e.g. "matmul", "output y", "to"
 }
 
 // OutputPlan is how an output is delivered.
 type OutputPlan struct {
-	Output    *lang.Output
+	Output    *ir.Output
 	Conv      *Conversion // nil when no conversion is needed
 	Placement sbp.NdSBP
 }
@@ -106,7 +106,7 @@ type OutputPlan struct {
 // CarryPlan is how a training step hands a new value to the next step: Next
 // converted (Conv, when needed) to Source's placement.
 type CarryPlan struct {
-	Source, Next *lang.Value
+	Source, Next *ir.Value
 	Conv         *Conversion
 }
 
@@ -139,7 +139,7 @@ func init() {
 }
 
 // Lower runs every pass over g.
-func Lower(g *lang.Graph, opts Options) (*Plan, error) {
+func Lower(g *ir.Graph, opts Options) (*Plan, error) {
 	m := g.Mesh
 	if opts.Mesh != nil {
 		m = opts.Mesh
@@ -152,7 +152,7 @@ func Lower(g *lang.Graph, opts Options) (*Plan, error) {
 	}
 	p := &Plan{
 		Graph: g, Mesh: m, Planner: sbp.NewPlanner(m, opts.Topo), Opts: opts,
-		Placement: map[*lang.Value]sbp.NdSBP{}, Choice: map[*lang.Value]*Choice{},
+		Placement: map[*ir.Value]sbp.NdSBP{}, Choice: map[*ir.Value]*Choice{},
 		done: map[string]bool{},
 	}
 	for _, pass := range Passes {
@@ -212,7 +212,7 @@ func (p *Plan) Dump() string {
 		b.WriteByte('\n')
 	}
 	for _, c := range p.Convs {
-		fmt.Fprintf(&b, "c%d: %%%d %s -> %s for %s at %s\n", c.ID, c.Value.ID, c.Path.From, c.Path.To, c.Cause, lang.FormatPos(c.Pos))
+		fmt.Fprintf(&b, "c%d: %%%d %s -> %s for %s at %s\n", c.ID, c.Value.ID, c.Path.From, c.Path.To, c.Cause, ir.FormatPos(c.Pos))
 		for _, s := range c.Path.Steps {
 			fmt.Fprintf(&b, "    %s  bytes=%.0f time=%.3gs\n", s.Describe(p.Mesh), s.Bytes, s.Time)
 		}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -14,9 +14,9 @@ import (
 // coordinate), the groups its collectives use, and the sources, outputs
 // and carried values it names. Nothing in it points into the graph.
 func buildPrograms(p *Plan) error {
-	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: map[*lang.Value]int{},
+	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: map[*ir.Value]int{},
 		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{}}
-	p.SourceIndex = map[*lang.Value]int{}
+	p.SourceIndex = map[*ir.Value]int{}
 	for _, v := range p.Values {
 		if err := e.value(v); err != nil {
 			return err
@@ -49,12 +49,12 @@ type emitter struct {
 	p        *Plan
 	exec     *plan.Plan
 	prog     *plan.Program
-	slotOf   map[*lang.Value]int
+	slotOf   map[*ir.Value]int
 	convSlot map[*Conversion]int
 	groups   map[string]int // group axes → index in exec.Groups
 }
 
-func (e *emitter) newSlot(dt lang.DType) int {
+func (e *emitter) newSlot(dt ir.DType) int {
 	e.prog.SlotType = append(e.prog.SlotType, dt)
 	return len(e.prog.SlotType) - 1
 }
@@ -63,12 +63,12 @@ func (e *emitter) emit(in plan.Instr) {
 	e.prog.Instrs = append(e.prog.Instrs, in)
 }
 
-func (e *emitter) value(v *lang.Value) error {
+func (e *emitter) value(v *ir.Value) error {
 	p := e.p
 	if v.IsSource() {
 		idx := len(e.exec.Sources)
 		p.SourceIndex[v] = idx
-		var init *lang.Init
+		var init *ir.Init
 		if v.Attrs.Init != nil {
 			c := *v.Attrs.Init
 			init = &c
@@ -111,9 +111,9 @@ func (e *emitter) convert(c *Conversion) int {
 	}
 	v := c.Value
 	cur := e.slotOf[v]
-	where := lang.FormatPos(c.Pos)
+	where := ir.FormatPos(c.Pos)
 	for _, cp := range c.Calls {
-		where += " (called from " + lang.FormatPos(cp) + ")"
+		where += " (called from " + ir.FormatPos(cp) + ")"
 	}
 	for i := range c.Path.Steps {
 		st := c.Path.Steps[i]
@@ -168,7 +168,7 @@ func freeAfterLastUse(prog *plan.Program) {
 
 // KernelOf is the kernel description of an op value: what a backend needs
 // to run it, with nothing pointing into the graph.
-func KernelOf(v *lang.Value) *plan.Kernel {
+func KernelOf(v *ir.Value) *plan.Kernel {
 	k := &plan.Kernel{Op: v.Op, Attrs: v.Attrs, DType: v.Type.DType, Shape: slices.Clone(v.Type.Shape)}
 	k.Attrs.Perm = slices.Clone(v.Attrs.Perm)
 	k.Attrs.Init = nil

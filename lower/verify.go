@@ -3,7 +3,7 @@ package lower
 import (
 	"fmt"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -85,7 +85,7 @@ func Verify(p *Plan) error {
 	return nil
 }
 
-func verifySig(p *Plan, v *lang.Value, s sbp.NdSig) error {
+func verifySig(p *Plan, v *ir.Value, s sbp.NdSig) error {
 	rule, ok := sbp.Lookup(v.Op)
 	if !ok {
 		return fmt.Errorf("%s: op %s has no rule", v.Label(), v.Op)

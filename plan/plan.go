@@ -23,7 +23,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -80,16 +80,16 @@ type Group struct {
 type Tensor struct {
 	Name      string
 	Role      string // sources: "input", "param", "state", "hyper"
-	DType     lang.DType
+	DType     ir.DType
 	Shape     []int
 	Placement sbp.NdSBP
-	Init      *lang.Init // sources: how they get their values
+	Init      *ir.Init // sources: how they get their values
 }
 
 // Program is one straight-line instruction list over numbered slots.
 type Program struct {
 	Instrs      []Instr
-	SlotType    []lang.DType
+	SlotType    []ir.DType
 	OutputSlots []int // per Plan.Outputs
 	CarrySlots  []int // per Plan.Carry
 }
@@ -114,7 +114,7 @@ type Instr struct {
 	Peer Peer
 	Tag  int
 
-	DType     lang.DType
+	DType     ir.DType
 	Shape     []int       // global shape of the result (Send: of what is sent)
 	Placement sbp.NdSBP   // placement of the result (Send: of what is sent)
 	ArgPlace  []sbp.NdSBP // placements of the arguments as read
@@ -122,7 +122,7 @@ type Instr struct {
 	Out       int         // slot written; -1 for Send
 	Free      []int       // slots whose last use this is
 
-	Pos   lang.Pos
+	Pos   ir.Pos
 	Where string // Pos with the call chain, for errors
 }
 
@@ -131,10 +131,10 @@ type Instr struct {
 // the global sizes, e.g. the count a mean divides by).
 type Kernel struct {
 	Op        string
-	Attrs     lang.Attrs
-	DType     lang.DType
+	Attrs     ir.Attrs
+	DType     ir.DType
 	Shape     []int
-	ArgDTypes []lang.DType
+	ArgDTypes []ir.DType
 	ArgShapes [][]int
 }
 
@@ -215,7 +215,7 @@ func (prog *Program) Dump() string {
 		} else {
 			b.WriteString("  ")
 		}
-		fmt.Fprintf(&b, "%s(%s) %s%s %s", in.Name(), strings.Join(args, ", "), in.DType, lang.ShapeString(in.Shape), in.Placement)
+		fmt.Fprintf(&b, "%s(%s) %s%s %s", in.Name(), strings.Join(args, ", "), in.DType, ir.ShapeString(in.Shape), in.Placement)
 		switch in.Kind {
 		case Collective:
 			fmt.Fprintf(&b, " g%d", in.Group)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/mesh"
@@ -83,8 +84,8 @@ func TestMembersOfAMultiAxisGroup(t *testing.T) {
 func p2p(n int, progs [][]plan.Instr, rankProg []int) *plan.Plan {
 	m := mesh.New("M", mesh.Axis{Name: "pp", Size: n})
 	p := &plan.Plan{Mesh: m, RankProgram: rankProg,
-		Sources: []plan.Tensor{{Name: "x", Role: "input", DType: lang.F32, Shape: []int{4}, Placement: sbp.NdSBP{sbp.B}, Init: &lang.Init{Kind: "ones"}}},
-		Outputs: []plan.Tensor{{Name: "y", DType: lang.F32, Shape: []int{4}, Placement: sbp.NdSBP{sbp.B}}}}
+		Sources: []plan.Tensor{{Name: "x", Role: "input", DType: ir.F32, Shape: []int{4}, Placement: sbp.NdSBP{sbp.B}, Init: &ir.Init{Kind: "ones"}}},
+		Outputs: []plan.Tensor{{Name: "y", DType: ir.F32, Shape: []int{4}, Placement: sbp.NdSBP{sbp.B}}}}
 	for _, ins := range progs {
 		prog := &plan.Program{Instrs: ins}
 		top := 0
@@ -92,7 +93,7 @@ func p2p(n int, progs [][]plan.Instr, rankProg []int) *plan.Plan {
 			top = max(top, in.Out+1)
 		}
 		for range top {
-			prog.SlotType = append(prog.SlotType, lang.F32)
+			prog.SlotType = append(prog.SlotType, ir.F32)
 		}
 		prog.OutputSlots = []int{ins[len(ins)-1].Out}
 		if prog.OutputSlots[0] < 0 {
@@ -104,21 +105,21 @@ func p2p(n int, progs [][]plan.Instr, rankProg []int) *plan.Plan {
 }
 
 func src(out int) plan.Instr {
-	return plan.Instr{Kind: plan.Source, Label: "x", DType: lang.F32, Shape: []int{4}, Placement: sbp.NdSBP{sbp.B}, Out: out,
-		Pos: lang.Pos{Filename: "p.mesh", Line: 1, Column: 1}}
+	return plan.Instr{Kind: plan.Source, Label: "x", DType: ir.F32, Shape: []int{4}, Placement: sbp.NdSBP{sbp.B}, Out: out,
+		Pos: ir.Pos{Filename: "p.mesh", Line: 1, Column: 1}}
 }
 
 func send(arg, shift, tag, line int) plan.Instr {
-	return plan.Instr{Kind: plan.Send, Label: "x", DType: lang.F32, Shape: []int{4}, Placement: sbp.NdSBP{sbp.B}, Args: []int{arg}, Out: -1,
-		Peer: plan.Peer{Axes: []int{0}, Shift: []int{shift}}, Tag: tag, Pos: lang.Pos{Filename: "p.mesh", Line: line, Column: 1}}
+	return plan.Instr{Kind: plan.Send, Label: "x", DType: ir.F32, Shape: []int{4}, Placement: sbp.NdSBP{sbp.B}, Args: []int{arg}, Out: -1,
+		Peer: plan.Peer{Axes: []int{0}, Shift: []int{shift}}, Tag: tag, Pos: ir.Pos{Filename: "p.mesh", Line: line, Column: 1}}
 }
 
 func recv(out, shift, tag, line int, shape ...int) plan.Instr {
 	if shape == nil {
 		shape = []int{4}
 	}
-	return plan.Instr{Kind: plan.Recv, Label: "x", DType: lang.F32, Shape: shape, Placement: sbp.NdSBP{sbp.B}, Out: out,
-		Peer: plan.Peer{Axes: []int{0}, Shift: []int{shift}}, Tag: tag, Pos: lang.Pos{Filename: "p.mesh", Line: line, Column: 1}}
+	return plan.Instr{Kind: plan.Recv, Label: "x", DType: ir.F32, Shape: shape, Placement: sbp.NdSBP{sbp.B}, Out: out,
+		Peer: plan.Peer{Axes: []int{0}, Shift: []int{shift}}, Tag: tag, Pos: ir.Pos{Filename: "p.mesh", Line: line, Column: 1}}
 }
 
 func TestVerifyAcceptsARingShift(t *testing.T) {

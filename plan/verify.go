@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 )
 
 // WellFormed checks each program on its own: indices in range, every
@@ -53,7 +53,7 @@ func (p *Plan) wellFormed(prog *Program) error {
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
 		bad := func(format string, a ...any) error {
-			return fmt.Errorf("instruction %d (%s) at %s: %s", i, in.Label, lang.FormatPos(in.Pos), fmt.Sprintf(format, a...))
+			return fmt.Errorf("instruction %d (%s) at %s: %s", i, in.Label, ir.FormatPos(in.Pos), fmt.Sprintf(format, a...))
 		}
 		if len(in.Placement) != p.Mesh.NumAxes() {
 			return bad("placement %s for a mesh of %d axes", in.Placement, p.Mesh.NumAxes())
@@ -221,7 +221,7 @@ func (s *sim) advance(r int) (bool, error) {
 			}
 			if sent := q[0]; sent.DType != in.DType || !slices.Equal(sent.Shape, in.Shape) || !sent.Placement.Equal(in.Placement) {
 				return moved, fmt.Errorf("rank %d's %s at %s expects %s%v %s; rank %d sent %s%v %s at %s",
-					r, in.Name(), lang.FormatPos(in.Pos), in.DType, in.Shape, in.Placement, b.Peer, sent.DType, sent.Shape, sent.Placement, lang.FormatPos(sent.Pos))
+					r, in.Name(), ir.FormatPos(in.Pos), in.DType, in.Shape, in.Placement, b.Peer, sent.DType, sent.Shape, sent.Placement, ir.FormatPos(sent.Pos))
 			}
 			s.queue[k] = q[1:]
 		case Collective:
@@ -248,7 +248,7 @@ func (s *sim) collective(r int, in *Instr, b *Bound) (bool, error) {
 		if other.Step.Kind != in.Step.Kind || other.DType != in.DType || !slices.Equal(other.Shape, in.Shape) ||
 			!other.Step.From.Equal(in.Step.From) || !other.Step.To.Equal(in.Step.To) {
 			return false, fmt.Errorf("ranks %d and %d disagree on a collective of group g%d: rank %d runs %s %s→%s at %s, rank %d runs %s %s→%s at %s",
-				r, m, in.Group, r, in.Name(), in.Step.From, in.Step.To, lang.FormatPos(in.Pos), m, other.Name(), other.Step.From, other.Step.To, lang.FormatPos(other.Pos))
+				r, m, in.Group, r, in.Name(), in.Step.From, in.Step.To, ir.FormatPos(in.Pos), m, other.Name(), other.Step.From, other.Step.To, ir.FormatPos(other.Pos))
 		}
 	}
 	for _, m := range b.Members {
@@ -269,7 +269,7 @@ func (s *sim) finished() bool {
 func (s *sim) leftovers() error {
 	for k, q := range s.queue {
 		if len(q) > 0 {
-			return fmt.Errorf("rank %d sends %s at %s to rank %d, which never receives it", k.from, q[0].Name(), lang.FormatPos(q[0].Pos), k.to)
+			return fmt.Errorf("rank %d sends %s at %s to rank %d, which never receives it", k.from, q[0].Name(), ir.FormatPos(q[0].Pos), k.to)
 		}
 	}
 	return nil
@@ -296,7 +296,7 @@ func (s *sim) deadlock() error {
 			}
 			who = "waits for " + strings.Join(missing, ", ")
 		}
-		lines = append(lines, fmt.Sprintf("  rank %d at instruction %d, %s (%s): %s", r, s.pc[r], in.Name(), lang.FormatPos(in.Pos), who))
+		lines = append(lines, fmt.Sprintf("  rank %d at instruction %d, %s (%s): %s", r, s.pc[r], in.Name(), ir.FormatPos(in.Pos), who))
 		if len(lines) == 8 {
 			lines = append(lines, "  ...")
 			break
@@ -310,5 +310,5 @@ func (s *sim) state(r int) string {
 	if in == nil {
 		return fmt.Sprintf("rank %d (finished)", r)
 	}
-	return fmt.Sprintf("rank %d (at %s, %s)", r, in.Name(), lang.FormatPos(in.Pos))
+	return fmt.Sprintf("rank %d (at %s, %s)", r, in.Name(), ir.FormatPos(in.Pos))
 }

@@ -3,7 +3,7 @@ package rt
 import (
 	"fmt"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -12,7 +12,7 @@ import (
 // blocks go to their offsets, replicas are read once (from coordinate 0 on
 // each B axis), and partial blocks are summed (or maxed). This is a
 // host-side read for delivering outputs, not a collective.
-func Assemble(m *mesh.Mesh, t lang.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor, error) {
+func Assemble(m *mesh.Mesh, t ir.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor, error) {
 	out := NewTensor(t.DType, t.Shape)
 	sum, mx := false, false
 	for _, e := range pl {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/sbp"
@@ -86,11 +87,11 @@ func gradProgram(c gradCase, yShape []int, meshDecl string, placements map[strin
 	var b strings.Builder
 	b.WriteString(meshDecl + "\n")
 	for _, x := range c.inputs {
-		fmt.Fprintf(&b, "input %s : %s%s %s = load(%q)\n", x.name, x.dtype, lang.ShapeString(x.shape), placements[x.name], x.name+".npy")
+		fmt.Fprintf(&b, "input %s : %s%s %s = load(%q)\n", x.name, x.dtype, ir.ShapeString(x.shape), placements[x.name], x.name+".npy")
 	}
 	fmt.Fprintf(&b, "y = %s\n", c.expr)
 	if yShape != nil {
-		fmt.Fprintf(&b, "input w_ : f64%s = load(\"w_.npy\")\n", lang.ShapeString(yShape))
+		fmt.Fprintf(&b, "input w_ : f64%s = load(\"w_.npy\")\n", ir.ShapeString(yShape))
 		b.WriteString("L = sum(y * w_)\noutput L\n")
 		for _, x := range c.inputs {
 			if x.dtype == "f64" {
@@ -101,7 +102,7 @@ func gradProgram(c gradCase, yShape []int, meshDecl string, placements map[strin
 	return b.String()
 }
 
-func runProgram(t *testing.T, dir, src string, m *lang.Graph, opts lower.Options) *Result {
+func runProgram(t *testing.T, dir, src string, m *ir.Graph, opts lower.Options) *Result {
 	t.Helper()
 	g := m
 	if g == nil {

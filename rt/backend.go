@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -13,7 +13,7 @@ import (
 // its type and size (for checks, accounting and the timeline); what the
 // bytes are and where they live is the backend's business.
 type Buffer interface {
-	Elem() lang.DType
+	Elem() ir.DType
 	Dims() []int
 	Bytes() int64
 }
@@ -34,7 +34,7 @@ const (
 type Backend interface {
 	Name() string
 	// Alloc returns a zero-filled buffer.
-	Alloc(dt lang.DType, shape []int) (Buffer, error)
+	Alloc(dt ir.DType, shape []int) (Buffer, error)
 	// Free releases a buffer the interpreter no longer needs.
 	Free(Buffer)
 	// CopyIn moves a host tensor to the device (the backend may take
@@ -55,8 +55,8 @@ type Backend interface {
 }
 
 // Elem, Dims and Bytes make a host tensor the CPU backend's Buffer.
-func (t *Tensor) Elem() lang.DType { return t.DType }
-func (t *Tensor) Dims() []int      { return t.Shape }
+func (t *Tensor) Elem() ir.DType { return t.DType }
+func (t *Tensor) Dims() []int    { return t.Shape }
 
 // host asserts that b is host memory: what the CPU backend and the
 // host-side communicators work on.
@@ -77,7 +77,7 @@ func (c *CPU) Name() string {
 }
 
 // Alloc implements Backend.
-func (c *CPU) Alloc(dt lang.DType, shape []int) (Buffer, error) { return NewTensor(dt, shape), nil }
+func (c *CPU) Alloc(dt ir.DType, shape []int) (Buffer, error) { return NewTensor(dt, shape), nil }
 
 // Free implements Backend: a recycling CPU backend keeps the buffer for
 // reuse; otherwise Go's collector reclaims it.

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/rt"
 )
 
@@ -93,7 +93,7 @@ func ringMember(n int) memberFunc {
 		case allToAll:
 			out, err = g.AllToAll(ctx, arg, c.dim, c.lens, c.catDim, c.catLens)
 		case broadcast:
-			out, err = g.Broadcast(ctx, arg, c.root, lang.F64, c.in.shape)
+			out, err = g.Broadcast(ctx, arg, c.root, ir.F64, c.in.shape)
 		}
 		if err != nil {
 			return dense{}, err

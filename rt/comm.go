@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 )
 
 // Comm is one rank's connection to the other ranks of a run: tagged
@@ -27,7 +27,7 @@ type Comm interface {
 	// tensor of type dt and the given shape (a receiver posts its buffer
 	// before the data arrives).
 	Send(ctx context.Context, peer, tag int, b Buffer) error
-	Recv(ctx context.Context, peer, tag int, dt lang.DType, shape []int) (Buffer, error)
+	Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []int) (Buffer, error)
 	// Flush waits until every buffered send has completed (the worker
 	// calls it at the end of each execution, so no send outlives it).
 	Flush(ctx context.Context) error
@@ -55,7 +55,7 @@ type Group interface {
 	AllToAll(ctx context.Context, x Buffer, splitDim int, splitLens []int, catDim int, catLens []int) (Buffer, error)
 	// Broadcast returns root's x on every member; the others pass nil and
 	// the type and shape they expect.
-	Broadcast(ctx context.Context, x Buffer, root int, dt lang.DType, shape []int) (Buffer, error)
+	Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, shape []int) (Buffer, error)
 }
 
 // ReduceOp combines partial values.
@@ -186,7 +186,7 @@ func (c *InProc) Send(ctx context.Context, peer, tag int, b Buffer) error {
 }
 
 // Recv implements Comm.
-func (c *InProc) Recv(ctx context.Context, peer, tag int, dt lang.DType, shape []int) (Buffer, error) {
+func (c *InProc) Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []int) (Buffer, error) {
 	t, err := c.T.Recv(ctx, c.rank, peer, tag)
 	if err != nil {
 		return nil, err
@@ -344,7 +344,7 @@ func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int,
 }
 
 // Broadcast implements Group: binomial tree rooted at root; lg p rounds.
-func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int, dt lang.DType, shape []int) (Buffer, error) {
+func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, shape []int) (Buffer, error) {
 	var t *Tensor
 	if x != nil {
 		var err error

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/rt/mpi"
 )
 
@@ -157,7 +157,7 @@ func (c *MPIComm) Flush(ctx context.Context) error {
 }
 
 // Recv implements Comm.
-func (c *MPIComm) Recv(ctx context.Context, peer, tag int, dt lang.DType, shape []int) (Buffer, error) {
+func (c *MPIComm) Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []int) (Buffer, error) {
 	t := c.pool.get(dt, shape)
 	err := forData(t, func(d any) error {
 		n, err := recvAny(ctx, c.world, d, peer, tag)
@@ -309,7 +309,7 @@ func (g *mpiGroup) AllToAll(ctx context.Context, x Buffer, splitDim int, splitLe
 }
 
 // Broadcast implements Group.
-func (g *mpiGroup) Broadcast(ctx context.Context, x Buffer, root int, dt lang.DType, shape []int) (Buffer, error) {
+func (g *mpiGroup) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, shape []int) (Buffer, error) {
 	t := g.parent.pool.get(dt, shape)
 	if g.Index() == root {
 		src, err := host(x)
@@ -404,7 +404,7 @@ func sum(xs []int) int {
 
 // narrowTo rounds an f32 result back to a half type (or returns it); the
 // f32 buffer goes back to the pool.
-func (c *MPIComm) narrowTo(t *Tensor, dt lang.DType) *Tensor {
+func (c *MPIComm) narrowTo(t *Tensor, dt ir.DType) *Tensor {
 	if !isHalf(dt) {
 		return t
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/stretchr/testify/require"
@@ -28,7 +29,7 @@ func TestGoldenOps(t *testing.T) {
 		require.NoError(t, err)
 		want := FromSlice(h.Shape, data)
 		rtol, atol := 1e-10, 1e-12
-		if want.DType == lang.F32 {
+		if want.DType == ir.F32 {
 			rtol, atol = 2e-5, 2e-6
 		}
 		for _, single := range []bool{false, true} {

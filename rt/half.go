@@ -3,7 +3,7 @@ package rt
 import (
 	"math"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 )
 
 // Half-precision storage. bf16 and f16 tensors hold []uint16 bit patterns;
@@ -88,17 +88,17 @@ func F16ToF32(h uint16) float32 {
 	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
 }
 
-func isHalf(dt lang.DType) bool { return dt == lang.BF16 || dt == lang.F16 }
+func isHalf(dt ir.DType) bool { return dt == ir.BF16 || dt == ir.F16 }
 
 // widen returns an f32 copy of a half tensor (other tensors unchanged).
 func widen(t *Tensor) *Tensor {
 	if !isHalf(t.DType) {
 		return t
 	}
-	out := NewTensor(lang.F32, t.Shape)
+	out := NewTensor(ir.F32, t.Shape)
 	d := out.Data.([]float32)
 	conv := BF16ToF32
-	if t.DType == lang.F16 {
+	if t.DType == ir.F16 {
 		conv = F16ToF32
 	}
 	for i, h := range t.Data.([]uint16) {
@@ -108,11 +108,11 @@ func widen(t *Tensor) *Tensor {
 }
 
 // narrow rounds an f32 tensor to a half dtype.
-func narrow(t *Tensor, dt lang.DType) *Tensor {
+func narrow(t *Tensor, dt ir.DType) *Tensor {
 	out := NewTensor(dt, t.Shape)
 	d := out.Data.([]uint16)
 	conv := F32ToBF16
-	if dt == lang.F16 {
+	if dt == ir.F16 {
 		conv = F32ToF16
 	}
 	for i, f := range widen(t).Data.([]float32) {

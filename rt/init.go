@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/meshrun/meshrun/internal/npy"
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
@@ -36,7 +36,7 @@ func initKey(seed uint64, name string) uint64 {
 }
 
 // InitValue is element i of a random initialiser.
-func InitValue(init *lang.Init, key uint64, i int) float64 {
+func InitValue(init *ir.Init, key uint64, i int) float64 {
 	switch init.Kind {
 	case "zeros":
 		return 0
@@ -97,7 +97,7 @@ func materialise(src *plan.Tensor, m *mesh.Mesh, dev int, seed uint64, cache *np
 			return nil, fmt.Errorf("load(%q): %v", init.Src, err)
 		}
 		if full.DType != src.DType || !sameShape(full.Shape, src.Shape) {
-			return nil, fmt.Errorf("load(%q): file now holds %s%v, declared %s", init.Src, full.DType, full.Shape, lang.Type{DType: src.DType, Shape: src.Shape})
+			return nil, fmt.Errorf("load(%q): file now holds %s%v, declared %s", init.Src, full.DType, full.Shape, ir.Type{DType: src.DType, Shape: src.Shape})
 		}
 		CopyBlock(out, make([]int, len(b.Len)), full, b.Off, b.Len)
 		return out, nil

@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -158,9 +159,9 @@ func init() {
 
 // where picks a where cond is non-zero, else b, with broadcasting.
 func where(cond, a, b *Tensor) (*Tensor, error) {
-	shape, ok := lang.Broadcast(a.Shape, b.Shape)
+	shape, ok := ops.Broadcast(a.Shape, b.Shape)
 	if ok {
-		shape, ok = lang.Broadcast(shape, cond.Shape)
+		shape, ok = ops.Broadcast(shape, cond.Shape)
 	}
 	if !ok {
 		return nil, fmt.Errorf("local shapes %v, %v and %v do not broadcast", cond.Shape, a.Shape, b.Shape)
@@ -178,16 +179,16 @@ func where(cond, a, b *Tensor) (*Tensor, error) {
 }
 
 // wideDType is the dtype a kernel computes a value in: f32 for half types.
-func wideDType(dt lang.DType) lang.DType {
+func wideDType(dt ir.DType) ir.DType {
 	if isHalf(dt) {
-		return lang.F32
+		return ir.F32
 	}
 	return dt
 }
 
 // castTensor converts between float dtypes (half results are rounded by
 // Compute's narrowing).
-func castTensor(x *Tensor, dt lang.DType) *Tensor {
+func castTensor(x *Tensor, dt ir.DType) *Tensor {
 	out := NewTensor(wideDType(dt), x.Shape)
 	storeFloat64s(out, x.Float64s())
 	return out
@@ -215,7 +216,7 @@ func floatsOf[R any](t *Tensor, f32 func([]float32) R, f64 func([]float64) R) R 
 }
 
 func elementwise(op string, x, y *Tensor) (*Tensor, error) {
-	shape, ok := lang.Broadcast(x.Shape, y.Shape)
+	shape, ok := ops.Broadcast(x.Shape, y.Shape)
 	if !ok {
 		return nil, fmt.Errorf("local shapes %v and %v do not broadcast", x.Shape, y.Shape)
 	}
@@ -466,7 +467,7 @@ func (c *CPU) matmul(a, b *Tensor) (*Tensor, error) {
 		return nil, fmt.Errorf("local inner dims differ: %v @ %v", a.Shape, b.Shape)
 	}
 	ab, bb := a.Shape[:ra-2], b.Shape[:rb-2]
-	batch, ok := lang.Broadcast(ab, bb)
+	batch, ok := ops.Broadcast(ab, bb)
 	if !ok {
 		return nil, fmt.Errorf("local batch dims differ: %v @ %v", a.Shape, b.Shape)
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
 )
 
@@ -64,7 +64,7 @@ func storeFloat64s(t *Tensor, v []float64) {
 		copy(d, v)
 	case []uint16:
 		conv := F32ToBF16
-		if t.DType == lang.F16 {
+		if t.DType == ir.F16 {
 			conv = F32ToF16
 		}
 		for i, x := range v {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -150,7 +150,7 @@ func (m *MPI) GatherStats(ctx context.Context, stats []DeviceStats) ([]DeviceSta
 	out := []DeviceStats{st}
 	for r := 1; r < m.comm.Size(); r++ {
 		prog := m.plan.ProgramOf(r)
-		b, err := m.comm.Recv(ctx, r, gatherTag, lang.I64, []int{3 + 3*len(prog.Instrs)})
+		b, err := m.comm.Recv(ctx, r, gatherTag, ir.I64, []int{3 + 3*len(prog.Instrs)})
 		if err != nil {
 			return nil, fmt.Errorf("gathering statistics from rank %d: %w", r, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/mesh"
@@ -22,17 +23,17 @@ func TestSendRecvRingShiftOnTheLocalLauncher(t *testing.T) {
 	const n = 4
 	m := mesh.New("M", mesh.Axis{Name: "pp", Size: n})
 	split := sbp.NdSBP{sbp.S(0)}
-	at := lang.Pos{Filename: "ring.mesh", Line: 3, Column: 5}
+	at := ir.Pos{Filename: "ring.mesh", Line: 3, Column: 5}
 	mk := func(kind plan.Kind, shift, out int, args ...int) plan.Instr {
-		return plan.Instr{Kind: kind, Label: "x", DType: lang.F32, Shape: []int{2 * n}, Placement: split, Args: args, Out: out,
+		return plan.Instr{Kind: kind, Label: "x", DType: ir.F32, Shape: []int{2 * n}, Placement: split, Args: args, Out: out,
 			Peer: plan.Peer{Axes: []int{0}, Shift: []int{shift}}, Tag: 3, Pos: at}
 	}
-	source := plan.Instr{Kind: plan.Source, Label: "x", DType: lang.F32, Shape: []int{2 * n}, Placement: split, Out: 0, Pos: at}
-	prog := &plan.Program{SlotType: []lang.DType{lang.F32, lang.F32}, OutputSlots: []int{1},
+	source := plan.Instr{Kind: plan.Source, Label: "x", DType: ir.F32, Shape: []int{2 * n}, Placement: split, Out: 0, Pos: at}
+	prog := &plan.Program{SlotType: []ir.DType{ir.F32, ir.F32}, OutputSlots: []int{1},
 		Instrs: []plan.Instr{source, mk(plan.Send, 1, -1, 0), mk(plan.Recv, -1, 1)}}
 	p := &plan.Plan{Mesh: m, Programs: []*plan.Program{prog, prog}, RankProgram: []int{0, 1, 0, 1},
-		Sources: []plan.Tensor{{Name: "x", Role: "hyper", DType: lang.F32, Shape: []int{2 * n}, Placement: split}},
-		Outputs: []plan.Tensor{{Name: "y", DType: lang.F32, Shape: []int{2 * n}, Placement: split}}}
+		Sources: []plan.Tensor{{Name: "x", Role: "hyper", DType: ir.F32, Shape: []int{2 * n}, Placement: split}},
+		Outputs: []plan.Tensor{{Name: "y", DType: ir.F32, Shape: []int{2 * n}, Placement: split}}}
 	require.NoError(t, p.Verify())
 	l, err := NewLocal(context.Background(), p, Options{})
 	require.NoError(t, err)
@@ -75,16 +76,16 @@ func TestDecodedPlansRunLikeTheOriginals(t *testing.T) {
 func TestCollectiveOnAGroupSpanningTwoAxes(t *testing.T) {
 	m := mesh.New("M", mesh.Axis{Name: "a", Size: 2}, mesh.Axis{Name: "b", Size: 3})
 	pp, bb := sbp.NdSBP{sbp.P, sbp.P}, sbp.NdSBP{sbp.B, sbp.B}
-	at := lang.Pos{Filename: "g.mesh", Line: 2, Column: 1}
+	at := ir.Pos{Filename: "g.mesh", Line: 2, Column: 1}
 	step := &sbp.Step{Axis: 0, From: pp, To: bb, Kind: sbp.AllReduce}
-	prog := &plan.Program{SlotType: []lang.DType{lang.F64, lang.F64}, OutputSlots: []int{1}, Instrs: []plan.Instr{
-		{Kind: plan.Source, Label: "x", DType: lang.F64, Shape: []int{2}, Placement: pp, Out: 0, Pos: at},
-		{Kind: plan.Collective, Label: "x", Step: step, Group: 0, DType: lang.F64, Shape: []int{2}, Placement: bb,
+	prog := &plan.Program{SlotType: []ir.DType{ir.F64, ir.F64}, OutputSlots: []int{1}, Instrs: []plan.Instr{
+		{Kind: plan.Source, Label: "x", DType: ir.F64, Shape: []int{2}, Placement: pp, Out: 0, Pos: at},
+		{Kind: plan.Collective, Label: "x", Step: step, Group: 0, DType: ir.F64, Shape: []int{2}, Placement: bb,
 			ArgPlace: []sbp.NdSBP{pp}, Args: []int{0}, Out: 1, Free: []int{0}, Pos: at},
 	}}
 	p := &plan.Plan{Mesh: m, Groups: []plan.Group{{Axes: []int{0, 1}}}, Programs: []*plan.Program{prog},
-		Sources: []plan.Tensor{{Name: "x", Role: "hyper", DType: lang.F64, Shape: []int{2}, Placement: pp}},
-		Outputs: []plan.Tensor{{Name: "y", DType: lang.F64, Shape: []int{2}, Placement: bb}}}
+		Sources: []plan.Tensor{{Name: "x", Role: "hyper", DType: ir.F64, Shape: []int{2}, Placement: pp}},
+		Outputs: []plan.Tensor{{Name: "y", DType: ir.F64, Shape: []int{2}, Placement: bb}}}
 	require.NoError(t, p.Verify())
 	l, err := NewLocal(context.Background(), p, Options{})
 	require.NoError(t, err)

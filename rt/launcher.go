@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
 )
 
@@ -73,7 +73,7 @@ func collect(ctx context.Context, l Launcher, rs []*RankResult, wall time.Durati
 
 // assembleHost joins every rank's host copy of a tensor's blocks.
 func assembleHost(p *plan.Plan, spec *plan.Tensor, parts []*Tensor) (*Tensor, error) {
-	t, err := Assemble(p.Mesh, lang.Type{DType: spec.DType, Shape: spec.Shape}, spec.Placement, parts)
+	t, err := Assemble(p.Mesh, ir.Type{DType: spec.DType, Shape: spec.Shape}, spec.Placement, parts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", spec.Name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/stretchr/testify/require"
@@ -66,7 +67,7 @@ func TestMixedPrecisionTrains(t *testing.T) {
 			if v.Op == "matmul" && v.Type.DType.String() == prec {
 				half++
 			}
-			if v.Op == "param" && v.Type.DType == lang.F32 {
+			if v.Op == "param" && v.Type.DType == ir.F32 {
 				master++
 			}
 		}

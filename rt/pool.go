@@ -4,7 +4,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 )
 
 // hostPool is a caching allocator for host tensors, by dtype and element
@@ -25,7 +25,7 @@ type hostPool struct {
 }
 
 type poolKey struct {
-	dt lang.DType
+	dt ir.DType
 	n  int
 }
 
@@ -39,7 +39,7 @@ func newHostPool(limit int64) *hostPool {
 
 // get returns a tensor of shape whose elements are unspecified: the caller
 // overwrites every one (a collective's result). A nil pool allocates.
-func (p *hostPool) get(dt lang.DType, shape []int) *Tensor {
+func (p *hostPool) get(dt ir.DType, shape []int) *Tensor {
 	n := numel(shape)
 	if p == nil || n < poolMin {
 		return NewTensor(dt, shape)

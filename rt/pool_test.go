@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
@@ -14,25 +14,25 @@ import (
 
 func TestHostPoolRecyclesBySizeOnce(t *testing.T) {
 	p := newHostPool(1 << 20)
-	a := NewTensor(lang.F32, []int{64, 64})
+	a := NewTensor(ir.F32, []int{64, 64})
 	p.put(a)
 	p.put(a) // a second put of the same buffer must not make it twice available
-	b := p.get(lang.F32, []int{4096})
+	b := p.get(ir.F32, []int{4096})
 	require.Equal(t, dataPtr(a.Data), dataPtr(b.Data))
 	require.Equal(t, []int{4096}, b.Shape)
-	c := p.get(lang.F32, []int{4096})
+	c := p.get(ir.F32, []int{4096})
 	require.NotEqual(t, dataPtr(a.Data), dataPtr(c.Data))
 	// other dtypes and sizes never match; small buffers are not kept
 	p.put(c)
-	require.NotEqual(t, dataPtr(c.Data), dataPtr(p.get(lang.F64, []int{4096}).Data))
-	small := NewTensor(lang.F32, []int{8})
+	require.NotEqual(t, dataPtr(c.Data), dataPtr(p.get(ir.F64, []int{4096}).Data))
+	small := NewTensor(ir.F32, []int{8})
 	p.put(small)
-	require.NotEqual(t, dataPtr(small.Data), dataPtr(p.get(lang.F32, []int{8}).Data))
+	require.NotEqual(t, dataPtr(small.Data), dataPtr(p.get(ir.F32, []int{8}).Data))
 	// beyond the limit freed buffers are dropped
 	q := newHostPool(4096 * 4)
-	q.put(NewTensor(lang.F32, []int{4096}))
-	q.put(NewTensor(lang.F32, []int{4096}))
-	require.Len(t, q.free[poolKey{lang.F32, 4096}], 1)
+	q.put(NewTensor(ir.F32, []int{4096}))
+	q.put(NewTensor(ir.F32, []int{4096}))
+	require.Len(t, q.free[poolKey{ir.F32, 4096}], 1)
 }
 
 // freeCounter is a CPU backend that counts Free calls per buffer.
@@ -48,22 +48,22 @@ func (f *freeCounter) Free(b Buffer) { f.freed[b]++ }
 func TestWorkerFreesABufferWhenItsLastSlotDies(t *testing.T) {
 	m := mesh.New("M", mesh.Axis{Name: "a", Size: 1})
 	b := sbp.NdSBP{sbp.B}
-	at := lang.Pos{Filename: "f.mesh", Line: 1, Column: 1}
-	add := &plan.Kernel{Op: "add", DType: lang.F32, Shape: []int{4}, ArgDTypes: []lang.DType{lang.F32, lang.F32}, ArgShapes: [][]int{{4}, {4}}}
+	at := ir.Pos{Filename: "f.mesh", Line: 1, Column: 1}
+	add := &plan.Kernel{Op: "add", DType: ir.F32, Shape: []int{4}, ArgDTypes: []ir.DType{ir.F32, ir.F32}, ArgShapes: [][]int{{4}, {4}}}
 	mk := func(kind plan.Kind, src, out int, free []int, args ...int) plan.Instr {
-		in := plan.Instr{Kind: kind, Label: "x", Src: src, DType: lang.F32, Shape: []int{4}, Placement: b, Args: args, Out: out, Free: free, Pos: at}
+		in := plan.Instr{Kind: kind, Label: "x", Src: src, DType: ir.F32, Shape: []int{4}, Placement: b, Args: args, Out: out, Free: free, Pos: at}
 		if kind == plan.Compute {
 			in.Kernel, in.ArgPlace = add, []sbp.NdSBP{b, b}
 		}
 		return in
 	}
-	prog := &plan.Program{SlotType: []lang.DType{lang.F32, lang.F32, lang.F32, lang.F32}, OutputSlots: []int{3}, Instrs: []plan.Instr{
+	prog := &plan.Program{SlotType: []ir.DType{ir.F32, ir.F32, ir.F32, ir.F32}, OutputSlots: []int{3}, Instrs: []plan.Instr{
 		mk(plan.Source, 0, 0, nil), mk(plan.Source, 1, 1, nil),
 		mk(plan.Compute, 0, 2, []int{0}, 0, 1), mk(plan.Compute, 0, 3, []int{1, 2}, 2, 1),
 	}}
-	src := plan.Tensor{Role: "hyper", DType: lang.F32, Shape: []int{4}, Placement: b}
+	src := plan.Tensor{Role: "hyper", DType: ir.F32, Shape: []int{4}, Placement: b}
 	p := &plan.Plan{Mesh: m, Programs: []*plan.Program{prog}, Sources: []plan.Tensor{src, src},
-		Outputs: []plan.Tensor{{Name: "y", DType: lang.F32, Shape: []int{4}, Placement: b}}}
+		Outputs: []plan.Tensor{{Name: "y", DType: ir.F32, Shape: []int{4}, Placement: b}}}
 	require.NoError(t, p.Verify())
 	be := &freeCounter{freed: map[Buffer]int{}}
 	w, err := NewWorker(context.Background(), p, 0, be, NewInProc(1)[0], Options{})

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -180,7 +180,7 @@ func labelsOf(prog *plan.Program) []eventLabel {
 		if in.Kind.Communicates() {
 			kind = "comm"
 		}
-		out[i] = eventLabel{name: in.Name(), kind: kind, where: lang.FormatPos(in.Pos)}
+		out[i] = eventLabel{name: in.Name(), kind: kind, where: ir.FormatPos(in.Pos)}
 	}
 	return out
 }

@@ -27,7 +27,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lower"
 )
 
@@ -89,7 +89,7 @@ type RunError struct {
 	Device int
 	Coord  string
 	Op     string
-	Pos    lang.Pos
+	Pos    ir.Pos
 	Where  string // Pos and the call chain that led there, when known
 	Err    error
 }
@@ -97,7 +97,7 @@ type RunError struct {
 func (e *RunError) Error() string {
 	where := e.Where
 	if where == "" {
-		where = lang.FormatPos(e.Pos)
+		where = ir.FormatPos(e.Pos)
 	}
 	return fmt.Sprintf("%s: device %d %s: %s: %v", where, e.Device, e.Coord, e.Op, e.Err)
 }
@@ -138,7 +138,7 @@ func fillNegInf(t *Tensor) {
 	switch d := t.Data.(type) {
 	case []uint16:
 		neg := uint16(0xff80) // bf16 -inf
-		if t.DType == lang.F16 {
+		if t.DType == ir.F16 {
 			neg = 0xfc00
 		}
 		for i := range d {

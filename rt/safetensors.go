@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 )
 
 // Checkpoints are safetensors files (the Hugging Face format: an 8-byte
@@ -19,7 +19,7 @@ import (
 // them consolidated — whole logical tensors, not per-device shards — so a
 // checkpoint saved on one mesh and placement loads on any other.
 
-var safeDTypes = map[lang.DType]string{lang.F32: "F32", lang.F64: "F64", lang.I32: "I32", lang.I64: "I64", lang.BF16: "BF16", lang.F16: "F16"}
+var safeDTypes = map[ir.DType]string{ir.F32: "F32", ir.F64: "F64", ir.I32: "I32", ir.I64: "I64", ir.BF16: "BF16", ir.F16: "F16"}
 
 type safeEntry struct {
 	DType   string `json:"dtype"`
@@ -109,13 +109,13 @@ func ReadSafetensors(path string) (map[string]*Tensor, map[string]string, error)
 		if err := json.Unmarshal(msg, &e); err != nil {
 			return nil, nil, fmt.Errorf("%s: bad entry %s: %v", path, name, err)
 		}
-		var dt lang.DType
+		var dt ir.DType
 		for k, v := range safeDTypes {
 			if v == e.DType {
 				dt = k
 			}
 		}
-		if dt == lang.Invalid {
+		if dt == ir.Invalid {
 			return nil, nil, fmt.Errorf("%s: %s has unsupported dtype %s", path, name, e.DType)
 		}
 		n := 1

@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 )
 
 // Tensor is a dense, row-major array in one device's memory. Data is
 // []float32, []float64, []int32 or []int64 according to DType.
 type Tensor struct {
-	DType lang.DType
+	DType ir.DType
 	Shape []int
 	Data  any
 }
@@ -35,19 +35,19 @@ func numel(shape []int) int {
 }
 
 // NewTensor allocates a zero tensor.
-func NewTensor(dt lang.DType, shape []int) *Tensor {
+func NewTensor(dt ir.DType, shape []int) *Tensor {
 	n := numel(shape)
 	t := &Tensor{DType: dt, Shape: append([]int{}, shape...)}
 	switch dt {
-	case lang.F32:
+	case ir.F32:
 		t.Data = make([]float32, n)
-	case lang.F64:
+	case ir.F64:
 		t.Data = make([]float64, n)
-	case lang.I32:
+	case ir.I32:
 		t.Data = make([]int32, n)
-	case lang.I64:
+	case ir.I64:
 		t.Data = make([]int64, n)
-	case lang.BF16, lang.F16:
+	case ir.BF16, ir.F16:
 		t.Data = make([]uint16, n)
 	default:
 		panic(fmt.Sprintf("rt: unsupported dtype %s", dt))
@@ -57,16 +57,16 @@ func NewTensor(dt lang.DType, shape []int) *Tensor {
 
 // FromSlice wraps data with a shape.
 func FromSlice(shape []int, data any) *Tensor {
-	var dt lang.DType
+	var dt ir.DType
 	switch data.(type) {
 	case []float32:
-		dt = lang.F32
+		dt = ir.F32
 	case []float64:
-		dt = lang.F64
+		dt = ir.F64
 	case []int32:
-		dt = lang.I32
+		dt = ir.I32
 	case []int64:
-		dt = lang.I64
+		dt = ir.I64
 	default:
 		panic(fmt.Sprintf("rt: unsupported data %T", data))
 	}

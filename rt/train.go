@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/plan"
 )
@@ -52,7 +52,7 @@ type TrainResult struct {
 	Losses  []float64
 	Scales  []float64 // f16: the loss scale of every step
 	Applied int       // optimizer steps applied (skipped overflow steps excluded)
-	Params  []*lang.Value
+	Params  []*ir.Value
 	Final   []*Tensor // logical params after the last step, in Params order
 	Last    *Result
 }
@@ -136,7 +136,7 @@ func (tr *trainer) start(initial map[string]*Tensor) error {
 			return fmt.Errorf("the checkpoint has no %s", src.Name)
 		}
 		if full.DType != src.DType || !sameShape(full.Shape, src.Shape) {
-			return fmt.Errorf("the checkpoint's %s is %s%v, the program declares %s", src.Name, full.DType, full.Shape, lang.Type{DType: src.DType, Shape: src.Shape})
+			return fmt.Errorf("the checkpoint's %s is %s%v, the program declares %s", src.Name, full.DType, full.Shape, ir.Type{DType: src.DType, Shape: src.Shape})
 		}
 		for k, r := range ranks {
 			b, err := tr.l.Worker(r).Backend.CopyIn(Scatter(p.Mesh, full, src.Placement, r))
@@ -220,7 +220,7 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 	if cfg.Applied > 0 {
 		applied = cfg.Applied
 	}
-	src := func(v *lang.Value) int { return p.SourceIndex[v] }
+	src := func(v *ir.Value) int { return p.SourceIndex[v] }
 	for step := cfg.Start + 1; step <= t.Steps; step++ {
 		start := time.Now()
 		lr := t.LR(step)
@@ -320,7 +320,7 @@ func (tr *trainer) hostCarry(run *Result) error {
 // A loaded dataset is read in a shuffled order, a new permutation each
 // epoch, drawn from the seed; a random initialiser is an endless stream
 // whose rows step after step are fresh and the same on every mesh.
-func batchFor(bi lang.BatchInput, step int, seed uint64, cache *npyCache) (*Tensor, error) {
+func batchFor(bi ir.BatchInput, step int, seed uint64, cache *npyCache) (*Tensor, error) {
 	ds := bi.Dataset
 	b := bi.Source.Type.Shape[0]
 	out := NewTensor(ds.Type.DType, bi.Source.Type.Shape)

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/mesh"
@@ -122,7 +123,7 @@ func meshDecl(m *mesh.Mesh) string {
 	return "mesh M = [" + strings.Join(parts, ", ") + "]\n"
 }
 
-func checkCase(t *testing.T, c opCase, m *mesh.Mesh) *lang.Graph {
+func checkCase(t *testing.T, c opCase, m *mesh.Mesh) *ir.Graph {
 	src := meshDecl(m) + c.src + "\noutput y\n"
 	g, err := lang.CheckSource(c.name+".mesh", []byte(src), lang.CheckOptions{})
 	require.NoError(t, err, "%s", src)
@@ -151,7 +152,7 @@ func TestEveryOpHasARule(t *testing.T) {
 }
 
 // logical makes deterministic logical inputs for the op's arguments.
-func logical(t *testing.T, v *lang.Value, seed int64) []*rt.Tensor {
+func logical(t *testing.T, v *ir.Value, seed int64) []*rt.Tensor {
 	r := rand.New(rand.NewSource(seed))
 	var out []*rt.Tensor
 	for _, a := range v.Args {
@@ -237,7 +238,7 @@ func broadcasts(n, axes int) []sbp.NdSBP {
 	return out
 }
 
-func blocksFor(m *mesh.Mesh, v *lang.Value, s sbp.NdSig, dev int) []sbp.Block {
+func blocksFor(m *mesh.Mesh, v *ir.Value, s sbp.NdSig, dev int) []sbp.Block {
 	var out []sbp.Block
 	for i, a := range v.Args {
 		out = append(out, sbp.Layout(m, a.Type.Shape, s.In[i], dev))
@@ -245,7 +246,7 @@ func blocksFor(m *mesh.Mesh, v *lang.Value, s sbp.NdSig, dev int) []sbp.Block {
 	return out
 }
 
-func intsNeverPartial(v *lang.Value, s sbp.NdSig) bool {
+func intsNeverPartial(v *ir.Value, s sbp.NdSig) bool {
 	for i, a := range v.Args {
 		if a.Type.DType.IsInt() && s.In[i].HasPartial() {
 			return false
@@ -268,7 +269,7 @@ func TestEveryInputPlacement(t *testing.T) {
 			require.NoError(t, err)
 			want, err := rt.Run(ctx, ref, rt.Options{Backend: &rt.CPU{BLAS: rt.GonumBLAS{}}})
 			require.NoError(t, err)
-			var sources []*lang.Value
+			var sources []*ir.Value
 			for _, v := range g.Values {
 				if v.IsSource() {
 					sources = append(sources, v)

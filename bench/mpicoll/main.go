@@ -28,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/rt"
 	"github.com/meshrun/meshrun/rt/mpi"
 )
@@ -130,7 +130,7 @@ func run(ctx context.Context, sizeList string, rounds int, budget time.Duration)
 		n := rows * p * cols // elements of the result
 
 		// all-reduce: n elements on every rank
-		x := rt.NewTensor(lang.F32, []int{rows * p, cols})
+		x := rt.NewTensor(ir.F32, []int{rows * p, cols})
 		fill(x.Data.([]float32), me)
 		recv := make([]float32, n)
 		ar := []side{
@@ -143,7 +143,7 @@ func run(ctx context.Context, sizeList string, rounds int, budget time.Duration)
 		}
 
 		// all-gather: rows×cols from each rank, joined along dim 0
-		blk := rt.NewTensor(lang.F32, []int{rows, cols})
+		blk := rt.NewTensor(ir.F32, []int{rows, cols})
 		fill(blk.Data.([]float32), me)
 		lens := make([]int, p)
 		counts := make([]int, p)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/mesh"
@@ -263,7 +264,7 @@ func (e *env) run(args []string) int {
 	}
 	for i, name := range res.Names {
 		t := res.Outputs[i]
-		fmt.Fprintf(e.stdout, "%s : %s%s %s = %s\n", name, t.DType, lang.ShapeString(t.Shape), p.Outputs[i].Placement, preview(t))
+		fmt.Fprintf(e.stdout, "%s : %s%s %s = %s\n", name, t.DType, ir.ShapeString(t.Shape), p.Outputs[i].Placement, preview(t))
 	}
 	var peak int64
 	for _, d := range res.Devices {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/rt"
@@ -173,16 +174,16 @@ func (s *session) show(st *lang.Stmt, file string) {
 }
 
 // lowerWith lowers the program so far, with v as an extra output.
-func (s *session) lowerWith(v *lang.Value) (*lower.Plan, error) {
+func (s *session) lowerWith(v *ir.Value) (*lower.Plan, error) {
 	g := *s.checker.Graph()
 	g.Outputs = nil
 	if v != nil {
-		g.Outputs = []*lang.Output{{Name: "_", Value: v}}
+		g.Outputs = []*ir.Output{{Name: "_", Value: v}}
 	}
 	return lower.Lower(&g, lower.Options{KeepDead: true})
 }
 
-func (s *session) showValue(v *lang.Value, name, file string) {
+func (s *session) showValue(v *ir.Value, name, file string) {
 	if v == nil {
 		return
 	}
@@ -199,7 +200,7 @@ func (s *session) showValue(v *lang.Value, name, file string) {
 	shapes := map[string][]int{}
 	var keys []string
 	for d := 0; d < p.Mesh.Size(); d++ {
-		k := lang.ShapeString(sbp.LocalShape(p.Mesh, v.Type.Shape, pl, d))
+		k := ir.ShapeString(sbp.LocalShape(p.Mesh, v.Type.Shape, pl, d))
 		if _, ok := shapes[k]; !ok {
 			keys = append(keys, k)
 		}

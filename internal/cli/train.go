@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/meshrun/meshrun/internal/npy"
-	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/rt"
 	"golang.org/x/term"
@@ -178,7 +178,7 @@ func testStall(saves int) func() {
 
 // samplesPerStep is the rows each step sees: the train block's batch, or
 // else the leading dim of the first input.
-func samplesPerStep(g *lang.Graph) int {
+func samplesPerStep(g *ir.Graph) int {
 	if g.Train != nil && g.Train.Batch > 0 {
 		return g.Train.Batch
 	}
