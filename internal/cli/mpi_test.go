@@ -750,21 +750,22 @@ func (e *mpiEnv) end(t *testing.T, r *running, limit time.Duration, hungOK bool)
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	ranksGone = time.Now()
+	seen := false // a hang is only a hang after the ranks ran
 	for {
 		alive := len(e.procs()) > 0
 		if alive {
-			ranksGone = time.Now()
+			seen, ranksGone = true, time.Now()
 		}
 		select {
 		case err := <-r.waited:
 			e.noLeftovers(t)
-			if len(e.procs()) == 0 && alive {
-				ranksGone = time.Now()
+			if alive {
+				ranksGone = time.Now() // alive at the last look, gone now
 			}
 			return exitStatus(err), ranksGone, false
 		case <-time.After(50 * time.Millisecond):
 		}
-		if hungOK && !alive && time.Since(ranksGone) > 10*time.Second {
+		if hungOK && seen && !alive && time.Since(ranksGone) > 10*time.Second {
 			r.cmd.Process.Kill()
 			<-r.waited
 			t.Logf("known Open MPI mpirun hang: every rank gone for 10 s, %s still running; killed it", r.cmd.Path)
