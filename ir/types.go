@@ -14,8 +14,8 @@ const (
 	F64
 	I32
 	I64
-	BF16 // reserved: parsed, rejected by the checker until mixed precision lands
-	F16  // reserved, as BF16
+	BF16 // 2-byte storage; kernels compute in f32 and round once
+	F16  // as BF16, IEEE half
 )
 
 var dtypeNames = map[string]DType{"f32": F32, "f64": F64, "i32": I32, "i64": I64, "bf16": BF16, "f16": F16}

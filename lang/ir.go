@@ -5,8 +5,8 @@ import (
 	_ "github.com/meshrun/meshrun/ops" // registers every op's placement rule with sbp
 )
 
-// The IR lives in package ir. These aliases keep the names lang's users
-// know, so lower, rt and the CLI compile unchanged while they move over.
+// The IR lives in package ir. These aliases let lang's own code (the
+// checker) name the IR's types unqualified; other packages use ir.
 
 type (
 	Graph      = ir.Graph

@@ -40,7 +40,9 @@ type Backend interface {
 	// CopyIn moves a host tensor to the device (the backend may take
 	// ownership of t).
 	CopyIn(t *Tensor) (Buffer, error)
-	// CopyOut returns a host copy of a buffer.
+	// CopyOut returns the buffer's contents in host memory: a copy from a
+	// device; the CPU backend returns its own storage, so the caller must
+	// not change it nor keep it past the buffer's life.
 	CopyOut(b Buffer) (*Tensor, error)
 	// Launch runs kernel k on local blocks; in are the arguments' blocks
 	// and out the result's (kernels on a shard need offsets and sizes).

@@ -2,10 +2,10 @@ package rt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/rt/mpi"
@@ -20,24 +20,24 @@ import (
 // polls nonblocking requests), so a lost peer is a timeout, never a hang.
 //
 // BytesSent counts what the ring algorithms of the in-process
-// communicator would send for the same calls (MPI chooses its own
+// communicator send for the same calls, byte for byte (MPI chooses its own
 // algorithms and does not report its traffic), so the figures compare
 // with explain's model and with the local launcher.
 type MPIComm struct {
 	world *mpi.Comm
 	sent  atomic.Int64
 	mu    sync.Mutex
-	sends []chan error         // sends still in flight (Send is buffered)
-	queue map[int]chan sendJob // per peer: sends are posted in order
-	pool  *hostPool            // where results are allocated (nil: fresh memory)
+	sends []pendingSend // started, not yet known to be complete
+	pool  *hostPool     // where results are allocated (nil: fresh memory)
 }
 
-// sendJob is one buffered send waiting for its peer's queue.
-type sendJob struct {
-	t        *Tensor
-	tag      int
-	deadline time.Time
-	done     chan error
+// pendingSend is a started MPI_Isend and the tensor it reads, which must
+// stay untouched until the send completes.
+type pendingSend struct {
+	req  *mpi.Request
+	t    *Tensor
+	peer int
+	tag  int
 }
 
 // NewMPIComm initialises MPI (once per process) and returns the world.
@@ -88,69 +88,51 @@ func (c *MPIComm) NewGroup(ctx context.Context, id int, members []int) (Group, e
 	return &mpiGroup{c: sub, parent: c}, nil
 }
 
-// Send implements Comm: MPI sends in the background (the plan's sends are
-// buffered, so a ring shift where every rank sends first cannot
-// deadlock); Flush waits for them.
+// Send implements Comm: it starts an MPI_Isend and returns (the plan's
+// sends are buffered: a ring shift where every rank sends first, or
+// receives taken in another tag order than sent, must not deadlock).
+// Started in program order, messages to one peer with one tag keep their
+// order; Flush waits for them all.
 func (c *MPIComm) Send(ctx context.Context, peer, tag int, b Buffer) error {
 	t, err := host(b)
 	if err != nil {
 		return err
 	}
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(mpi.DefaultTimeout)
+	var req *mpi.Request
+	switch d := t.Data.(type) {
+	case []float32:
+		req, err = mpi.Isend(ctx, c.world, d, peer, tag)
+	case []float64:
+		req, err = mpi.Isend(ctx, c.world, d, peer, tag)
+	case []int32:
+		req, err = mpi.Isend(ctx, c.world, d, peer, tag)
+	case []int64:
+		req, err = mpi.Isend(ctx, c.world, d, peer, tag)
+	case []uint16:
+		req, err = mpi.Isend(ctx, c.world, d, peer, tag)
+	default:
+		err = fmt.Errorf("mpi: cannot send %T", d)
 	}
-	job := sendJob{t: t, tag: tag, deadline: dl, done: make(chan error, 1)}
-	c.mu.Lock()
-	q, ok := c.queue[peer]
-	if !ok {
-		// One poster per peer keeps MPI's order (messages between two
-		// ranks with one tag arrive in the order they were posted) while a
-		// send to a slow peer never holds up a send to another.
-		q = make(chan sendJob, 1024)
-		if c.queue == nil {
-			c.queue = map[int]chan sendJob{}
-		}
-		c.queue[peer] = q
-		go c.post(peer, q)
-	}
-	c.mu.Unlock()
-	select {
-	case q <- job:
-	case <-ctx.Done():
-		return fmt.Errorf("send to rank %d: %w", peer, ctxErr(ctx))
+	if err != nil {
+		return mpiErr(err)
 	}
 	c.mu.Lock()
-	c.sends = append(c.sends, job.done)
+	c.sends = append(c.sends, pendingSend{req: req, t: t, peer: peer, tag: tag})
 	c.mu.Unlock()
 	c.sent.Add(t.Bytes())
 	return nil
 }
 
-// post sends one peer's messages one after another.
-func (c *MPIComm) post(peer int, q chan sendJob) {
-	for job := range q {
-		ctx, cancel := context.WithDeadline(context.Background(), job.deadline)
-		job.done <- mpiErr(forData(job.t, func(d any) error { return sendAny(ctx, c.world, d, peer, job.tag) }))
-		cancel()
-	}
-}
-
-// Flush waits for every send in flight and reports the first failure.
+// Flush waits for every started send and reports the first failure.
 func (c *MPIComm) Flush(ctx context.Context) error {
 	c.mu.Lock()
 	sends := c.sends
 	c.sends = nil
 	c.mu.Unlock()
 	var first error
-	for _, d := range sends {
-		select {
-		case err := <-d:
-			if err != nil && first == nil {
-				first = err
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for sends to complete: %w", ctxErr(ctx))
+	for _, s := range sends {
+		if _, err := s.req.Wait(ctx); err != nil && first == nil {
+			first = fmt.Errorf("sending %s%v to rank %d (tag %d): %w", s.t.DType, s.t.Shape, s.peer, s.tag, mpiErr(err))
 		}
 	}
 	return first
@@ -159,15 +141,12 @@ func (c *MPIComm) Flush(ctx context.Context) error {
 // Recv implements Comm.
 func (c *MPIComm) Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []int) (Buffer, error) {
 	t := c.pool.get(dt, shape)
-	err := forData(t, func(d any) error {
-		n, err := recvAny(ctx, c.world, d, peer, tag)
-		if err == nil && n != t.Numel() {
-			err = fmt.Errorf("received %d elements from rank %d (tag %d), expected %s%v", n, peer, tag, dt, shape)
-		}
-		return err
-	})
+	n, err := recvAny(ctx, c.world, t.Data, peer, tag)
 	if err != nil {
 		return nil, mpiErr(err)
+	}
+	if n != t.Numel() {
+		return nil, fmt.Errorf("received %d elements from rank %d (tag %d), expected %s%v", n, peer, tag, dt, shape)
 	}
 	return t, nil
 }
@@ -176,7 +155,7 @@ func (c *MPIComm) Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []
 // reports with the collective and its source line.
 func mpiErr(err error) error {
 	var te *mpi.TimeoutError
-	if err != nil && asTimeout(err, &te) {
+	if err != nil && errors.As(err, &te) {
 		return fmt.Errorf("MPI_%s %w", te.Op, ErrPeerTimeout)
 	}
 	return err
@@ -200,8 +179,9 @@ func (g *mpiGroup) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer
 	if err != nil {
 		return nil, err
 	}
-	p := int64(g.Size())
-	g.count(2 * (p - 1) * t.Bytes() / p)
+	// the ring: reduce-scatter then all-gather of p balanced chunks
+	c, me := balanced(t.Numel(), g.Size()), g.Index()
+	g.count(int64(2*t.Numel()-c[me]-c[(me+1)%g.Size()]) * int64(t.DType.Size()))
 	w := widen(t) // half precision reduces in f32
 	out := g.parent.pool.get(w.DType, w.Shape)
 	if err := reduceAny(ctx, g.c, w.Data, out.Data, nil, op); err != nil {
@@ -220,7 +200,8 @@ func (g *mpiGroup) AllGather(ctx context.Context, x Buffer, dim int, lens []int)
 		return nil, err
 	}
 	counts, shapes := memberBlocks(t.Shape, dim, lens)
-	g.count(int64(sum(counts)-counts[g.Index()]) * int64(t.DType.Size()))
+	// the ring forwards every block but the next member's
+	g.count(int64(sum(counts)-counts[(g.Index()+1)%g.Size()]) * int64(t.DType.Size()))
 	outShape := append([]int(nil), t.Shape...)
 	outShape[dim] = sum(lens)
 	pool := g.parent.pool
@@ -229,7 +210,7 @@ func (g *mpiGroup) AllGather(ctx context.Context, x Buffer, dim int, lens []int)
 	if !outerContiguous(outShape, dim) {
 		recv = pool.get(t.DType, []int{sum(counts)})
 	}
-	if err := forData(t, func(d any) error { return gatherAny(ctx, g.c, d, recv.Data, counts) }); err != nil {
+	if err := gatherAny(ctx, g.c, t.Data, recv.Data, counts); err != nil {
 		return nil, mpiErr(err)
 	}
 	if recv != out {
@@ -295,7 +276,7 @@ func (g *mpiGroup) AllToAll(ctx context.Context, x Buffer, splitDim int, splitLe
 	if !outerContiguous(outShape, catDim) {
 		recv = pool.get(t.DType, []int{sum(recvCounts)})
 	}
-	if err := forData(send, func(d any) error { return alltoallAny(ctx, g.c, d, sendCounts, recv.Data, recvCounts) }); err != nil {
+	if err := alltoallAny(ctx, g.c, send.Data, sendCounts, recv.Data, recvCounts); err != nil {
 		return nil, mpiErr(err)
 	}
 	if recv != out {
@@ -310,19 +291,36 @@ func (g *mpiGroup) AllToAll(ctx context.Context, x Buffer, splitDim int, splitLe
 
 // Broadcast implements Group.
 func (g *mpiGroup) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, shape []int) (Buffer, error) {
-	t := g.parent.pool.get(dt, shape)
+	var t *Tensor
 	if g.Index() == root {
 		src, err := host(x)
 		if err != nil {
 			return nil, err
 		}
 		t = src.Clone()
-		g.count(t.Bytes()) // the tree's root sends at least one copy
+		g.count(int64(treeSends(0, g.Size())) * t.Bytes())
+	} else {
+		t = g.parent.pool.get(dt, shape)
+		g.count(int64(treeSends(mod(g.Index()-root, g.Size()), g.Size())) * t.Bytes())
 	}
-	if err := forData(t, func(d any) error { return bcastAny(ctx, g.c, d, root) }); err != nil {
+	if err := bcastAny(ctx, g.c, t.Data, root); err != nil {
 		return nil, mpiErr(err)
 	}
 	return t, nil
+}
+
+// treeSends is how many copies member vr (counted from the root) sends in
+// the binomial-tree broadcast of the in-process communicator: one to
+// vr+m for every power of two m below vr's lowest set bit (all, for the
+// root) that stays inside the group.
+func treeSends(vr, p int) int {
+	n := 0
+	for m := 1; m < p && (vr == 0 || m < vr&-vr); m <<= 1 {
+		if vr+m < p {
+			n++
+		}
+	}
+	return n
 }
 
 // memberBlocks gives each member's element count and block shape when a

@@ -2,7 +2,6 @@ package rt
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/meshrun/meshrun/rt/mpi"
@@ -10,31 +9,11 @@ import (
 
 // The typed calls of package mpi, chosen by a tensor's storage type.
 
-func forData(t *Tensor, f func(d any) error) error { return f(t.Data) }
-
-func asTimeout(err error, te **mpi.TimeoutError) bool { return errors.As(err, te) }
-
 func mpiOp(op ReduceOp) mpi.Op {
 	if op == OpMax {
 		return mpi.Max
 	}
 	return mpi.Sum
-}
-
-func sendAny(ctx context.Context, c *mpi.Comm, d any, peer, tag int) error {
-	switch d := d.(type) {
-	case []float32:
-		return mpi.Send(ctx, c, d, peer, tag)
-	case []float64:
-		return mpi.Send(ctx, c, d, peer, tag)
-	case []int32:
-		return mpi.Send(ctx, c, d, peer, tag)
-	case []int64:
-		return mpi.Send(ctx, c, d, peer, tag)
-	case []uint16:
-		return mpi.Send(ctx, c, d, peer, tag)
-	}
-	return fmt.Errorf("mpi: cannot send %T", d)
 }
 
 func recvAny(ctx context.Context, c *mpi.Comm, d any, peer, tag int) (int, error) {
@@ -127,5 +106,3 @@ func bcastAny(ctx context.Context, c *mpi.Comm, d any, root int) error {
 	}
 	return fmt.Errorf("mpi: cannot broadcast %T", d)
 }
-
-func abortMPI(code int) { mpi.Abort(code) }

@@ -135,7 +135,7 @@ func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer
 }
 
 // GatherStats implements Launcher. A rank's statistics travel as numbers:
-// peak, final and sent bytes, then start, duration and bytes of each
+// peak, final, sent and held bytes, then start, duration and bytes of each
 // instruction (the lead knows every rank's program, hence the names).
 func (m *MPI) GatherStats(ctx context.Context, stats []DeviceStats) ([]DeviceStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.w.Timeout)
@@ -150,7 +150,7 @@ func (m *MPI) GatherStats(ctx context.Context, stats []DeviceStats) ([]DeviceSta
 	out := []DeviceStats{st}
 	for r := 1; r < m.comm.Size(); r++ {
 		prog := m.plan.ProgramOf(r)
-		b, err := m.comm.Recv(ctx, r, gatherTag, ir.I64, []int{3 + 3*len(prog.Instrs)})
+		b, err := m.comm.Recv(ctx, r, gatherTag, ir.I64, []int{4 + 3*len(prog.Instrs)})
 		if err != nil {
 			return nil, fmt.Errorf("gathering statistics from rank %d: %w", r, err)
 		}
@@ -160,7 +160,7 @@ func (m *MPI) GatherStats(ctx context.Context, stats []DeviceStats) ([]DeviceSta
 }
 
 func encodeStats(st DeviceStats) *Tensor {
-	v := []int64{st.Peak, st.Final, st.BytesSent}
+	v := []int64{st.Peak, st.Final, st.BytesSent, st.Held}
 	for _, e := range st.Events {
 		v = append(v, int64(e.Start), int64(e.Dur), e.Bytes)
 	}
@@ -169,14 +169,10 @@ func encodeStats(st DeviceStats) *Tensor {
 
 func decodeStats(rank int, prog *plan.Program, t *Tensor) DeviceStats {
 	v := t.Data.([]int64)
-	st := DeviceStats{Device: rank, Peak: v[0], Final: v[1], BytesSent: v[2]}
+	st := DeviceStats{Device: rank, Peak: v[0], Final: v[1], BytesSent: v[2], Held: v[3]}
 	for i, l := range labelsOf(prog) {
-		e := v[3+3*i:]
+		e := v[4+3*i:]
 		st.Events = append(st.Events, l.event(time.Duration(e[0]), time.Duration(e[1]), e[2]))
 	}
 	return st
 }
-
-// Abort ends every process of the run (MPI_Abort): a rank that failed
-// must not leave the others waiting.
-func (m *MPI) Abort(code int) { abortMPI(code) }

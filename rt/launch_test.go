@@ -38,7 +38,7 @@ func TestSendRecvRingShiftOnTheLocalLauncher(t *testing.T) {
 	l, err := NewLocal(context.Background(), p, Options{})
 	require.NoError(t, err)
 	res, err := l.Run(context.Background(), func(r int) Feed {
-		return func(int) Buffer { return FromSlice([]int{2}, []float32{float32(r), float32(10 * r)}) }
+		return func(int) (Buffer, error) { return FromSlice([]int{2}, []float32{float32(r), float32(10 * r)}), nil }
 	})
 	require.NoError(t, err)
 	// block r of the output came from rank r-1
@@ -90,7 +90,7 @@ func TestCollectiveOnAGroupSpanningTwoAxes(t *testing.T) {
 	l, err := NewLocal(context.Background(), p, Options{})
 	require.NoError(t, err)
 	res, err := l.Run(context.Background(), func(r int) Feed {
-		return func(int) Buffer { return FromSlice([]int{2}, []float64{float64(r), 1}) }
+		return func(int) (Buffer, error) { return FromSlice([]int{2}, []float64{float64(r), 1}), nil }
 	})
 	require.NoError(t, err)
 	require.Equal(t, []float64{15, 6}, res.Output("y").Data)

@@ -69,7 +69,7 @@ func TestWorkerFreesABufferWhenItsLastSlotDies(t *testing.T) {
 	w, err := NewWorker(context.Background(), p, 0, be, NewInProc(1)[0], Options{})
 	require.NoError(t, err)
 	x := FromSlice([]int{4}, []float32{1, 2, 3, 4})
-	res, err := w.Run(context.Background(), func(int) Buffer { return x }, time.Now())
+	res, err := w.Run(context.Background(), func(int) (Buffer, error) { return x, nil }, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 1, be.freed[x], "x is in slots 0 and 1: one Free, after both die")
 	require.Equal(t, []float32{3, 6, 9, 12}, res.Outputs[0].(*Tensor).Data)

@@ -55,9 +55,11 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	return w, nil
 }
 
-// Feed supplies a rank's block of source src for one execution; nil means
-// the source's initialiser.
-type Feed func(src int) Buffer
+// Feed supplies a rank's block of source src for one execution; a nil
+// buffer means the source's initialiser. The worker owns what it is fed:
+// it frees the buffer after its last use (a recycling backend reuses it
+// at once), so a caller must not feed a buffer it still needs.
+type Feed func(src int) (Buffer, error)
 
 // RankResult is what one execution of a rank's program produced.
 type RankResult struct {
@@ -72,7 +74,8 @@ type execution struct {
 	feed   Feed
 	start  time.Time
 	slots  []Buffer
-	refs   map[Buffer]int // slots holding each buffer: freed when none does
+	refs   map[Buffer]int // slots (and sends in flight) holding each buffer: freed when none does
+	sent   []Buffer       // buffers of buffered sends, held until Flush
 	cur    int64
 	peak   int64
 	events []Event
@@ -115,7 +118,10 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	fctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
 	if err := w.Comm.Flush(fctx); err != nil {
-		return nil, fmt.Errorf("rank %d: %w", w.Prog.Rank, err)
+		return nil, fmt.Errorf("rank %d %s: completing its sends: %w", w.Prog.Rank, w.Plan.Mesh.CoordString(w.Prog.Rank), err)
+	}
+	for _, b := range x.sent {
+		x.drop(b)
 	}
 	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
 		BytesSent: w.Comm.BytesSent() - sent0}}
@@ -134,6 +140,11 @@ func (x *execution) release(s int) {
 	b := x.slots[s]
 	x.slots[s] = nil
 	x.cur -= b.Bytes()
+	x.drop(b)
+}
+
+// drop gives up one hold on b and frees it when none is left.
+func (x *execution) drop(b Buffer) {
 	if x.refs[b]--; x.refs[b] == 0 {
 		delete(x.refs, b)
 		x.w.Backend.Free(b)
@@ -215,7 +226,11 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	case plan.Collective:
 		out, err = collectiveStep(cctx, w.Groups[in.Group], in, b, args[0])
 	case plan.Send:
-		err = w.Comm.Send(cctx, b.Peer, in.Tag, args[0])
+		// the communicator may read the buffer until Flush: hold it
+		if err = w.Comm.Send(cctx, b.Peer, in.Tag, args[0]); err == nil {
+			x.refs[args[0]]++
+			x.sent = append(x.sent, args[0])
+		}
 	case plan.Recv:
 		out, err = w.Comm.Recv(cctx, b.Peer, in.Tag, in.DType, b.Out.Len)
 	}
@@ -228,8 +243,9 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 func (x *execution) source(in *plan.Instr) (Buffer, error) {
 	src := &x.w.Plan.Sources[in.Src]
 	if x.feed != nil {
-		if b := x.feed(in.Src); b != nil {
-			return b, nil
+		b, err := x.feed(in.Src)
+		if err != nil || b != nil {
+			return b, err
 		}
 	}
 	if src.Role == "hyper" || src.Init == nil {

@@ -62,14 +62,16 @@ type DeviceStats struct {
 	Peak      int64 // bytes
 	Final     int64 // bytes held at the end (the outputs)
 	BytesSent int64
-	Events    []Event
+	// Held is, in a training run, the bytes of parameters and optimizer
+	// states the device keeps from one step to the next.
+	Held   int64
+	Events []Event
 }
 
 // Result is a finished run.
 type Result struct {
 	Names   []string
-	Outputs []*Tensor   // logical tensors, in Plan.Outputs order
-	Carry   [][]*Tensor // per device, per Plan.Carry: the blocks the next step starts from (host copies)
+	Outputs []*Tensor // logical tensors, in Plan.Outputs order
 	Devices []DeviceStats
 	Wall    time.Duration
 }

@@ -183,24 +183,20 @@ func (tr *trainer) feeds(batches map[int]*Tensor, hyper map[int]float64) func(ra
 	}
 	return func(r int) Feed {
 		be := tr.l.Worker(r).Backend
-		return func(src int) Buffer {
+		return func(src int) (Buffer, error) {
 			if b, ok := batches[src]; ok {
-				buf, err := be.CopyIn(Scatter(ex.Mesh, b, ex.Sources[src].Placement, r))
-				if err != nil {
-					return nil
-				}
-				return buf
+				return be.CopyIn(Scatter(ex.Mesh, b, ex.Sources[src].Placement, r))
 			}
 			if h, ok := hyper[src]; ok {
 				s := NewTensor(ex.Sources[src].DType, nil)
 				setScalar(s, h)
-				buf, _ := be.CopyIn(s)
-				return buf
+				return be.CopyIn(s)
 			}
 			if i, ok := carried[src]; ok && tr.state[pos[r]][i] != nil {
-				return tr.state[pos[r]][i]
+				// the worker owns it from here: the step's carried value replaces it
+				return tr.state[pos[r]][i], nil
 			}
-			return nil
+			return nil, nil
 		}
 	}
 }
@@ -253,13 +249,14 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 		}
 		for k, rr := range rs {
 			copy(tr.state[k], rr.Carry)
+			rr.Stats.Held = 0
+			for _, b := range rr.Carry {
+				rr.Stats.Held += b.Bytes()
+			}
 		}
 		run, err := collect(ctx, tr.l, rs, wall, true)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
-		}
-		if err := tr.hostCarry(run); err != nil {
-			return nil, err
 		}
 		loss := run.Output("loss").Float64s()[0]
 		res.Losses = append(res.Losses, loss)
@@ -297,23 +294,6 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 		}
 	}
 	return res, nil
-}
-
-// hostCarry puts host copies of this process's carried blocks in the step's
-// result (tests measure what each rank holds between steps).
-func (tr *trainer) hostCarry(run *Result) error {
-	for k, r := range tr.l.Ranks() {
-		var ts []*Tensor
-		for _, b := range tr.state[k] {
-			t, err := tr.l.Worker(r).Backend.CopyOut(b)
-			if err != nil {
-				return err
-			}
-			ts = append(ts, t)
-		}
-		run.Carry = append(run.Carry, ts)
-	}
-	return nil
 }
 
 // batchFor builds the logical batch of a dataset input for a step (1-based).

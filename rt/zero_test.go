@@ -120,12 +120,9 @@ func TestZeROStateBytesPerDevice(t *testing.T) {
 		p := compileZero(t, zero)
 		res, err := Train(context.Background(), p, Options{}, TrainConfig{})
 		require.NoError(t, err)
-		for d := range res.Last.Carry {
-			var held int64
-			for _, x := range res.Last.Carry[d] {
-				held += x.Bytes()
-			}
-			require.Equal(t, want[zero], float64(held), "zero=%d device %d", zero, d)
+		require.Len(t, res.Last.Devices, int(nd))
+		for d, st := range res.Last.Devices {
+			require.Equal(t, want[zero], float64(st.Held), "zero=%d device %d", zero, d)
 		}
 	}
 }
@@ -187,12 +184,9 @@ func TestZeROMixedPrecisionMatchesThePaper(t *testing.T) {
 		if zero > 0 {
 			held /= nd
 		}
-		for d := range res.Last.Carry {
-			var b int64
-			for _, x := range res.Last.Carry[d] {
-				b += x.Bytes()
-			}
-			require.Equal(t, held, float64(b), "zero=%d device %d: K·Ψ bytes held between steps", zero, d)
+		require.Len(t, res.Last.Devices, int(nd))
+		for d, st := range res.Last.Devices {
+			require.Equal(t, held, float64(st.Held), "zero=%d device %d: K·Ψ bytes held between steps", zero, d)
 		}
 		var sent float64
 		for _, e := range res.Last.Devices[0].Events {

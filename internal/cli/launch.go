@@ -103,13 +103,34 @@ func (e *env) finish(code int) int {
 	if code != ExitOK {
 		mpi.Abort(code)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// MPI_Finalize waits for every rank; rank 0 may still be busy (check's
+	// single-device reference runs there alone after the MPI part), so the
+	// others wait as long as it takes: if rank 0 dies the launcher ends them.
+	ctx, cancel := context.WithTimeout(context.Background(), leadWait)
 	defer cancel()
 	if err := mpi.Finalize(ctx); err != nil {
 		e.runError("meshrun: finalizing MPI: %v\n", err)
 		mpi.Abort(ExitFailure)
 	}
 	return code
+}
+
+// leadWait bounds how long the other ranks wait for rank 0's own work
+// (a single-device reference, a checkpoint write) at a synchronisation
+// point: long, since rank 0 is working, not lost — a lost rank ends the run
+// through the launcher.
+const leadWait = 24 * time.Hour
+
+// waitForLead holds every rank until rank 0 has finished its own work (a
+// checkpoint write), so that none times out in the next collective
+// meanwhile. Nothing to do without MPI.
+func (e *env) waitForLead() error {
+	if e.mpi == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leadWait)
+	defer cancel()
+	return mpi.World().Barrier(ctx)
 }
 
 // abortOnTerm turns the launcher's SIGTERM (sent when another rank died)

@@ -233,9 +233,10 @@ func (e *mpiEnv) examples(t *testing.T) []example {
 // ~1e-7 relative), and training compounds such differences over its
 // steps. rtol 1e-5 leaves a hundredfold margin for that while a wrong
 // shard, a missing or doubled reduction, or a rank's stale parameters
-// give errors of order 1. Under bf16 compute (8-bit mantissa, one ulp is
-// 2^-8 ≈ 4e-3) a last-bit difference before a rounding to bf16 becomes a
-// whole bf16 ulp, so that example gets 1e-2.
+// give errors of order 1. Under bf16 (8-bit mantissa, one ulp is 2^-8 ≈
+// 4e-3) the in-process ring rounds a partial sum to bf16 after every hop
+// while MPI reduces in f32 and rounds once, so results differ by about a
+// bf16 ulp: that example gets 1e-2.
 func (ex example) tol() (rtol, atol float64) {
 	if ex.half {
 		return 1e-2, 1e-3
@@ -276,6 +277,8 @@ func (e *mpiEnv) compareLocalMPI(t *testing.T, l mpiLauncher, ex example) {
 		args := []string{cmd, ex.path, "--out", outDir}
 		if ex.train {
 			args = append(args, "--log", filepath.Join(dir, mode+".jsonl"))
+		} else {
+			args = append(args, "--trace", filepath.Join(dir, mode+".trace.json"))
 		}
 		var r result
 		if mode == "local" {
@@ -291,7 +294,33 @@ func (e *mpiEnv) compareLocalMPI(t *testing.T, l mpiLauncher, ex example) {
 	compareNpyDirs(t, outs[0], outs[1], rtol, atol)
 	if ex.train {
 		compareLossLogs(t, filepath.Join(dir, "local.jsonl"), filepath.Join(dir, "mpi.jsonl"), rtol, atol)
+	} else {
+		// every device's timeline: the same instructions, and the same
+		// bytes sent by each (MPI's figures are the ring's, byte for byte)
+		require.Equal(t, traceBytes(t, filepath.Join(dir, "local.trace.json")), traceBytes(t, filepath.Join(dir, "mpi.trace.json")))
 	}
+}
+
+// traceBytes lists a Chrome trace's events as "device name bytes_sent".
+func traceBytes(t *testing.T, path string) []string {
+	t.Helper()
+	var tr struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Tid  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(mustRead(t, path)), &tr))
+	var out []string
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" {
+			out = append(out, fmt.Sprintf("%d %s %v", e.Tid, e.Name, e.Args["bytes_sent"]))
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
 }
 
 // countLines counts the lines of out that start with prefix.

@@ -83,10 +83,18 @@ func (e *env) train(args []string) int {
 		}
 	}
 	saves := 0
-	save := func(s rt.StepInfo) error {
+	save := func(s rt.StepInfo) (err error) {
 		snap, err := s.Snapshot() // every rank takes part; rank 0's process writes
-		if err != nil || snap == nil {
+		if err != nil {
 			return err
+		}
+		defer func() {
+			if err == nil {
+				err = e.waitForLead()
+			}
+		}()
+		if snap == nil {
+			return nil
 		}
 		saves++
 		meta := map[string]string{
@@ -97,7 +105,8 @@ func (e *env) train(args []string) int {
 			meta["loss_scale"] = strconv.FormatFloat(s.Scaler.Scale, 'g', -1, 64)
 			meta["growth_tracker"] = strconv.Itoa(s.Scaler.Tracker)
 		}
-		return rt.SaveCheckpoint(*saveDir, snap, meta, testStall(saves))
+		err = rt.SaveCheckpoint(*saveDir, snap, meta, testStall(saves))
+		return err
 	}
 	bar := newProgress(e.stderr, samplesPerStep(p.Graph))
 	cfg.OnStep = func(s rt.StepInfo) error {

@@ -118,18 +118,35 @@ func checkPeer(op string, c *Comm, rank, tag int, wild bool) error {
 	return nil
 }
 
-// run starts a nonblocking operation and polls it to completion. Every
-// pointer in pins (buffers and count arrays MPI reads later) is pinned until
-// then, as cgo requires of memory C keeps using after a call returns
-// (Pin ignores memory Go did not allocate, such as a mapped file).
-// Point-to-point requests that time out are cancelled if MPI can still do
-// so; anything left pending keeps its pins for ever (see abandoned).
+// Request is a started nonblocking operation (Isend returns one).
+type Request struct {
+	op  string
+	dt  uintptr
+	p2p bool
+	req uintptr
+	pin *runtime.Pinner
+	t0  time.Time
+}
+
+// run starts a nonblocking operation and polls it to completion.
 func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []unsafe.Pointer, start func() (uintptr, int)) (Status, error) {
-	if err := ready(c); err != nil {
-		return Status{}, err
-	}
 	ctx, cancel := withDefault(ctx)
 	defer cancel()
+	r, err := begin(ctx, c, op, dt, p2p, pins, start)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.Wait(ctx)
+}
+
+// begin starts a nonblocking operation. Every pointer in pins (buffers and
+// count arrays MPI reads later) is pinned until it completes, as cgo
+// requires of memory C keeps using after a call returns (Pin ignores
+// memory Go did not allocate, such as a mapped file).
+func begin(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []unsafe.Pointer, start func() (uintptr, int)) (*Request, error) {
+	if err := ready(c); err != nil {
+		return nil, err
+	}
 	pin := new(runtime.Pinner)
 	for _, p := range pins {
 		if p != nil {
@@ -139,35 +156,44 @@ func run(ctx context.Context, c *Comm, op string, dt uintptr, p2p bool, pins []u
 	t0 := time.Now()
 	if !lockMPI(ctx) {
 		pin.Unpin()
-		return Status{}, &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
+		return nil, &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
 	}
 	req, rc := start()
 	unlockMPI()
 	if rc != 0 {
 		pin.Unpin()
-		return Status{}, codeErr(op, rc)
+		return nil, codeErr(op, rc)
 	}
-	st, done, err := poll(ctx, op, &req, dt)
+	return &Request{op: op, dt: dt, p2p: p2p, req: req, pin: pin, t0: t0}, nil
+}
+
+// Wait polls the request to completion. A point-to-point request that
+// times out is cancelled if MPI can still do so; anything left pending
+// keeps its pins for ever (see abandoned).
+func (r *Request) Wait(ctx context.Context) (Status, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	st, done, err := poll(ctx, r.op, &r.req, r.dt)
 	if done {
-		pin.Unpin()
+		r.pin.Unpin()
 		return st, err
 	}
-	err = &TimeoutError{Op: op, After: time.Since(t0), Cause: ctx.Err()}
-	if p2p {
+	err = &TimeoutError{Op: r.op, After: time.Since(r.t0), Cause: ctx.Err()}
+	if r.p2p {
 		grace, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		if lockMPI(grace) {
-			libCancel(&req)
+			libCancel(&r.req)
 			unlockMPI()
-			_, done, _ = poll(grace, op, &req, 0)
+			_, done, _ = poll(grace, r.op, &r.req, 0)
 		}
 		stop()
 		if done {
-			pin.Unpin()
+			r.pin.Unpin()
 			return Status{}, err
 		}
 	}
 	abandonMu.Lock()
-	abandoned = append(abandoned, pin)
+	abandoned = append(abandoned, r.pin)
 	abandonMu.Unlock()
 	return Status{}, err
 }
@@ -205,6 +231,22 @@ func poll(ctx context.Context, op string, req *uintptr, dt uintptr) (Status, boo
 		nap = min(max(2*nap, 5*time.Microsecond), 100*time.Microsecond)
 		time.Sleep(nap)
 	}
+}
+
+// Isend starts sending buf to rank dest of c with a tag (>= 0) and
+// returns at once; buf must not change until the request's Wait returns.
+// Messages to one rank with one tag arrive in the order they were started.
+func Isend[T Elem](ctx context.Context, c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if err := checkPeer("Isend", c, dest, tag, false); err != nil {
+		return nil, err
+	}
+	if err := checkCount("Isend", len(buf)); err != nil {
+		return nil, err
+	}
+	p := ptr(buf)
+	return begin(ctx, c, "Isend", 0, true, []unsafe.Pointer{p}, func() (uintptr, int) {
+		return libIsend(p, len(buf), dtype[T](), dest, tag, c.h)
+	})
 }
 
 // Send sends buf to rank dest of c with a tag (>= 0), waiting until the
