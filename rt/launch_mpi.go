@@ -2,11 +2,14 @@ package rt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"time"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/rt/mpi"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -33,8 +36,31 @@ func NewMPI(ctx context.Context, p *plan.Plan, opts Options) (*MPI, error) {
 		return nil, err
 	}
 	if c.Size() != p.Mesh.Size() {
-		return nil, fmt.Errorf("the launcher started %d processes, but the mesh %s has %d devices: start one process per device (mpirun -np %d)",
+		err := fmt.Errorf("MPI counts %d processes, but the mesh %s has %d devices: start one process per device (mpirun -np %d)",
 			c.Size(), p.Mesh, p.Mesh.Size(), p.Mesh.Size())
+		if info := mpi.Launcher(); info.Size > 0 && info.Size != c.Size() {
+			// the launcher said otherwise: the library is not the launcher's
+			path, abi, _ := mpi.Library()
+			err = fmt.Errorf("%w; %s started %d, so the loaded MPI (%s, %s) is not the launcher's: see MESHRUN_MPI_LIB", err, info.Launcher, info.Size, abi, path)
+		}
+		return nil, err
+	}
+	all := make([]int, c.Size())
+	for i := range all {
+		all[i] = i
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	gctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	world, err := c.NewGroup(gctx, len(p.Groups), all)
+	if err != nil {
+		return nil, err
+	}
+	if err := sameRun(gctx, world, p, opts.Seed); err != nil {
+		return nil, err
 	}
 	if opts.Backend == nil {
 		// one rank per process: no other rank can hold a freed buffer, so
@@ -45,17 +71,34 @@ func NewMPI(ctx context.Context, p *plan.Plan, opts Options) (*MPI, error) {
 	if err != nil {
 		return nil, err
 	}
-	all := make([]int, c.Size())
-	for i := range all {
-		all[i] = i
-	}
-	gctx, cancel := context.WithTimeout(ctx, w.Timeout)
-	defer cancel()
-	world, err := c.NewGroup(gctx, len(p.Groups), all)
-	if err != nil {
-		return nil, err
-	}
 	return &MPI{plan: p, comm: c, w: w, world: world}, nil
+}
+
+// sameRun checks that every process compiled the same plan with the same
+// seed: each compiles the program itself, and a stale copy of the file on
+// one host, or other flags, would otherwise run quietly to a wrong answer
+// or crash inside MPI on mismatched buffers.
+func sameRun(ctx context.Context, world Group, p *plan.Plan, seed uint64) error {
+	data, err := plan.Marshal(p)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	mine := []int64{int64(binary.LittleEndian.Uint64(sum[:8])), int64(seed)}
+	var x Buffer
+	if world.Index() == 0 {
+		x = FromSlice([]int{2}, mine)
+	}
+	b, err := world.Broadcast(ctx, x, 0, ir.I64, []int{2})
+	if err != nil {
+		return fmt.Errorf("comparing plans with rank 0: %w", err)
+	}
+	lead := b.(*Tensor).Data.([]int64)
+	if lead[0] != mine[0] || lead[1] != mine[1] {
+		return fmt.Errorf("this process compiled another program than rank 0's (plan %016x, seed %d; rank 0: plan %016x, seed %d): every process must run the same .mesh file (and .npy shapes) with the same flags and meshrun",
+			uint64(mine[0]), mine[1], uint64(lead[0]), lead[1])
+	}
+	return nil
 }
 
 func (m *MPI) Plan() *plan.Plan        { return m.plan }

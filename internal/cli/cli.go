@@ -82,12 +82,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	// Under an MPI launcher: this process's launcher, and for ranks other
-	// than 0 (whose stdout and stderr are silenced) where run-time errors
-	// go and the prefix naming the rank.
-	mpi        *rt.MPI
-	rankErr    io.Writer
-	rankPrefix string
+	// Under an MPI launcher: this process's launcher once MPI started, and
+	// whether this is a rank other than 0 (stdout silenced, stderr
+	// prefixed with the rank).
+	mpi      *rt.MPI
+	follower bool
 }
 
 // common are the flags every program-taking command has.

@@ -38,17 +38,40 @@ func (c *common) launchMode() (string, error) {
 	return "", fmt.Errorf("--launcher %q: want local, mpi or auto", c.launcher)
 }
 
-// quietFollower silences a process that is not rank 0 of a launcher-started
-// run, from the start: compile errors and reports come from rank 0 alone.
-// Run-time errors still reach stderr, prefixed with the rank.
+// quietFollower sets up a process that is not rank 0 of a launcher-started
+// run: its reports go nowhere (rank 0 prints them), its errors to stderr
+// with its rank in front of every line, so that a file missing on one host
+// says where.
 func (e *env) quietFollower() {
 	info := mpi.Launcher()
 	if info.Launcher == "" || info.Size <= 1 || info.Rank <= 0 {
 		return
 	}
-	e.rankErr = e.stderr
-	e.stdout, e.stderr = io.Discard, io.Discard
-	e.rankPrefix = fmt.Sprintf("rank %d: ", info.Rank)
+	e.follower = true
+	e.stdout = io.Discard
+	e.stderr = &prefixWriter{w: e.stderr, prefix: fmt.Sprintf("rank %d: ", info.Rank), start: true}
+}
+
+// prefixWriter puts a prefix in front of every line written through it.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	start  bool // at the start of a line
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	var out []byte
+	for _, c := range b {
+		if p.start {
+			out = append(out, p.prefix...)
+		}
+		out = append(out, c)
+		p.start = c == '\n'
+	}
+	if _, err := p.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // launch makes the launcher a command runs its plan on.
@@ -68,10 +91,17 @@ func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
 		}
 		return l, ExitOK
 	}
-	if info := mpi.Launcher(); info.Size > 0 && info.Size != p.Mesh.Size() {
+	info := mpi.Launcher()
+	if info.Launcher == "" {
+		fmt.Fprintf(e.stderr, "meshrun: --launcher mpi: no MPI launcher started this process: run it as mpirun -np %d (or mpiexec, srun)\n", p.Mesh.Size())
+		return nil, ExitUsage
+	}
+	if info.Size > 0 && info.Size != p.Mesh.Size() {
 		// every process sees this before MPI starts: rank 0 says it, all exit
-		fmt.Fprintf(e.stderr, "meshrun: %s started %d processes, but the mesh %s has %d devices: start one process per device (e.g. mpirun -np %d)\n",
-			info.Launcher, info.Size, p.Mesh, p.Mesh.Size(), p.Mesh.Size())
+		if !e.follower {
+			fmt.Fprintf(e.stderr, "meshrun: %s started %d processes, but the mesh %s has %d devices: start one process per device (e.g. mpirun -np %d)\n",
+				info.Launcher, info.Size, p.Mesh, p.Mesh.Size(), p.Mesh.Size())
+		}
 		return nil, ExitUsage
 	}
 	m, err := rt.NewMPI(ctx, p.Exec, opts)
@@ -84,20 +114,24 @@ func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
 	return m, ExitOK
 }
 
-// runError prints a run-time error: on rank 0's stderr as is, on another
-// rank's with its rank (it is the only thing such a process prints).
+// runError prints a run-time error (on a follower, with its rank).
 func (e *env) runError(format string, a ...any) {
-	w := e.stderr
-	if e.rankErr != nil {
-		w = e.rankErr
-	}
-	fmt.Fprintf(w, e.rankPrefix+format, a...)
+	fmt.Fprintf(e.stderr, format, a...)
 }
+
+// followerGrace is how long a follower that fails before MPI starts waits
+// before it exits: Open MPI's mpirun ends every process as soon as one
+// exits non-zero, and rank 0 (which fails the same way, say of a compile
+// error, or has a different problem to report) must get to print first.
+const followerGrace = time.Second
 
 // finish ends an MPI run: every rank finalizes after success; a failure
 // ends every rank (MPI_Abort) so none is left waiting for this one.
 func (e *env) finish(code int) int {
 	if e.mpi == nil {
+		if e.follower && code != ExitOK {
+			time.Sleep(followerGrace)
+		}
 		return code
 	}
 	if code != ExitOK {
@@ -139,7 +173,7 @@ func abortOnTerm() {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGTERM)
 	<-ch
-	fmt.Fprintf(os.Stderr, "meshrun: rank %d: terminated by the launcher (another rank failed or was lost)\n", mpi.Launcher().Rank)
+	fmt.Fprintf(os.Stderr, "rank %d: meshrun: terminated by the launcher (another rank failed or was lost)\n", mpi.Launcher().Rank)
 	os.Exit(ExitFailure)
 }
 
@@ -161,7 +195,7 @@ func testFault() func(rank, i int) {
 		if rank != victim || i != at {
 			return
 		}
-		fmt.Fprintf(os.Stderr, "meshrun: rank %d: test fault %s at instruction %d\n", rank, parts[2], i)
+		fmt.Fprintf(os.Stderr, "rank %d: meshrun: test fault %s at instruction %d\n", rank, parts[2], i)
 		if parts[2] == "exit" {
 			os.Exit(3)
 		}

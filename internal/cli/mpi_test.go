@@ -109,6 +109,7 @@ func TestMPI(t *testing.T) {
 	t.Run("mpich", e.testMPICH)
 	t.Run("outputs-once", e.testOutputsOnce)
 	t.Run("wrong-process-count", e.testWrongCount)
+	t.Run("different-programs", e.testDifferentPrograms)
 	t.Run("fault-exit", e.testFaultExit)
 	t.Run("fault-sigkill", e.testFaultSigkill)
 	t.Run("fault-stall-timeout", e.testStallTimeout)
@@ -615,6 +616,23 @@ func mustRead(t *testing.T, p string) string {
 
 // testWrongCount: a process count other than the mesh size is refused
 // with exit 2 and one message naming the mesh size, and nothing written.
+// A process that compiled another program than rank 0's (here: another
+// seed, as a stale file or other flags on one host would) is refused at
+// start-up, naming itself, instead of running to a silently wrong answer.
+func (e *mpiEnv) testDifferentPrograms(t *testing.T) {
+	openMPI.need(t)
+	wrapper := filepath.Join(t.TempDir(), "rank1-seed5.sh")
+	script := "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec " + e.bin + " \"$@\" --seed 5; fi\nexec " + e.bin + " \"$@\"\n"
+	require.NoError(t, os.WriteFile(wrapper, []byte(script), 0o755))
+	full := append([]string{openMPI.np, "4"}, openMPI.args...)
+	full = append(full, wrapper, "run", "examples/dp_mlp.mesh", "--launcher", "mpi")
+	r := e.exec(t, openMPI.name, full, openMPI.env, time.Minute)
+	require.NotEqual(t, 0, r.code, r.out)
+	require.Contains(t, r.out, "rank 1: meshrun: starting the MPI run: this process compiled another program than rank 0's", r.out)
+	require.NotContains(t, r.out, "ran on 4 devices", r.out)
+	e.noLeftovers(t)
+}
+
 func (e *mpiEnv) testWrongCount(t *testing.T) {
 	for _, l := range []mpiLauncher{openMPI, mpich} {
 		t.Run(l.name, func(t *testing.T) {
@@ -705,7 +723,7 @@ func (e *mpiEnv) testFaultExit(t *testing.T) {
 	r := e.launch(t, openMPI, 4, []string{"MESHRUN_TEST_FAULT=2:3:exit"}, time.Minute, "run", faultMesh, "--launcher", "mpi", "--timeout", "30s")
 	require.NotEqual(t, 0, r.code, r.out)
 	require.Less(t, r.took, 15*time.Second, "ended by the 30 s timeout, not by the lost rank:\n%s", r.out)
-	require.Contains(t, r.out, "meshrun: rank 2: test fault exit at instruction 3")
+	require.Contains(t, r.out, "rank 2: meshrun: test fault exit at instruction 3")
 	require.Regexp(t, lostRank(2), r.out, "the launcher names the lost rank")
 	require.NotContains(t, r.out, "ran on ", "no rank may finish")
 	e.noLeftovers(t)
@@ -816,7 +834,7 @@ func (e *mpiEnv) testFaultSigkill(t *testing.T) {
 	openMPI.need(t)
 	e.checkFaultProgram(t)
 	r := e.start(t, openMPI, 4, []string{"MESHRUN_TEST_FAULT=2:3:stall"}, "run", faultMesh, "--launcher", "mpi", "--timeout", "60s")
-	r.waitFor(t, "meshrun: rank 2: test fault stall at instruction 3", 30*time.Second)
+	r.waitFor(t, "rank 2: meshrun: test fault stall at instruction 3", 30*time.Second)
 	time.Sleep(time.Second) // the others reach the all-reduce (one tiny matmul before it)
 	victim := -1
 	procs := e.procs()
@@ -856,7 +874,7 @@ func (e *mpiEnv) testStallTimeout(t *testing.T) {
 			r := e.start(t, l, 4, []string{"MESHRUN_TEST_FAULT=1:3:stall"}, "run", faultMesh, "--launcher", "mpi", "--timeout", "2s")
 			code, gone, hung := e.end(t, r, 40*time.Second, l.name == openMPI.name)
 			o := r.out.String()
-			require.Contains(t, o, "meshrun: rank 1: test fault stall at instruction 3")
+			require.Contains(t, o, "rank 1: meshrun: test fault stall at instruction 3")
 			require.True(t, hasLineWith(o, "meshrun: run failed", "fault.mesh:11:1", "device 0 ", "all_reduce over tp", "timed out after 2s", "ranks [0 1]"),
 				"want rank 0's timeout naming the all-reduce, its line and the group [0 1]:\n%s", o)
 			// 2 s timeout, then the abort: every rank gone well within 15 s
