@@ -214,6 +214,9 @@ func load() error {
 		lib.abi, lib.h = abi, h
 		return nil
 	}
+	if os.Getenv("MESHRUN_MPI_LIB") != "" {
+		return fmt.Errorf("mpi: MESHRUN_MPI_LIB names no loadable MPI library: %s", strings.Join(tried, "; "))
+	}
 	return fmt.Errorf("mpi: no MPI library found; tried %s; install openmpi-bin or mpich, or set MESHRUN_MPI_LIB",
 		strings.Join(tried, "; "))
 }
