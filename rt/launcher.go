@@ -58,15 +58,9 @@ func collect(ctx context.Context, l Launcher, rs []*RankResult, wall time.Durati
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Wall: wall, Devices: devs}
-	for i, o := range p.Outputs {
+	res := &Result{Wall: wall, Devices: devs, Outputs: outs}
+	for _, o := range p.Outputs {
 		res.Names = append(res.Names, o.Name)
-		if outs != nil {
-			res.Outputs = append(res.Outputs, outs[i])
-		}
-	}
-	if outs == nil {
-		res.Outputs = nil
 	}
 	return res, nil
 }

@@ -258,7 +258,7 @@ func (e *env) run(args []string) int {
 		return ExitUsage
 	}
 	res, code := e.execute(p, &c)
-	if res == nil || res.Outputs == nil {
+	if res == nil || e.follower {
 		return code // a follower of an MPI run: rank 0 reports
 	}
 	for i, name := range res.Names {
@@ -349,7 +349,7 @@ func (e *env) check(args []string) int {
 		return e.checkTraining(file, p, ref, &c, *rtol, *atol)
 	}
 	got, code := e.execute(p, &c)
-	if got == nil || got.Outputs == nil {
+	if got == nil || e.follower {
 		return code // a follower of an MPI run: rank 0 compares
 	}
 	want, code := e.executeHere(ref, &c)
