@@ -31,14 +31,7 @@ func Assemble(m *mesh.Mesh, t ir.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor, 
 		fillNegInf(out)
 	}
 	for d := 0; d < m.Size(); d++ {
-		coord := m.Coord(d)
-		skip := false
-		for a, e := range pl {
-			if e.IsB() && coord[a] != 0 {
-				skip = true
-			}
-		}
-		if skip {
+		if !ReadsBlock(m, pl, d) {
 			continue
 		}
 		b := sbp.Layout(m, t.Shape, pl, d)
@@ -61,6 +54,19 @@ func Assemble(m *mesh.Mesh, t ir.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor, 
 		CopyBlock(out, b.Off, region, make([]int, len(b.Len)), b.Len)
 	}
 	return out, nil
+}
+
+// ReadsBlock reports whether Assemble reads device dev's block under pl:
+// a replica is read once, from coordinate 0 on every B axis, so the other
+// copies need not be copied out or sent anywhere (their parts may be nil).
+func ReadsBlock(m *mesh.Mesh, pl sbp.NdSBP, dev int) bool {
+	coord := m.Coord(dev)
+	for a, e := range pl {
+		if e.IsB() && coord[a] != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Scatter cuts a logical tensor into the block device dev holds under pl

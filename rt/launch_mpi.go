@@ -121,8 +121,9 @@ func (m *MPI) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResult
 	return []*RankResult{res}, time.Since(start), nil
 }
 
-// Gather implements Launcher: every rank sends its blocks to rank 0, which
-// assembles them; with everywhere rank 0 broadcasts the results.
+// Gather implements Launcher: every rank whose block Assemble reads sends
+// it to rank 0 (replicas once), which assembles them; with everywhere rank
+// 0 broadcasts the results.
 func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer, everywhere bool) ([]*Tensor, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.w.Timeout)
 	defer cancel()
@@ -131,8 +132,12 @@ func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer
 	if me == 0 {
 		out = make([]*Tensor, len(specs))
 	}
+	mesh := m.plan.Mesh
 	for j := range specs {
 		spec := &specs[j]
+		if me != 0 && !ReadsBlock(mesh, spec.Placement, me) {
+			continue // a replica rank 0 will not read: nothing to send
+		}
 		mine, err := m.w.Backend.CopyOut(blocks[0][j])
 		if err != nil {
 			return nil, err
@@ -143,14 +148,18 @@ func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer
 			}
 			continue
 		}
-		parts := []*Tensor{mine}
+		parts := make([]*Tensor, m.comm.Size())
+		parts[0] = mine
 		for r := 1; r < m.comm.Size(); r++ {
-			shape := sbp.Layout(m.plan.Mesh, spec.Shape, spec.Placement, r).Len
+			if !ReadsBlock(mesh, spec.Placement, r) {
+				continue
+			}
+			shape := sbp.Layout(mesh, spec.Shape, spec.Placement, r).Len
 			b, err := m.comm.Recv(ctx, r, gatherTag, spec.DType, shape)
 			if err != nil {
 				return nil, fmt.Errorf("gathering %s from rank %d: %w", spec.Name, r, err)
 			}
-			parts = append(parts, b.(*Tensor))
+			parts[r] = b.(*Tensor)
 		}
 		if out[j], err = assembleHost(m.plan, spec, parts); err != nil {
 			return nil, err

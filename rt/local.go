@@ -106,6 +106,9 @@ func (l *Local) Gather(_ context.Context, specs []plan.Tensor, blocks [][]Buffer
 	for j := range specs {
 		parts := make([]*Tensor, len(l.Workers))
 		for r := range parts {
+			if !ReadsBlock(l.plan.Mesh, specs[j].Placement, r) {
+				continue // a replica Assemble does not read
+			}
 			t, err := l.Workers[r].Backend.CopyOut(blocks[r][j])
 			if err != nil {
 				return nil, err

@@ -76,10 +76,6 @@ func (r *TrainResult) Param(name string) *Tensor {
 // bias corrections, the loss scale). cfg.OnStep, if given, sees every
 // step; an error from it stops the run.
 func Train(ctx context.Context, p *lower.Plan, opts Options, cfg TrainConfig) (*TrainResult, error) {
-	t := p.Graph.Train
-	if t == nil {
-		return nil, fmt.Errorf("the program has no train block")
-	}
 	opts.files = &npyCache{} // inputs are read from disk once, not every step
 	l, err := NewLocal(ctx, p.Exec, opts)
 	if err != nil {
@@ -114,6 +110,9 @@ type trainer struct {
 	opts  Options
 	cache *npyCache
 	state [][]Buffer // per rank of l.Ranks(), per Plan.Carry
+	// carried maps a source to its index in Plan.Carry, pos a rank to its
+	// index in l.Ranks().
+	carried, pos map[int]int
 }
 
 // start places every rank's initial carried state: from a checkpoint (any
@@ -123,8 +122,13 @@ func (tr *trainer) start(initial map[string]*Tensor) error {
 	p, ex := tr.p, tr.p.Exec
 	ranks := tr.l.Ranks()
 	tr.state = make([][]Buffer, len(ranks))
-	for i := range tr.state {
-		tr.state[i] = make([]Buffer, len(ex.Carry))
+	tr.pos, tr.carried = map[int]int{}, map[int]int{}
+	for k, r := range ranks {
+		tr.state[k] = make([]Buffer, len(ex.Carry))
+		tr.pos[r] = k
+	}
+	for i, si := range ex.Carry {
+		tr.carried[si] = i
 	}
 	if initial == nil {
 		return nil
@@ -173,14 +177,6 @@ func (tr *trainer) snapshot(ctx context.Context) (map[string]*Tensor, error) {
 // per-step scalars and the carried state.
 func (tr *trainer) feeds(batches map[int]*Tensor, hyper map[int]float64) func(rank int) Feed {
 	ex := tr.p.Exec
-	carried := map[int]int{}
-	for i, si := range ex.Carry {
-		carried[si] = i
-	}
-	pos := map[int]int{}
-	for k, r := range tr.l.Ranks() {
-		pos[r] = k
-	}
 	return func(r int) Feed {
 		be := tr.l.Worker(r).Backend
 		return func(src int) (Buffer, error) {
@@ -192,9 +188,9 @@ func (tr *trainer) feeds(batches map[int]*Tensor, hyper map[int]float64) func(ra
 				setScalar(s, h)
 				return be.CopyIn(s)
 			}
-			if i, ok := carried[src]; ok && tr.state[pos[r]][i] != nil {
+			if i, ok := tr.carried[src]; ok && tr.state[tr.pos[r]][i] != nil {
 				// the worker owns it from here: the step's carried value replaces it
-				return tr.state[pos[r]][i], nil
+				return tr.state[tr.pos[r]][i], nil
 			}
 			return nil, nil
 		}
