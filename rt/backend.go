@@ -46,6 +46,7 @@ type Backend interface {
 	CopyOut(b Buffer) (*Tensor, error)
 	// Launch runs kernel k on local blocks; in are the arguments' blocks
 	// and out the result's (kernels on a shard need offsets and sizes).
+	// The args slice is the caller's, valid during the call only.
 	Launch(ctx context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block) (Buffer, error)
 	// Slice returns the box [off, off+count) of x (the B → S(i) step).
 	Slice(x Buffer, off, count []int) (Buffer, error)

@@ -76,6 +76,7 @@ type execution struct {
 	slots  []Buffer
 	refs   map[Buffer]int // slots (and sends in flight) holding each buffer: freed when none does
 	sent   []Buffer       // buffers of buffered sends, held until Flush
+	args   []Buffer       // the current instruction's arguments
 	cur    int64
 	peak   int64
 	events []Event
@@ -208,10 +209,11 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 		}
 	}()
 	w := x.w
-	args := make([]Buffer, len(in.Args))
-	for i, s := range in.Args {
-		args[i] = x.slots[s]
+	x.args = x.args[:0] // one argument list per execution, reused
+	for _, s := range in.Args {
+		x.args = append(x.args, x.slots[s])
 	}
+	args := x.args
 	switch in.Kind {
 	case plan.Source:
 		return x.source(in)
