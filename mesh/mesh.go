@@ -88,16 +88,27 @@ func (m *Mesh) Device(coord []int) int {
 }
 
 // Group returns the devices that share dev's coordinates on every axis but
-// axis, ordered by their coordinate on axis. dev's position in the group is
-// its own coordinate on axis.
-func (m *Mesh) Group(dev, axis int) []int {
+// the given ones, in row-major order of their coordinates on those axes
+// (the ring order of a collective over them). Over one axis, dev's position
+// in the group is its own coordinate on that axis; a group may span
+// several axes (2.5D and 3D algorithms need that).
+func (m *Mesh) Group(dev int, axes ...int) []int {
 	c := m.Coord(dev)
-	g := make([]int, m.Axes[axis].Size)
-	for i := range g {
-		c[axis] = i
-		g[i] = m.Device(c)
+	out := []int{}
+	var walk func(k int)
+	walk = func(k int) {
+		if k == len(axes) {
+			out = append(out, m.Device(c))
+			return
+		}
+		a := axes[k]
+		for i := 0; i < m.Axes[a].Size; i++ {
+			c[a] = i
+			walk(k + 1)
+		}
 	}
-	return g
+	walk(0)
+	return out
 }
 
 // Groups lists every group over axis, each in ring order.

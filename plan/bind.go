@@ -61,7 +61,7 @@ func (p *Plan) Bind(r int) (*RankProgram, error) {
 			if in.Group < 0 || in.Group >= len(p.Groups) {
 				return nil, fmt.Errorf("instruction %d (%s) uses group %d; the plan declares %d", i, in.Name(), in.Group, len(p.Groups))
 			}
-			b.Members = Members(p.Mesh, r, p.Groups[in.Group].Axes)
+			b.Members = p.Mesh.Group(r, p.Groups[in.Group].Axes...)
 			b.Index = indexOf(b.Members, r)
 			b.Lens = stepLens(p.Mesh, in.Shape, in.Step, b.Members)
 			if in.Step.Kind == sbp.AllToAll {
@@ -76,27 +76,6 @@ func (p *Plan) Bind(r int) (*RankProgram, error) {
 		}
 	}
 	return rp, nil
-}
-
-// Members lists the ranks of r's group over axes, in row-major order of
-// their coordinates on those axes.
-func Members(m *mesh.Mesh, r int, axes []int) []int {
-	c := m.Coord(r)
-	out := []int{}
-	var walk func(k int)
-	walk = func(k int) {
-		if k == len(axes) {
-			out = append(out, m.Device(c))
-			return
-		}
-		a := axes[k]
-		for i := 0; i < m.Axes[a].Size; i++ {
-			c[a] = i
-			walk(k + 1)
-		}
-	}
-	walk(0)
-	return out
 }
 
 // PeerOf is the rank at r's coordinate shifted by p; shifts wrap around

@@ -71,9 +71,9 @@ func TestRanksShareOneProgram(t *testing.T) {
 func TestMembersOfAMultiAxisGroup(t *testing.T) {
 	m := mesh.New("M", mesh.Axis{Name: "a", Size: 2}, mesh.Axis{Name: "b", Size: 3}, mesh.Axis{Name: "c", Size: 2})
 	// rank 7 = (1, 0, 1): its group over {a, c} varies a and c, b fixed at 0
-	require.Equal(t, []int{0, 1, 6, 7}, plan.Members(m, 7, []int{0, 2}))
-	require.Equal(t, []int{6, 8, 10}, plan.Members(m, 6, []int{1}))
-	require.Len(t, plan.Members(m, 3, []int{0, 1, 2}), 12)
+	require.Equal(t, []int{0, 1, 6, 7}, m.Group(7, 0, 2))
+	require.Equal(t, []int{6, 8, 10}, m.Group(6, 1))
+	require.Len(t, m.Group(3, 0, 1, 2), 12)
 	peer, err := plan.PeerOf(m, 11, plan.Peer{Axes: []int{1}, Shift: []int{1}})
 	require.NoError(t, err)
 	require.Equal(t, 7, peer) // (1, 2, 1) + b → (1, 0, 1): the ring wraps

@@ -45,7 +45,7 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	w.labels = labelsOf(rp.Prog)
 	for gi, g := range p.Groups {
 		cctx, cancel := context.WithTimeout(ctx, w.Timeout)
-		grp, err := c.NewGroup(cctx, gi, plan.Members(p.Mesh, rank, g.Axes))
+		grp, err := c.NewGroup(cctx, gi, p.Mesh.Group(rank, g.Axes...))
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("rank %d: creating group g%d: %w", rank, gi, err)
