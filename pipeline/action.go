@@ -1,0 +1,87 @@
+package pipeline
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Kind is what an action does.
+type Kind uint8
+
+const (
+	F     Kind = iota // forward
+	I                 // backward for the stage's input (first half of a split B)
+	W                 // backward for the stage's weights (second half of a split B)
+	B                 // full backward, I and W together
+	SendF             // send the stage's output activation to the next stage
+	RecvF             // receive the previous stage's activation
+	SendB             // send the gradient of the stage's input to the previous stage
+	RecvB             // receive the next stage's gradient
+)
+
+var kindNames = [...]string{F: "F", I: "I", W: "W", B: "B",
+	SendF: "SEND_F", RecvF: "RECV_F", SendB: "SEND_B", RecvB: "RECV_B"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// IsCompute reports whether k is F, I, W or B.
+func (k Kind) IsCompute() bool { return k <= B }
+
+// IsComm reports whether k is a send or a receive.
+func (k Kind) IsComm() bool { return k >= SendF && k <= RecvB }
+
+// IsBackward reports whether k computes the input gradient (I or B): the
+// action that the previous stage waits for.
+func (k Kind) IsBackward() bool { return k == I || k == B }
+
+// Action is one step of one rank: a stage's work on a micro-batch.
+type Action struct {
+	Stage, Micro int
+	Kind         Kind
+	Peer         int // the other rank of a SEND or RECV; -1 for compute
+}
+
+// Compute returns a compute action (Peer -1).
+func Compute(stage int, k Kind, micro int) Action {
+	return Action{Stage: stage, Micro: micro, Kind: k, Peer: -1}
+}
+
+// String gives the text form: stage, kind, micro-batch ("1F3", "2SEND_B0").
+func (a Action) String() string {
+	return strconv.Itoa(a.Stage) + a.Kind.String() + strconv.Itoa(a.Micro)
+}
+
+// ParseAction reads the text form written by String. The peer of a
+// communication action is not part of the text; it is -1 here and
+// ParseSchedule fills it in from the stage placement.
+func ParseAction(s string) (Action, error) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	j := len(s)
+	for j > i && s[j-1] >= '0' && s[j-1] <= '9' {
+		j--
+	}
+	if i == 0 || j == len(s) || i == j {
+		return Action{}, fmt.Errorf("action %q: want stage, kind, micro-batch (e.g. 1F3, 2SEND_B0)", s)
+	}
+	stage, err1 := strconv.Atoi(s[:i])
+	micro, err2 := strconv.Atoi(s[j:])
+	if err1 != nil || err2 != nil {
+		return Action{}, fmt.Errorf("action %q: number out of range", s)
+	}
+	name := strings.ToUpper(s[i:j])
+	for k, n := range kindNames {
+		if n == name {
+			return Action{Stage: stage, Micro: micro, Kind: Kind(k), Peer: -1}, nil
+		}
+	}
+	return Action{}, fmt.Errorf("action %q: unknown kind %q (want F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)", s, s[i:j])
+}

@@ -1,0 +1,192 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+)
+
+// ScheduleError is a schedule that breaks a rule at one cell of the step ×
+// rank grid. Step may equal the rank's length: something is missing at the
+// end of that rank's list.
+type ScheduleError struct {
+	Rank, Step int
+	Problem    string
+	Grid       string // the schedule's grid with the bad cell in brackets
+}
+
+func (e *ScheduleError) Error() string {
+	return fmt.Sprintf("%s (rank %d, step %d)\n%s", e.Problem, e.Rank, e.Step, e.Grid)
+}
+
+// progress records, per stage and micro-batch, which compute actions have
+// been seen so far in rank order.
+type progress struct{ f, i, w, b bool }
+
+// Validate checks the compute actions of s (see the package comment for the
+// rules). Communication actions are skipped.
+func (s *Schedule) Validate() error {
+	if err := s.checkShape(); err != nil {
+		return err
+	}
+	seen := make([][]progress, s.Stages)
+	for st := range seen {
+		seen[st] = make([]progress, s.Micro)
+	}
+	for r, acts := range s.Actions {
+		for step, a := range acts {
+			if problem := s.checkAction(r, a, seen); problem != "" {
+				return s.errorAt(r, step, problem)
+			}
+		}
+	}
+	return s.checkComplete(seen)
+}
+
+func (s *Schedule) checkShape() error {
+	if s.Ranks < 1 || s.Stages < 1 || s.Micro < 1 {
+		return fmt.Errorf("schedule %q: need ranks, stages and micro-batches ≥ 1 (got %d, %d, %d)", s.Name, s.Ranks, s.Stages, s.Micro)
+	}
+	if len(s.Actions) != s.Ranks {
+		return fmt.Errorf("schedule %q: %d ranks but %d action lists", s.Name, s.Ranks, len(s.Actions))
+	}
+	if len(s.StageRank) != s.Stages {
+		return fmt.Errorf("schedule %q: %d stages but stage-rank has %d entries", s.Name, s.Stages, len(s.StageRank))
+	}
+	for st, r := range s.StageRank {
+		if r < 0 || r >= s.Ranks {
+			return fmt.Errorf("schedule %q: stage %d placed on rank %d, outside 0..%d", s.Name, st, r, s.Ranks-1)
+		}
+	}
+	return nil
+}
+
+// checkAction applies the ordering rules to one action and records it.
+func (s *Schedule) checkAction(r int, a Action, seen [][]progress) string {
+	if a.Stage < 0 || a.Stage >= s.Stages {
+		return fmt.Sprintf("%s: stage %d outside 0..%d", a, a.Stage, s.Stages-1)
+	}
+	if a.Micro < 0 || a.Micro >= s.Micro {
+		return fmt.Sprintf("%s: micro-batch %d outside 0..%d", a, a.Micro, s.Micro-1)
+	}
+	if !a.Kind.IsCompute() {
+		return ""
+	}
+	if owner := s.StageRank[a.Stage]; owner != r {
+		return fmt.Sprintf("%s runs on rank %d, but stage %d is on rank %d: a stage must live on one rank", a, r, a.Stage, owner)
+	}
+	p := &seen[a.Stage][a.Micro]
+	fwd := Compute(a.Stage, F, a.Micro)
+	switch a.Kind {
+	case F:
+		if p.f {
+			return fmt.Sprintf("second forward %s", a)
+		}
+		p.f = true
+	case I, B:
+		if !p.f {
+			return fmt.Sprintf("%s before its forward %s", a, fwd)
+		}
+		if p.i || p.b {
+			return fmt.Sprintf("second backward %s for micro-batch %d of stage %d", a, a.Micro, a.Stage)
+		}
+		p.i, p.b = a.Kind == I, a.Kind == B
+	case W:
+		if p.b {
+			return fmt.Sprintf("%s after a full backward %s, which already computed the weight gradient", a, Compute(a.Stage, B, a.Micro))
+		}
+		if !p.i {
+			return fmt.Sprintf("%s before its input backward %s", a, Compute(a.Stage, I, a.Micro))
+		}
+		if p.w {
+			return fmt.Sprintf("second weight backward %s", a)
+		}
+		p.w = true
+	}
+	return ""
+}
+
+// checkComplete reports the first stage and micro-batch with missing work,
+// marking the end of the owning rank's list.
+func (s *Schedule) checkComplete(seen [][]progress) error {
+	for st := range seen {
+		for m, p := range seen[st] {
+			var problem string
+			switch {
+			case !p.f:
+				problem = fmt.Sprintf("stage %d has no forward %s", st, Compute(st, F, m))
+			case !p.i && !p.b:
+				problem = fmt.Sprintf("stage %d has no backward (%s or %s) for micro-batch %d", st, Compute(st, B, m), Compute(st, I, m), m)
+			case p.i && !p.w:
+				problem = fmt.Sprintf("stage %d has %s but no %s", st, Compute(st, I, m), Compute(st, W, m))
+			default:
+				continue
+			}
+			r := s.StageRank[st]
+			return s.errorAt(r, len(s.Actions[r]), problem)
+		}
+	}
+	return nil
+}
+
+func (s *Schedule) errorAt(r, step int, problem string) *ScheduleError {
+	return &ScheduleError{Rank: r, Step: step, Problem: fmt.Sprintf("schedule %q: %s", s.Name, problem),
+		Grid: s.Grid(r, step)}
+}
+
+// gridWindow is how many steps either side of a marked cell Grid shows
+// when the schedule is too long to show whole.
+const gridWindow = 12
+
+// Grid draws the schedule as rows of steps and columns of ranks, with the
+// cell (markRank, markStep) in brackets; pass markRank -1 for no mark. A
+// mark past the end of a rank's list shows as "[?]". Long schedules are
+// cut to a window around the mark.
+func (s *Schedule) Grid(markRank, markStep int) string {
+	steps := s.Steps()
+	if markRank >= 0 {
+		steps = max(steps, markStep+1)
+	}
+	cell := func(r, step int) string {
+		text := "."
+		if r < len(s.Actions) && step < len(s.Actions[r]) {
+			text = s.Actions[r][step].String()
+		}
+		if r == markRank && step == markStep {
+			if text == "." {
+				text = "?"
+			}
+			text = "[" + text + "]"
+		}
+		return text
+	}
+	width := len("rank 00")
+	for r := range s.Actions {
+		for step := range steps {
+			width = max(width, len(cell(r, step)))
+		}
+	}
+	lo, hi := 0, steps
+	if markRank >= 0 && steps > 2*gridWindow+1 {
+		lo, hi = max(0, markStep-gridWindow), min(steps, markStep+gridWindow+1)
+	}
+	var b strings.Builder
+	b.WriteString("         ")
+	for r := range s.Actions {
+		fmt.Fprintf(&b, " %-*s", width, fmt.Sprintf("rank %d", r))
+	}
+	b.WriteByte('\n')
+	if lo > 0 {
+		b.WriteString("...\n")
+	}
+	for step := lo; step < hi; step++ {
+		fmt.Fprintf(&b, "step %-4d", step)
+		for r := range s.Actions {
+			fmt.Fprintf(&b, " %-*s", width, cell(r, step))
+		}
+		b.WriteString("\n")
+	}
+	if hi < steps {
+		b.WriteString("...\n")
+	}
+	return b.String()
+}
