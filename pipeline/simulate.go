@@ -106,10 +106,10 @@ func Simulate(s *Schedule, c Cost) ([]Event, error) {
 type simulator struct {
 	s      *Schedule
 	c      Cost
-	comm   bool              // the schedule has explicit SEND/RECV actions
-	done   map[key]float64   // end time of every executed action
-	pc     []int             // per rank, the next action
-	free   []float64         // per rank, when its last action ended
+	comm   bool            // the schedule has explicit SEND/RECV actions
+	done   map[key]float64 // end time of every executed action
+	pc     []int           // per rank, the next action
+	free   []float64       // per rank, when its last action ended
 	events []Event
 }
 
