@@ -14,7 +14,11 @@ type Builder = ops.Builder
 // Adjoints is the backward graph of one scalar: Of maps each value to its
 // adjoint (nil: the scalar does not depend on it through a float path).
 type Adjoints struct {
-	Of       map[*ir.Value]*ir.Value
+	Of map[*ir.Value]*ir.Value
+	// For maps each value the backward built to the forward value whose
+	// backward it belongs to (a vjp's ops, a recomputed activation, a
+	// repeated gather): a pipeline runs it on that value's stage.
+	For      map[*ir.Value]*ir.Value
 	regather map[*ir.Value]*ir.Value // ZeRO-3 gathers repeated for the backward
 	remat    map[*ir.Value]*ir.Value // checkpointed activations, recomputed
 }
@@ -25,7 +29,7 @@ type Adjoints struct {
 func Backward(b Builder, y *ir.Value, onFinal map[*ir.Value]func(g *ir.Value) *ir.Value) (*Adjoints, error) {
 	values := b.Graph().Values[:y.ID+1]
 	active, needed := activeValues(values), neededValues(values, y)
-	adj := &Adjoints{Of: map[*ir.Value]*ir.Value{}, regather: map[*ir.Value]*ir.Value{}, remat: map[*ir.Value]*ir.Value{}}
+	adj := &Adjoints{Of: map[*ir.Value]*ir.Value{}, For: map[*ir.Value]*ir.Value{}, regather: map[*ir.Value]*ir.Value{}, remat: map[*ir.Value]*ir.Value{}}
 	adj.Of[y] = b.Const(1, y.Type.DType, y.Pos)
 	finalAt := finalPoints(values, onFinal, func(v *ir.Value) bool { return needed[v] && active[v] })
 	for i := y.ID; i >= 0; i-- {
@@ -116,6 +120,7 @@ func (b *vjp) build(name string, kw map[string]ops.Arg, args ...ops.Arg) *ir.Val
 	out := b.b.Apply(b.v.Pos, name, kw, args...)
 	out.Calls = b.v.Calls
 	out.Backward = true
+	b.adj.For[out] = b.v
 	return out
 }
 
@@ -133,6 +138,7 @@ func (b *vjp) val(x *ir.Value) *ir.Value {
 	}
 	r := b.b.Add(&ir.Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true, Attrs: ir.Attrs{Regather: true}})
 	b.adj.regather[x] = r
+	b.adj.For[r] = x
 	return r
 }
 
@@ -158,6 +164,7 @@ func (b *vjp) recompute(x *ir.Value) *ir.Value {
 	out := b.b.Add(&r)
 	out.Calls = x.Calls
 	b.adj.remat[x] = out
+	b.adj.For[out] = x
 	return out
 }
 

@@ -19,6 +19,9 @@ type Graph struct {
 	Values  []*Value
 	Outputs []*Output
 	Train   *Train // nil unless the program has a train block
+	// Pipeline is the mesh axis that carries stages (nil: none); Mesh is
+	// then the declared mesh without it.
+	Pipeline *Pipeline
 }
 
 // Value is one node: a source tensor, a constant or an op application.

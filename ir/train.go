@@ -28,6 +28,8 @@ type Train struct {
 	FoundInf *Value
 	Carry    []Carry
 	Hyper    map[string]*Value // "lr", "bc1", "bc2": fed every step
+	// Pipe is set when the mesh has a pipeline axis.
+	Pipe *PipeTrain
 }
 
 // Optimizer is the update rule and its hyperparameters (PyTorch defaults).

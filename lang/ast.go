@@ -37,9 +37,10 @@ type MeshDecl struct {
 	Axes []*AxisDef `parser:"\"[\" @@ (\",\" @@)* \"]\""`
 }
 
-// AxisDef: tp=4
+// AxisDef: tp=4, or pipeline pp=4 for the axis that carries pipeline stages
 type AxisDef struct {
 	Pos  lexer.Position
+	Pipe bool   `parser:"@\"pipeline\"?"`
 	Name string `parser:"@Ident \"=\""`
 	Size int    `parser:"@Int"`
 }

@@ -60,6 +60,9 @@ type Checker struct {
 	grads map[*Value]*ad.Adjoints
 	// Last is the value of the last bare expression statement (REPL).
 	Last *Value
+	// iterHook runs after each iteration of a train block's top-level for
+	// loop (a pipeline unit ends there); nested loops do not see it.
+	iterHook func()
 }
 
 // maxCallDepth bounds function expansion, which is also how recursion is
@@ -178,12 +181,13 @@ type snapshot struct {
 	mesh            *mesh.Mesh
 	meshPos         Pos
 	train           *Train
+	pipeline        *ir.Pipeline
 }
 
 func (c *Checker) snapshot() snapshot {
 	c.base = len(c.g.Values)
 	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.grads), maps.Clone(c.globals), maps.Clone(c.funcs),
-		maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh, c.g.MeshPos, c.g.Train}
+		maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh, c.g.MeshPos, c.g.Train, c.g.Pipeline}
 }
 
 func (c *Checker) restore(s snapshot) {
@@ -191,7 +195,7 @@ func (c *Checker) restore(s snapshot) {
 	c.g.Outputs = c.g.Outputs[:s.outputs]
 	c.grads = s.grads
 	c.globals, c.funcs, c.modules, c.broken = s.globals, s.funcs, s.modules, s.broken
-	c.g.Mesh, c.g.MeshPos, c.g.Train = s.mesh, s.meshPos, s.train
+	c.g.Mesh, c.g.MeshPos, c.g.Train, c.g.Pipeline = s.mesh, s.meshPos, s.train, s.pipeline
 	for v, old := range c.saved {
 		*v = old
 	}
@@ -336,8 +340,14 @@ func (c *Checker) forStmt(f *ForStmt) {
 		c.loopVars = map[string]int{}
 	}
 	defer delete(c.loopVars, f.Var)
+	hook := c.iterHook
+	c.iterHook = nil
+	defer func() { c.iterHook = hook }()
 	nerr := len(c.errs)
 	for i := 0; i < count; i++ {
+		if hook != nil && i > 0 {
+			hook()
+		}
 		c.loopVars[f.Var] = i
 		for _, s := range f.Body {
 			switch {
@@ -369,7 +379,15 @@ func (c *Checker) meshDecl(d *MeshDecl) {
 	}
 	m := mesh.New(d.Name)
 	seen := map[string]bool{}
-	for _, a := range d.Axes {
+	pipe := -1
+	for i, a := range d.Axes {
+		if a.Pipe && pipe >= 0 {
+			c.errorf(a.Pos, "mesh %s has two pipeline axes (%s and %s); one carries the stages", d.Name, d.Axes[pipe].Name, a.Name)
+			return
+		}
+		if a.Pipe {
+			pipe = i
+		}
 		if seen[a.Name] {
 			c.errorf(a.Pos, "mesh axis %q is declared twice", a.Name)
 			return
@@ -391,6 +409,17 @@ func (c *Checker) meshDecl(d *MeshDecl) {
 	}
 	c.g.Mesh = m
 	c.g.MeshPos = d.Pos
+	if pipe >= 0 {
+		// placements name the other axes: the pipeline axis carries stages
+		c.g.Pipeline = &ir.Pipeline{Axis: pipe, Full: m, Pos: d.Axes[pipe].Pos}
+		stages := mesh.New(d.Name)
+		for i, a := range m.Axes {
+			if i != pipe {
+				stages.Axes = append(stages.Axes, a)
+			}
+		}
+		c.g.Mesh = stages
+	}
 }
 
 func (c *Checker) use(u *UseStmt) {

@@ -1,9 +1,11 @@
 package lang
 
 import (
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/sbp"
 	"github.com/meshrun/meshrun/train"
+	"maps"
 )
 
 // A train block turns the program into one training step, repeated:
@@ -23,7 +25,7 @@ import (
 // settingNames are the train block's assignments that configure the step
 // rather than compute in it.
 var settingNames = map[string]bool{"steps": true, "zero": true, "clip": true, "optimizer": true, "schedule": true,
-	"accumulate": true, "batch": true, "precision": true, "data_axis": true}
+	"accumulate": true, "batch": true, "precision": true, "data_axis": true, "microbatches": true, "pipeline": true}
 
 func (c *Checker) trainBlock(tb *TrainBlock) {
 	if c.scope != nil {
@@ -61,6 +63,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 		return
 	}
 	tr.Grads = map[*Value]*Value{}
+	if tr.Pipe != nil {
+		tr.Pipe.Units = make([][]ir.IDRange, tr.Accumulate)
+	}
 	for micro := 0; micro < tr.Accumulate; micro++ {
 		loss, ok := c.microStep(tb, tr, inputs, seenBy, micro)
 		if !ok {
@@ -155,6 +160,7 @@ func (c *Checker) reduceWhenFinal(tr *Train, seenBy map[*Value]*Value) map[*Valu
 func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value, seenBy map[*Value]*Value, micro int) (*Value, bool) {
 	nerr := len(c.errs)
 	k := tr.Accumulate
+	start := len(c.g.Values)
 	for _, name := range c.globalsInOrder() {
 		if x, ok := inputs[name]; ok {
 			mb := train.MicroBatch(builder{c}, x, micro, k, tb.Pos)
@@ -164,7 +170,11 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 			c.override[name] = operand{v: mb}
 		}
 	}
-	loss, ok := c.trainBody(tb, micro == 0)
+	var units *unitRecorder
+	if tr.Pipe != nil {
+		units = &unitRecorder{c: c, pipe: tr.Pipe, micro: micro}
+	}
+	loss, ok := c.trainBody(tb, micro == 0, units)
 	if !ok {
 		return nil, false
 	}
@@ -182,10 +192,17 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 	if len(c.errs) > nerr {
 		return nil, false // an internal error built an invalid loss
 	}
+	bwd := len(c.g.Values)
 	adj, err := c.backward(seed)
 	if err != nil {
 		c.errorf(tb.Pos, "%v", err)
 		return nil, false
+	}
+	if tr.Pipe != nil {
+		if tr.Pipe.BackwardOf == nil {
+			tr.Pipe.BackwardOf = map[*Value]*Value{}
+		}
+		maps.Copy(tr.Pipe.BackwardOf, adj.For)
 	}
 	for _, v := range c.g.Values[:loss.ID] {
 		if v.Op != "param" || !v.Type.DType.IsFloat() {
@@ -205,20 +222,33 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 		}
 		tr.Grads[v] = g
 	}
+	if tr.Pipe != nil {
+		tr.Pipe.Micro = append(tr.Pipe.Micro, ir.MicroRange{Start: start, Backward: bwd, End: len(c.g.Values)})
+	}
 	return loss, true
 }
 
 // trainBody checks the block's statements (not its settings) in a fresh
 // scope and returns its loss; report says whether to report statements a
 // train block cannot hold (once, not per micro-batch).
-func (c *Checker) trainBody(tb *TrainBlock, report bool) (*Value, bool) {
+func (c *Checker) trainBody(tb *TrainBlock, report bool, units *unitRecorder) (*Value, bool) {
 	nerr := len(c.errs)
 	c.scope, c.fn = map[string]operand{}, "train"
+	if units != nil {
+		units.begin()
+	}
 	for _, s := range tb.Body {
 		switch {
 		case s.Assign != nil && settingNames[s.Assign.Name]:
 		case s.Assign != nil, s.For != nil:
+			if units != nil && s.For != nil {
+				c.iterHook = func() { units.end(s.Pos) } // each iteration is a unit
+			}
 			c.stmt(s)
+			c.iterHook = nil
+			if units != nil {
+				units.end(s.Pos) // the statement, or the loop's last iteration
+			}
 		case report:
 			c.errorf(s.Pos, "a train block holds assignments and for loops only (loss = ..., optimizer = ..., steps = ...)")
 		}

@@ -14,6 +14,7 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 	nerr := len(c.errs)
 	opt, optSet := Optimizer{}, false
 	var dataAxis *Assign // data_axis = NAME
+	accSet, microSet := false, false
 	for _, s := range tb.Body {
 		a := s.Assign
 		if a == nil {
@@ -22,6 +23,15 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 		switch a.Name {
 		case "steps", "zero", "clip", "accumulate", "batch":
 			c.numberSetting(a, tr)
+			accSet = accSet || a.Name == "accumulate"
+		case "microbatches":
+			if accSet || microSet {
+				c.errorf(a.Pos, "give either accumulate or microbatches (they are the same setting)")
+			}
+			microSet = true
+			c.numberSetting(&Assign{Pos: a.Pos, Name: "accumulate", Value: a.Value}, tr)
+		case "pipeline":
+			c.pipelineSetting(a, tr)
 		case "optimizer":
 			opt, optSet = c.optimizer(a)
 		case "precision":
@@ -48,6 +58,10 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 		return nil, false
 	}
 	tr.Optimizer = opt
+	c.pipelineDefaults(tb, tr, microSet || accSet)
+	if len(c.errs) > nerr {
+		return nil, false
+	}
 	if tr.Zero > 0 || dataAxis != nil {
 		named, pos := "", tb.Pos
 		if dataAxis != nil {

@@ -18,6 +18,9 @@
 //	        every rank whose work differs only by its coordinate, the
 //	        groups its collectives use, and the slots each instruction
 //	        frees last; it refers to nothing in the graph
+//	pipeline  with a pipeline axis: give every value a stage and each
+//	        pipeline rank its program (its stages' work in the schedule's
+//	        order, send/recv between stages; see pipeline.go)
 //	memory  simulate each rank's allocations: per-device peak bytes
 //
 // Results live in side tables on the Plan (placements, choices,
@@ -73,7 +76,13 @@ type Plan struct {
 	// to its index in Exec.Sources.
 	Exec        *plan.Plan
 	SourceIndex map[*ir.Value]int
-	Peak        []int64 // per-device peak bytes (memory pass)
+	// InstrValue is, per instruction of the spmd pass's program, the value
+	// it serves: the value it computes, or the consumer (output, carried
+	// value) a conversion is for.
+	InstrValue []*ir.Value
+	// Pipe is the pipeline pass's result (nil without a pipeline axis).
+	Pipe *PipePlan
+	Peak []int64 // per-device peak bytes (memory pass)
 
 	done map[string]bool
 }
@@ -123,6 +132,7 @@ var Passes = []Pass{
 	{Name: "infer", Run: inferPlacements, Requires: []string{"check"}},
 	{Name: "boxing", Run: insertBoxing, Requires: []string{"infer"}},
 	{Name: "spmd", Run: buildPrograms, Requires: []string{"boxing"}},
+	{Name: "pipeline", Run: buildPipeline, Requires: []string{"spmd"}},
 	{Name: "memory", Run: simulateMemory, Requires: []string{"spmd"}},
 }
 

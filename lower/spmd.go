@@ -17,12 +17,15 @@ func buildPrograms(p *Plan) error {
 	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: map[*ir.Value]int{},
 		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{}}
 	p.SourceIndex = map[*ir.Value]int{}
+	p.InstrValue = nil
 	for _, v := range p.Values {
+		e.cur = v
 		if err := e.value(v); err != nil {
 			return err
 		}
 	}
 	for _, o := range p.Outputs {
+		e.cur = o.Output.Value
 		s := e.slotOf[o.Output.Value]
 		if o.Conv != nil {
 			s = e.convert(o.Conv)
@@ -32,6 +35,7 @@ func buildPrograms(p *Plan) error {
 			Shape: slices.Clone(o.Output.Value.Type.Shape), Placement: o.Placement.Clone()})
 	}
 	for _, c := range p.Carry {
+		e.cur = c.Next
 		s := e.slotOf[c.Next]
 		if c.Conv != nil {
 			s = e.convert(c.Conv)
@@ -52,6 +56,7 @@ type emitter struct {
 	slotOf   map[*ir.Value]int
 	convSlot map[*Conversion]int
 	groups   map[string]int // group axes → index in exec.Groups
+	cur      *ir.Value      // the value whose instructions are being emitted
 }
 
 func (e *emitter) newSlot(dt ir.DType) int {
@@ -61,6 +66,7 @@ func (e *emitter) newSlot(dt ir.DType) int {
 
 func (e *emitter) emit(in plan.Instr) {
 	e.prog.Instrs = append(e.prog.Instrs, in)
+	e.p.InstrValue = append(e.p.InstrValue, e.cur)
 }
 
 func (e *emitter) value(v *ir.Value) error {
@@ -157,7 +163,9 @@ func freeAfterLastUse(prog *plan.Program) {
 		}
 	}
 	for _, s := range append(slices.Clone(prog.OutputSlots), prog.CarrySlots...) {
-		last[s] = len(prog.Instrs)
+		if s >= 0 { // -1: another pipeline rank's
+			last[s] = len(prog.Instrs)
+		}
 	}
 	for s, i := range last {
 		if i >= 0 && i < len(prog.Instrs) {
@@ -181,7 +189,7 @@ func KernelOf(v *ir.Value) *plan.Kernel {
 
 // simulateMemory replays each rank's allocations (plan.Peak).
 func simulateMemory(p *Plan) error {
-	p.Peak = make([]int64, p.Mesh.Size())
+	p.Peak = make([]int64, p.Exec.Mesh.Size())
 	for r := range p.Peak {
 		p.Peak[r] = p.Exec.Peak(r)
 	}

@@ -12,7 +12,7 @@ import (
 // partial sum, and one partial operand against a replicated one stays partial.
 
 func init() {
-	Register(Op{Name: "matmul", Family: "matmul", Type: matmulOp, Placement: Rule{Sigs: matmulSigs}, Grad: matmulVJP,
+	Register(Op{Name: "matmul", Family: "matmul", Type: matmulOp, Placement: Rule{Sigs: matmulSigs}, Grad: matmulVJP, FLOPs: matmulFLOPs,
 		Doc: Doc{Rows: []Row{{"`a @ b`, `matmul(a, b)`", "`[..., m, k] @ [..., k, n] → [..., m, n]`; rank ≥ 2; batch dims equal or missing on one side", "batched GEMM (BLAS); a 2-D `b` is shared by all batches"}},
 			Examples: []Example{{"Y[m,n] = A[m,k] @ B[k,n]", OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}}, {"Y[b,m,n] = A[b,m,k] @ B[k,n]", OpDesc{In: [][]int{{4, 4, 4}, {4, 4}}, Out: []int{4, 4, 4}}}}}})
 }
@@ -102,4 +102,11 @@ func matmulBoth(b *Grad, A, B, g *ir.Value) {
 		return
 	}
 	b.acc(B, b.unbroadcast(b.op("matmul", T(swap(A)), T(g)), B.Type.Shape))
+}
+
+// matmulFLOPs is a multiply and an add per output element per term of the
+// contracting dim.
+func matmulFLOPs(out []int, in [][]int) float64 {
+	a := in[0]
+	return 2 * float64(numel(out)) * float64(a[len(a)-1])
 }

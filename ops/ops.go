@@ -45,6 +45,9 @@ type Op struct {
 	NoGrad bool
 	// Doc is the op's text in spec.md, which package specgen generates.
 	Doc Doc
+	// FLOPs is the op's arithmetic for the cost model (pipeline stage
+	// balancing); nil: one per output element.
+	FLOPs func(out []int, in [][]int) float64
 }
 
 // Doc is an op's spec text: its lines in the op tables and its examples in
@@ -167,4 +170,29 @@ func repeat(s SBP, n int) []SBP {
 		out[i] = s
 	}
 	return out
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// FLOPs is the modelled arithmetic of computing v: its op's FLOPs rule, or
+// one per output element; sources and unknown ops cost nothing.
+func FLOPs(v *ir.Value) float64 {
+	op, ok := Lookup(v.Op)
+	if !ok || v.IsSource() {
+		return 0
+	}
+	if op.FLOPs == nil {
+		return float64(numel(v.Type.Shape))
+	}
+	in := make([][]int, len(v.Args))
+	for i, a := range v.Args {
+		in[i] = a.Type.Shape
+	}
+	return op.FLOPs(v.Type.Shape, in)
 }

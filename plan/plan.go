@@ -25,6 +25,7 @@ import (
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/pipeline"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -67,6 +68,24 @@ type Plan struct {
 	// replaces in the next step (indices into Sources), in
 	// Program.CarrySlots order.
 	Carry []int
+	// Pipe is set when the mesh has a pipeline axis: each coordinate on it
+	// runs its own program (its stages, in the schedule's order).
+	Pipe *Pipe
+}
+
+// Pipe describes a pipelined plan.
+type Pipe struct {
+	Axis     int    // the pipeline axis
+	Schedule string // the schedule in pipeline's text form
+}
+
+// HeldBy reports whether rank r holds tensor t: without a pipeline every
+// rank does; with one, only the ranks on t's Home coordinate (-1: all).
+func (p *Plan) HeldBy(t *Tensor, r int) bool {
+	if p.Pipe == nil || t.Home < 0 {
+		return true
+	}
+	return p.Mesh.Coord(r)[p.Pipe.Axis] == t.Home
 }
 
 // Group is a set of mesh axes: rank r's group is the ranks that share r's
@@ -84,6 +103,9 @@ type Tensor struct {
 	Shape     []int
 	Placement sbp.NdSBP
 	Init      *ir.Init // sources: how they get their values
+	// Home is, in a pipelined plan, the pipeline coordinate that holds
+	// the tensor (-1: every coordinate that needs it makes its own).
+	Home int
 }
 
 // Program is one straight-line instruction list over numbered slots.
@@ -124,6 +146,9 @@ type Instr struct {
 
 	Pos   ir.Pos
 	Where string // Pos with the call chain, for errors
+	// Act is, in a pipelined plan, the schedule action the instruction
+	// belongs to (nil: before or after the schedule's actions).
+	Act *pipeline.Action
 }
 
 // Kernel is an op application as a backend sees it: plain attributes and

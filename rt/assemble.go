@@ -5,6 +5,7 @@ import (
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -90,4 +91,41 @@ func holdsPartialValue(m *mesh.Mesh, pl sbp.NdSBP, b sbp.Block, dev int) bool {
 		}
 	}
 	return true
+}
+
+// tensorView is how a plan's tensor is assembled: the mesh and placement
+// its blocks are laid out on, and the rank holding each device's block.
+// In a pipelined plan the tensor lives on one pipeline coordinate (its
+// Home; 0 when every coordinate makes its own), so it is assembled on the
+// mesh without the pipeline axis from the ranks on that coordinate.
+func tensorView(p *plan.Plan, t *plan.Tensor) (*mesh.Mesh, sbp.NdSBP, func(d int) int) {
+	if p.Pipe == nil {
+		return p.Mesh, t.Placement, func(d int) int { return d }
+	}
+	axis, home := p.Pipe.Axis, max(t.Home, 0)
+	sm := mesh.New(p.Mesh.Name)
+	for i, a := range p.Mesh.Axes {
+		if i != axis {
+			sm.Axes = append(sm.Axes, a)
+		}
+	}
+	pl := append(append(sbp.NdSBP{}, t.Placement[:axis]...), t.Placement[axis+1:]...)
+	return sm, pl, func(d int) int {
+		c := sm.Coord(d)
+		full := append(append(append([]int{}, c[:axis]...), home), c[axis:]...)
+		return p.Mesh.Device(full)
+	}
+}
+
+// BlockReaders lists the ranks whose blocks assembling t reads, each
+// replica once.
+func BlockReaders(p *plan.Plan, t *plan.Tensor) []int {
+	m, pl, rankOf := tensorView(p, t)
+	var out []int
+	for d := 0; d < m.Size(); d++ {
+		if ReadsBlock(m, pl, d) {
+			out = append(out, rankOf(d))
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/meshrun/meshrun/ir"
@@ -135,23 +136,28 @@ func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer
 	mesh := m.plan.Mesh
 	for j := range specs {
 		spec := &specs[j]
-		if me != 0 && !ReadsBlock(mesh, spec.Placement, me) {
-			continue // a replica rank 0 will not read: nothing to send
-		}
-		mine, err := m.w.Backend.CopyOut(blocks[0][j])
-		if err != nil {
-			return nil, err
-		}
+		readers := BlockReaders(m.plan, spec)
 		if me != 0 {
+			if !slices.Contains(readers, me) {
+				continue // a replica rank 0 will not read: nothing to send
+			}
+			mine, err := m.w.Backend.CopyOut(blocks[0][j])
+			if err != nil {
+				return nil, err
+			}
 			if err := m.comm.Send(ctx, 0, gatherTag, mine); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		parts := make([]*Tensor, m.comm.Size())
-		parts[0] = mine
-		for r := 1; r < m.comm.Size(); r++ {
-			if !ReadsBlock(mesh, spec.Placement, r) {
+		for _, r := range readers {
+			if r == 0 {
+				mine, err := m.w.Backend.CopyOut(blocks[0][j])
+				if err != nil {
+					return nil, err
+				}
+				parts[0] = mine
 				continue
 			}
 			shape := sbp.Layout(mesh, spec.Shape, spec.Placement, r).Len
@@ -161,6 +167,7 @@ func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer
 			}
 			parts[r] = b.(*Tensor)
 		}
+		var err error
 		if out[j], err = assembleHost(m.plan, spec, parts); err != nil {
 			return nil, err
 		}

@@ -65,9 +65,15 @@ func collect(ctx context.Context, l Launcher, rs []*RankResult, wall time.Durati
 	return res, nil
 }
 
-// assembleHost joins every rank's host copy of a tensor's blocks.
+// assembleHost joins the host copies of a tensor's blocks (parts, by
+// rank: those BlockReaders lists).
 func assembleHost(p *plan.Plan, spec *plan.Tensor, parts []*Tensor) (*Tensor, error) {
-	t, err := Assemble(p.Mesh, ir.Type{DType: spec.DType, Shape: spec.Shape}, spec.Placement, parts)
+	m, pl, rankOf := tensorView(p, spec)
+	view := make([]*Tensor, m.Size())
+	for d := range view {
+		view[d] = parts[rankOf(d)]
+	}
+	t, err := Assemble(m, ir.Type{DType: spec.DType, Shape: spec.Shape}, pl, view)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", spec.Name, err)
 	}

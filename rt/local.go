@@ -105,10 +105,7 @@ func (l *Local) Gather(_ context.Context, specs []plan.Tensor, blocks [][]Buffer
 	out := make([]*Tensor, len(specs))
 	for j := range specs {
 		parts := make([]*Tensor, len(l.Workers))
-		for r := range parts {
-			if !ReadsBlock(l.plan.Mesh, specs[j].Placement, r) {
-				continue // a replica Assemble does not read
-			}
+		for _, r := range BlockReaders(l.plan, &specs[j]) { // replicas once
 			t, err := l.Workers[r].Backend.CopyOut(blocks[r][j])
 			if err != nil {
 				return nil, err

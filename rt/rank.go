@@ -126,11 +126,17 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	}
 	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
 		BytesSent: w.Comm.BytesSent() - sent0}}
+	held := func(s int) Buffer { // -1: another pipeline rank holds it
+		if s < 0 {
+			return nil
+		}
+		return x.slots[s]
+	}
 	for _, s := range prog.OutputSlots {
-		res.Outputs = append(res.Outputs, x.slots[s])
+		res.Outputs = append(res.Outputs, held(s))
 	}
 	for _, s := range prog.CarrySlots {
-		res.Carry = append(res.Carry, x.slots[s])
+		res.Carry = append(res.Carry, held(s))
 	}
 	return res, nil
 }

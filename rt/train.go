@@ -119,7 +119,7 @@ type trainer struct {
 // mesh: the logical tensors are cut to this mesh's blocks), or nothing
 // (the first step runs the initialisers).
 func (tr *trainer) start(initial map[string]*Tensor) error {
-	p, ex := tr.p, tr.p.Exec
+	ex := tr.p.Exec
 	ranks := tr.l.Ranks()
 	tr.state = make([][]Buffer, len(ranks))
 	tr.pos, tr.carried = map[int]int{}, map[int]int{}
@@ -143,7 +143,10 @@ func (tr *trainer) start(initial map[string]*Tensor) error {
 			return fmt.Errorf("the checkpoint's %s is %s%v, the program declares %s", src.Name, full.DType, full.Shape, ir.Type{DType: src.DType, Shape: src.Shape})
 		}
 		for k, r := range ranks {
-			b, err := tr.l.Worker(r).Backend.CopyIn(Scatter(p.Mesh, full, src.Placement, r))
+			if !ex.HeldBy(src, r) {
+				continue // another pipeline stage's
+			}
+			b, err := tr.l.Worker(r).Backend.CopyIn(Scatter(ex.Mesh, full, src.Placement, r))
 			if err != nil {
 				return err
 			}
@@ -247,7 +250,9 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 			copy(tr.state[k], rr.Carry)
 			rr.Stats.Held = 0
 			for _, b := range rr.Carry {
-				rr.Stats.Held += b.Bytes()
+				if b != nil { // nil: another pipeline rank's
+					rr.Stats.Held += b.Bytes()
+				}
 			}
 		}
 		run, err := collect(ctx, tr.l, rs, wall, true)

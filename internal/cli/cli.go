@@ -226,7 +226,7 @@ func (e *env) execute(p *lower.Plan, c *common) (*rt.Result, int) {
 	}
 	res, err := rt.RunOn(context.Background(), l, nil, false)
 	if err != nil {
-		e.runError("meshrun: run failed on mesh %s: %v\n", p.Mesh, err)
+		e.runError("meshrun: run failed on mesh %s: %v\n", p.Exec.Mesh, err)
 		return nil, ExitFailure
 	}
 	return res, ExitOK
@@ -237,7 +237,7 @@ func (e *env) execute(p *lower.Plan, c *common) (*rt.Result, int) {
 func (e *env) executeHere(p *lower.Plan, c *common) (*rt.Result, int) {
 	res, err := rt.Run(context.Background(), p, rt.Options{Seed: c.seed, Timeout: c.timeout})
 	if err != nil {
-		fmt.Fprintf(e.stderr, "meshrun: run failed on mesh %s: %v\n", p.Mesh, err)
+		fmt.Fprintf(e.stderr, "meshrun: run failed on mesh %s: %v\n", p.Exec.Mesh, err)
 		return nil, ExitFailure
 	}
 	return res, ExitOK
@@ -269,7 +269,7 @@ func (e *env) run(args []string) int {
 	for _, d := range res.Devices {
 		peak = max(peak, d.Peak)
 	}
-	fmt.Fprintf(e.stdout, "ran on %d devices %s in %v; peak %s per device\n", p.Mesh.Size(), p.Mesh, res.Wall.Round(time.Microsecond), lower.HumanBytes(float64(peak)))
+	fmt.Fprintf(e.stdout, "ran on %d devices %s in %v; peak %s per device\n", p.Exec.Mesh.Size(), p.Exec.Mesh, res.Wall.Round(time.Microsecond), lower.HumanBytes(float64(peak)))
 	if *out != "" {
 		if err := writeOutputs(*out, res); err != nil {
 			fmt.Fprintln(e.stderr, "meshrun:", err)
@@ -304,7 +304,7 @@ func writeTrace(path string, p *lower.Plan, res *rt.Result) error {
 	if err != nil {
 		return err
 	}
-	if err := rt.WriteChromeTrace(f, p.Mesh, res); err != nil {
+	if err := rt.WriteChromeTrace(f, p.Exec.Mesh, res); err != nil {
 		f.Close()
 		os.Remove(tmp)
 		return err
@@ -360,7 +360,7 @@ func (e *env) check(args []string) int {
 		testHookSharded(got)
 	}
 	ok := true
-	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", file, p.Mesh, p.Mesh.Size())
+	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", file, p.Exec.Mesh, p.Exec.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives inserted: %s\n", summary(lower.Explain(p)))
 	for i, name := range want.Names {
 		r, a := tolerances(want.Outputs[i].DType.String(), *rtol, *atol)

@@ -93,14 +93,14 @@ func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
 	}
 	info := mpi.Launcher()
 	if info.Launcher == "" {
-		fmt.Fprintf(e.stderr, "meshrun: --launcher mpi: no MPI launcher started this process: run it as mpirun -np %d (or mpiexec, srun)\n", p.Mesh.Size())
+		fmt.Fprintf(e.stderr, "meshrun: --launcher mpi: no MPI launcher started this process: run it as mpirun -np %d (or mpiexec, srun)\n", p.Exec.Mesh.Size())
 		return nil, ExitUsage
 	}
-	if info.Size > 0 && info.Size != p.Mesh.Size() {
+	if info.Size > 0 && info.Size != p.Exec.Mesh.Size() {
 		// every process sees this before MPI starts: rank 0 says it, all exit
 		if !e.follower {
 			fmt.Fprintf(e.stderr, "meshrun: %s started %d processes, but the mesh %s has %d devices: start one process per device (e.g. mpirun -np %d)\n",
-				info.Launcher, info.Size, p.Mesh, p.Mesh.Size(), p.Mesh.Size())
+				info.Launcher, info.Size, p.Exec.Mesh, p.Exec.Mesh.Size(), p.Exec.Mesh.Size())
 		}
 		return nil, ExitUsage
 	}

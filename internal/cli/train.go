@@ -142,14 +142,14 @@ func (e *env) train(args []string) int {
 		return ExitOK
 	}
 	if err != nil {
-		e.runError("meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
+		e.runError("meshrun: training failed on mesh %s: %v\n", p.Exec.Mesh, err)
 		return ExitFailure
 	}
 	if !l.Lead() {
 		return ExitOK
 	}
 	first, last := res.Losses[0], res.Losses[len(res.Losses)-1]
-	fmt.Fprintf(e.stdout, "trained steps %d to %d on %d devices %s: loss %.6g -> %.6g\n", cfg.Start+1, cfg.Start+len(res.Losses), p.Mesh.Size(), p.Mesh, first, last)
+	fmt.Fprintf(e.stdout, "trained steps %d to %d on %d devices %s: loss %.6g -> %.6g\n", cfg.Start+1, cfg.Start+len(res.Losses), p.Exec.Mesh.Size(), p.Exec.Mesh, first, last)
 	if *out != "" {
 		if err := os.MkdirAll(*out, 0o755); err != nil {
 			fmt.Fprintln(e.stderr, "meshrun:", err)
@@ -265,7 +265,7 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 	}
 	got, err := rt.TrainOn(context.Background(), l, p, opts, rt.TrainConfig{})
 	if err != nil {
-		e.runError("meshrun: training failed on mesh %s: %v\n", p.Mesh, err)
+		e.runError("meshrun: training failed on mesh %s: %v\n", p.Exec.Mesh, err)
 		return ExitFailure
 	}
 	if !l.Lead() {
@@ -276,7 +276,7 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 		fmt.Fprintf(e.stderr, "meshrun: training failed on one device: %v\n", err)
 		return ExitFailure
 	}
-	fmt.Fprintf(e.stdout, "%s: %d training steps on %s (%d devices) vs 1 device:\n", file, len(want.Losses), p.Mesh, p.Mesh.Size())
+	fmt.Fprintf(e.stdout, "%s: %d training steps on %s (%d devices) vs 1 device:\n", file, len(want.Losses), p.Exec.Mesh, p.Exec.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives per step: %s\n", summary(lower.Explain(p)))
 	dt := p.Graph.Train.Loss.Type.DType.String()
 	if prec := p.Graph.Train.Precision; prec != "" {

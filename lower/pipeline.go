@@ -1,0 +1,294 @@
+package lower
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/pipeline"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// The pipeline pass turns the spmd pass's one program (for the mesh
+// without its pipeline axis) into one program per pipeline coordinate:
+//
+//  1. every value gets a stage (stage.go) and every instruction the
+//     schedule action of its value: forward or backward of a stage on a
+//     micro-batch (the backward split into input- and weight-gradient
+//     work for the zero-bubble schedules); values before the first
+//     micro-batch and after the last have no action;
+//  2. rank r's program is its stages' instructions in the order of the
+//     schedule's actions for r, after the values that precede the
+//     micro-batches and before the optimizer step; an instruction of no
+//     stage (a source, a constant) is emitted where it is first needed, on
+//     every rank that needs it;
+//  3. a value one rank computes and another reads travels by a tagged
+//     send, right after it is computed, and a receive, right before its
+//     first use — activations forward, their gradients backward, and in
+//     the step the pieces of a global reduction;
+//  4. the pipeline axis is put back into every placement (as B: a stage's
+//     ranks each hold their value whole along it), group and peer.
+//
+// The schedule is deadlock-free (the pipeline package simulates it); the
+// instructions outside the actions run in program order on every rank,
+// which a cross-rank dry run (plan.Verify) confirms.
+
+// PipePlan is the pipeline pass's result.
+type PipePlan struct {
+	Axis      int // the pipeline axis of Exec.Mesh
+	Schedule  *pipeline.Schedule
+	Stages    *stageOf
+	StageTime []float64 // modelled seconds per micro-batch (forward and backward) per stage
+	Transfers []Transfer
+}
+
+// Transfer is one value sent between pipeline ranks each step.
+type Transfer struct {
+	Label    string
+	Where    string
+	From, To int // pipeline coordinates
+	Micro    int // -1: outside the micro-batches
+	Kind     string
+	Bytes    int64 // per device
+	Tag      int
+	Slot     int
+}
+
+// pipeBuild is the pass's working state.
+type pipeBuild struct {
+	p      *Plan
+	src    *plan.Program
+	sched  *pipeline.Schedule
+	st     *stageOf
+	stage  []int // per source instruction: stage, -1 none
+	act    []*pipeline.Action
+	pre    []bool // before the first micro-batch
+	prod   []int  // slot → instruction that writes it
+	groups map[pipeline.Action][]int
+	xfer   map[[3]int]*Transfer // (slot, from, to)
+	sends  map[int][]*Transfer  // producing instruction → its sends
+}
+
+func buildPipeline(p *Plan) error {
+	g := p.Graph
+	if g.Pipeline == nil || p.Opts.Mesh != nil {
+		return nil // no pipeline, or the single-device reference
+	}
+	if g.Train == nil || g.Train.Pipe == nil {
+		return fmt.Errorf("%s: the mesh has a pipeline axis but the program has no train block (stages are cut from its body)", ir.FormatPos(g.Pipeline.Pos))
+	}
+	pipe := g.Train.Pipe
+	sched, err := pipeline.Generate(pipe.Schedule, g.Pipeline.Size(), len(pipe.Micro), pipe.V)
+	if err != nil {
+		return fmt.Errorf("%s: %v", ir.FormatPos(pipe.Pos), err)
+	}
+	link := mesh.DefaultLink
+	st, err := assignStages(g, sched.Stages, unitCosts(g, func(b float64) float64 { return link.Alpha + b*link.Beta }))
+	if err != nil {
+		return err
+	}
+	b := &pipeBuild{p: p, src: p.Exec.Programs[0], sched: sched, st: st, groups: map[pipeline.Action][]int{},
+		xfer: map[[3]int]*Transfer{}, sends: map[int][]*Transfer{}}
+	b.classify()
+	b.findTransfers()
+	full := g.Pipeline.Full
+	ex := &plan.Plan{Mesh: full, Sources: p.Exec.Sources, Outputs: p.Exec.Outputs, Carry: p.Exec.Carry,
+		Pipe: &plan.Pipe{Axis: g.Pipeline.Axis, Schedule: sched.String()}}
+	for r := range sched.Ranks {
+		prog, err := b.program(r)
+		if err != nil {
+			return err
+		}
+		ex.Programs = append(ex.Programs, prog)
+	}
+	if err := b.homes(ex); err != nil {
+		return err
+	}
+	widenPlan(ex, p.Exec.Groups, g.Pipeline.Axis)
+	for _, prog := range ex.Programs {
+		freeAfterLastUse(prog)
+	}
+	ex.RankProgram = make([]int, full.Size())
+	for r := range ex.RankProgram {
+		ex.RankProgram[r] = full.Coord(r)[g.Pipeline.Axis]
+	}
+	p.Exec = ex
+	p.Pipe = &PipePlan{Axis: g.Pipeline.Axis, Schedule: sched, Stages: st, StageTime: b.stageTimes(g)}
+	for _, t := range b.xfer {
+		p.Pipe.Transfers = append(p.Pipe.Transfers, *t)
+	}
+	slices.SortFunc(p.Pipe.Transfers, func(x, y Transfer) int { return x.Tag - y.Tag })
+	if p.Opts.Verify {
+		return ex.Verify()
+	}
+	return nil
+}
+
+// classify gives each instruction its stage and action.
+func (b *pipeBuild) classify() {
+	n := len(b.src.Instrs)
+	b.stage, b.act, b.pre = make([]int, n), make([]*pipeline.Action, n), make([]bool, n)
+	b.prod = make([]int, b.src.NumSlots())
+	for i := range b.prod {
+		b.prod[i] = -1
+	}
+	first := b.p.Graph.Train.Pipe.Micro[0].Start
+	for i, in := range b.src.Instrs {
+		v := b.p.InstrValue[i]
+		b.stage[i] = b.st.Stage[v]
+		if in.Out >= 0 {
+			b.prod[in.Out] = i
+		}
+		b.pre[i] = v.ID < first
+		if b.stage[i] < 0 {
+			continue
+		}
+		var kind pipeline.Kind
+		switch b.st.phaseOf(v.ID) {
+		case 'F':
+			kind = pipeline.F
+		case 'B':
+			kind = pipeline.B
+		default:
+			continue
+		}
+		a := pipeline.Compute(b.stage[i], kind, b.st.microOf(v.ID))
+		b.act[i] = &a
+	}
+	if b.splitsBackward() {
+		b.splitIW()
+	}
+	for i, a := range b.act {
+		if a != nil {
+			k := *a
+			b.groups[k] = append(b.groups[k], i)
+		}
+	}
+}
+
+func (b *pipeBuild) splitsBackward() bool {
+	for _, acts := range b.sched.Actions {
+		for _, a := range acts {
+			if a.Kind == pipeline.I {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// splitIW divides each backward action into I, the instructions the
+// gradient sent to the previous stage needs, and W, the rest (the weight
+// gradients, which nobody downstream waits for).
+func (b *pipeBuild) splitIW() {
+	needI := make([]bool, len(b.act))
+	for i := len(b.act) - 1; i >= 0; i-- {
+		a := b.act[i]
+		if a == nil || a.Kind != pipeline.B {
+			continue
+		}
+		if out := b.src.Instrs[i].Out; out >= 0 && b.readElsewhere(i, out) {
+			needI[i] = true
+		}
+		if !needI[i] {
+			continue
+		}
+		for _, s := range b.src.Instrs[i].Args {
+			if j := b.prod[s]; j >= 0 && b.act[j] != nil && *b.act[j] == *a {
+				needI[j] = true
+			}
+		}
+	}
+	for i, a := range b.act {
+		if a != nil && a.Kind == pipeline.B {
+			k := pipeline.W
+			if needI[i] {
+				k = pipeline.I
+			}
+			c := pipeline.Compute(a.Stage, k, a.Micro)
+			b.act[i] = &c
+		}
+	}
+}
+
+// readElsewhere reports whether slot out of instruction i is read by an
+// instruction of another stage.
+func (b *pipeBuild) readElsewhere(i, out int) bool {
+	for j, in := range b.src.Instrs {
+		if b.stage[j] >= 0 && b.stage[j] != b.stage[i] && slices.Contains(in.Args, out) {
+			return true
+		}
+	}
+	return false
+}
+
+// rank is the pipeline coordinate of instruction i (-1: any).
+func (b *pipeBuild) rank(i int) int {
+	if b.stage[i] < 0 {
+		return -1
+	}
+	return b.sched.StageRank[b.stage[i]]
+}
+
+// findTransfers lists every value one rank computes and another reads, in
+// program order, numbering their tags.
+func (b *pipeBuild) findTransfers() {
+	var order []*Transfer
+	for i, in := range b.src.Instrs {
+		to := b.rank(i)
+		if to < 0 {
+			continue
+		}
+		for _, s := range in.Args {
+			j := b.prod[s]
+			if j < 0 || b.rank(j) < 0 || b.rank(j) == to {
+				continue
+			}
+			key := [3]int{s, b.rank(j), to}
+			if b.xfer[key] != nil {
+				continue
+			}
+			t := b.transfer(j, s, to)
+			b.xfer[key] = t
+			b.sends[j] = append(b.sends[j], t)
+			order = append(order, t)
+		}
+	}
+	for k, t := range order {
+		t.Tag = 1 + k
+	}
+}
+
+func (b *pipeBuild) transfer(j, slot, to int) *Transfer {
+	in := &b.src.Instrs[j]
+	v := b.p.InstrValue[j]
+	kind := "step"
+	switch {
+	case b.act[j] != nil && b.act[j].Kind == pipeline.F:
+		kind = "activation"
+	case b.act[j] != nil:
+		kind = "gradient"
+	case b.pre[j]:
+		kind = "parameter"
+	}
+	local := sbp.Layout(b.p.Mesh, in.Shape, in.Placement, 0)
+	bytes := int64(in.DType.Size())
+	for _, d := range local.Len {
+		bytes *= int64(d)
+	}
+	return &Transfer{Label: in.Label, Where: in.Where, From: b.rank(j), To: to, Micro: b.st.microOf(v.ID),
+		Kind: kind, Bytes: bytes, Slot: slot}
+}
+
+// stageTimes is the modelled time of each stage's units per micro-batch.
+func (b *pipeBuild) stageTimes(g *ir.Graph) []float64 {
+	out := make([]float64, b.sched.Stages)
+	cost := unitCosts(g, func(float64) float64 { return 0 })
+	for u, s := range b.st.UnitStage {
+		c, _ := cost(u)
+		out[s] += c
+	}
+	return out
+}

@@ -1,0 +1,220 @@
+package lower
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/meshrun/meshrun/pipeline"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// rankEmit builds one pipeline rank's program.
+type rankEmit struct {
+	b     *pipeBuild
+	r     int
+	prog  *plan.Program
+	done  []bool           // per source instruction: emitted here
+	recvd map[int]bool     // slots received
+	act   *pipeline.Action // the action being emitted (tags receives)
+}
+
+// program is rank r's instructions: what precedes the micro-batches, the
+// schedule's actions in order, then the rest (the optimizer step).
+func (b *pipeBuild) program(r int) (*plan.Program, error) {
+	e := &rankEmit{b: b, r: r, prog: &plan.Program{SlotType: slices.Clone(b.src.SlotType)},
+		done: make([]bool, len(b.src.Instrs)), recvd: map[int]bool{}}
+	for i := range b.src.Instrs {
+		if b.pre[i] && b.act[i] == nil && b.rank(i) == r {
+			if err := e.need(i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, a := range b.sched.Actions[r] {
+		if !a.Kind.IsCompute() {
+			continue
+		}
+		key := pipeline.Compute(a.Stage, a.Kind, a.Micro)
+		e.act = &key
+		for _, i := range b.groups[key] {
+			if err := e.need(i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	e.act = nil
+	for i := range b.src.Instrs {
+		if b.rank(i) == r && !e.done[i] {
+			if b.act[i] != nil {
+				return nil, fmt.Errorf("%w: %s (%s) belongs to action %s, which rank %d's schedule never runs", ErrInternal, b.src.Instrs[i].Label, b.src.Instrs[i].Where, b.act[i], r)
+			}
+			if err := e.need(i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// an output or carried value no stage computes (a constant) is made
+	// on the first rank
+	if r == 0 {
+		for _, s := range append(slices.Clone(b.src.OutputSlots), b.src.CarrySlots...) {
+			if j := b.prod[s]; j >= 0 && b.rank(j) < 0 {
+				if err := e.need(j); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	e.finish()
+	return e.prog, nil
+}
+
+// need emits instruction i after what it reads: instructions of no stage
+// are emitted here on first use, values of other ranks are received.
+func (e *rankEmit) need(i int) error {
+	if e.done[i] {
+		return nil
+	}
+	b := e.b
+	in := b.src.Instrs[i]
+	for _, s := range in.Args {
+		j := b.prod[s]
+		switch {
+		case j < 0:
+			return fmt.Errorf("%w: slot s%d of %s is never written", ErrInternal, s, in.Label)
+		case e.done[j]:
+		case b.rank(j) < 0:
+			if err := e.need(j); err != nil {
+				return err
+			}
+		case b.rank(j) == e.r:
+			return fmt.Errorf("%w: on pipeline rank %d, %s (%s) reads %s before the schedule computes it", ErrInternal, e.r, in.Label, in.Where, b.src.Instrs[j].Label)
+		default:
+			e.recv(j, s)
+		}
+	}
+	in.Act = b.act[i]
+	in.Free = nil
+	e.prog.Instrs = append(e.prog.Instrs, in)
+	e.done[i] = true
+	for _, t := range b.sends[i] {
+		e.prog.Instrs = append(e.prog.Instrs, plan.Instr{Kind: plan.Send, Label: in.Label, DType: in.DType, Shape: in.Shape,
+			Placement: in.Placement, Args: []int{t.Slot}, Out: -1, Tag: t.Tag, Act: b.act[i],
+			Peer: plan.Peer{Axes: []int{b.p.Pipe0Axis()}, Shift: []int{t.To - t.From}}, Pos: in.Pos, Where: in.Where})
+	}
+	return nil
+}
+
+// recv receives slot s, which instruction j computes on another rank.
+func (e *rankEmit) recv(j, s int) {
+	if e.recvd[s] {
+		return
+	}
+	b := e.b
+	t := b.xfer[[3]int{s, b.rank(j), e.r}]
+	src := b.src.Instrs[j]
+	e.prog.Instrs = append(e.prog.Instrs, plan.Instr{Kind: plan.Recv, Label: src.Label, DType: src.DType, Shape: src.Shape,
+		Placement: src.Placement, Out: s, Tag: t.Tag, Act: e.act,
+		Peer: plan.Peer{Axes: []int{b.p.Pipe0Axis()}, Shift: []int{t.From - e.r}}, Pos: src.Pos, Where: src.Where})
+	e.recvd[s] = true
+}
+
+// finish sets the output and carry slots this rank holds (-1: another
+// rank's).
+func (e *rankEmit) finish() {
+	b := e.b
+	held := func(s int) int {
+		if j := b.prod[s]; j >= 0 && e.done[j] && (b.rank(j) == e.r || b.rank(j) < 0 && e.r == 0) {
+			return s
+		}
+		return -1
+	}
+	for _, s := range b.src.OutputSlots {
+		e.prog.OutputSlots = append(e.prog.OutputSlots, held(s))
+	}
+	for _, s := range b.src.CarrySlots {
+		e.prog.CarrySlots = append(e.prog.CarrySlots, held(s))
+	}
+}
+
+// homes records which pipeline coordinate holds each source, output and
+// carried value.
+func (b *pipeBuild) homes(ex *plan.Plan) error {
+	home := func(slot int) int {
+		if j := b.prod[slot]; j >= 0 && b.rank(j) >= 0 {
+			return b.rank(j)
+		}
+		return 0
+	}
+	ex.Sources = slices.Clone(ex.Sources)
+	for i := range ex.Sources {
+		ex.Sources[i].Home = -1
+	}
+	for i, in := range b.src.Instrs {
+		if in.Kind == plan.Source && b.rank(i) >= 0 {
+			ex.Sources[in.Src].Home = b.rank(i)
+		}
+	}
+	ex.Outputs = slices.Clone(ex.Outputs)
+	for k, s := range b.src.OutputSlots {
+		ex.Outputs[k].Home = home(s)
+	}
+	for k, s := range b.src.CarrySlots {
+		src := &ex.Sources[ex.Carry[k]]
+		if h := home(s); src.Home != h {
+			return fmt.Errorf("%w: %s is stored on pipeline rank %d but updated on %d", ErrInternal, src.Name, src.Home, h)
+		}
+	}
+	return nil
+}
+
+// widenPlan puts the pipeline axis back into every placement (B: a stage's
+// ranks hold their values whole along it), group and boxing step.
+func widenPlan(ex *plan.Plan, groups []plan.Group, axis int) {
+	shift := func(a int) int {
+		if a >= axis {
+			return a + 1
+		}
+		return a
+	}
+	for _, g := range groups {
+		axes := make([]int, len(g.Axes))
+		for i, a := range g.Axes {
+			axes[i] = shift(a)
+		}
+		ex.Groups = append(ex.Groups, plan.Group{Axes: axes})
+	}
+	for _, ts := range [][]plan.Tensor{ex.Sources, ex.Outputs} {
+		for i := range ts {
+			ts[i].Placement = widen(ts[i].Placement, axis)
+		}
+	}
+	for _, prog := range ex.Programs {
+		for i := range prog.Instrs {
+			in := &prog.Instrs[i]
+			in.Placement = widen(in.Placement, axis)
+			args := make([]sbp.NdSBP, len(in.ArgPlace))
+			for k, pl := range in.ArgPlace {
+				args[k] = widen(pl, axis)
+			}
+			in.ArgPlace = args
+			if in.Step != nil {
+				st := *in.Step
+				st.Axis, st.From, st.To = shift(st.Axis), widen(st.From, axis), widen(st.To, axis)
+				in.Step = &st
+			}
+		}
+	}
+}
+
+// widen inserts B at axis.
+func widen(nd sbp.NdSBP, axis int) sbp.NdSBP {
+	out := make(sbp.NdSBP, 0, len(nd)+1)
+	out = append(out, nd[:axis]...)
+	out = append(out, sbp.B)
+	return append(out, nd[axis:]...)
+}
+
+// Pipe0Axis is the pipeline axis of the declared mesh (send and receive
+// peers are shifts along it).
+func (p *Plan) Pipe0Axis() int { return p.Graph.Pipeline.Axis }

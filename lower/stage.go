@@ -1,0 +1,299 @@
+package lower
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/ops"
+)
+
+// Stages: which pipeline stage computes each value of a training step.
+//
+// The train block's body is cut into units (statements, iterations of a
+// top-level for loop; the checker records their values). Units go to
+// stages by the block's `stage = N` marks, or by balancing: a min-max
+// dynamic program over contiguous units whose cost is the modelled time
+// of a unit's forward and backward plus, at a cut, the activation sent
+// to the next stage. Every other value follows from those:
+//
+//	param                 the first stage whose forward uses it
+//	in a unit (forward)   the unit's stage
+//	other forward         the latest stage among its arguments
+//	backward              the stage of the forward value it is the backward of
+//	                      (ad records it); else the earliest among its arguments
+//	optimizer step        the stage of its largest argument (ties: the latest):
+//	                      a parameter's update stays with the parameter, a global
+//	                      norm is summed on one stage and sent to the others
+//
+// A value no staged value feeds (inputs, constants, per-step scalars) has
+// stage -1: every pipeline rank that needs it computes it itself.
+
+// modelFLOPS is the cost model's compute rate (an H100-class device in
+// bf16), used with the link model to balance stages.
+const modelFLOPS = 400e12
+
+// stageOf gives every value of g its stage (-1: wherever needed).
+type stageOf struct {
+	g      *ir.Graph
+	pipe   *ir.PipeTrain
+	stages int
+	unit   map[int]int // value ID → unit index (every micro-batch)
+	// UnitStage is each unit's stage; Auto says the cut was balanced.
+	UnitStage []int
+	Auto      bool
+	Stage     map[*ir.Value]int
+}
+
+func assignStages(g *ir.Graph, stages int, unitCost func(u int) (compute, sent float64)) (*stageOf, error) {
+	pipe := g.Train.Pipe
+	s := &stageOf{g: g, pipe: pipe, stages: stages, unit: map[int]int{}, Stage: map[*ir.Value]int{}}
+	for _, units := range pipe.Units {
+		for u, r := range units {
+			for id := r.Start; id < r.End; id++ {
+				s.unit[id] = u
+			}
+		}
+	}
+	if err := s.cutUnits(unitCost); err != nil {
+		return nil, err
+	}
+	params := s.paramStages()
+	first := pipe.Micro[0].Start
+	last := pipe.Micro[len(pipe.Micro)-1].End
+	for _, v := range g.Values {
+		st := -1
+		phase := s.phaseOf(v.ID)
+		switch {
+		case v.Op == "param":
+			if p, ok := params[v]; ok {
+				st = p
+			}
+		case v.IsSource() || len(v.Args) == 0:
+		case phase == 'F' && s.hasUnit(v.ID):
+			st = s.UnitStage[s.unit[v.ID]]
+		case phase == 'B':
+			if f, ok := pipe.BackwardOf[v]; ok && s.Stage[f] >= 0 {
+				st = s.Stage[f]
+			} else {
+				st = s.earliest(v.Args)
+			}
+		case v.ID >= last || (v.ID >= first && phase == 0):
+			st = s.largest(v.Args)
+		default:
+			st = s.latest(v.Args)
+		}
+		s.Stage[v] = st
+	}
+	// an optimizer state lives where its update is computed (its first
+	// reader, whose stage its other arguments decide)
+	for _, v := range g.Values {
+		for _, a := range v.Args {
+			if a.Op == "state" && s.Stage[a] < 0 {
+				s.Stage[a] = s.Stage[v]
+			}
+		}
+	}
+	return s, nil
+}
+
+func (s *stageOf) hasUnit(id int) bool { _, ok := s.unit[id]; return ok }
+
+// phaseOf is 'F' or 'B' for a value of a micro-batch's forward or backward,
+// 0 elsewhere (before the first micro-batch, between them, in the step).
+func (s *stageOf) phaseOf(id int) byte {
+	for _, m := range s.pipe.Micro {
+		switch {
+		case id >= m.Start && id < m.Backward:
+			return 'F'
+		case id >= m.Backward && id < m.End:
+			return 'B'
+		}
+	}
+	return 0
+}
+
+// microOf is the micro-batch a value belongs to, or -1.
+func (s *stageOf) microOf(id int) int {
+	for i, m := range s.pipe.Micro {
+		if id >= m.Start && id < m.End {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *stageOf) latest(args []*ir.Value) int {
+	st := -1
+	for _, a := range args {
+		st = max(st, s.Stage[a])
+	}
+	return st
+}
+
+func (s *stageOf) earliest(args []*ir.Value) int {
+	st := -1
+	for _, a := range args {
+		if t := s.Stage[a]; t >= 0 && (st < 0 || t < st) {
+			st = t
+		}
+	}
+	return st
+}
+
+// largest is the stage of the biggest staged argument (ties: the latest).
+func (s *stageOf) largest(args []*ir.Value) int {
+	st, size := -1, -1
+	for _, a := range args {
+		t := s.Stage[a]
+		if t < 0 {
+			continue
+		}
+		if n := a.Type.Numel(); n > size || n == size && t > st {
+			st, size = t, n
+		}
+	}
+	return st
+}
+
+// paramStages puts each param on the first stage whose forward reads it, directly or through the
+// values the block builds before its first micro-batch (half-precision
+// views, ZeRO-3 gathers).
+func (s *stageOf) paramStages() map[*ir.Value]int {
+	pre := s.pipe.Micro[0].Start
+	out := map[*ir.Value]int{}
+	seen := map[*ir.Value]int{}
+	var visit func(a *ir.Value, st int)
+	visit = func(a *ir.Value, st int) {
+		if a.ID >= pre {
+			return
+		}
+		if old, ok := seen[a]; ok && old <= st {
+			return
+		}
+		seen[a] = st
+		if a.Op == "param" {
+			out[a] = st
+			return
+		}
+		for _, b := range a.Args {
+			visit(b, st)
+		}
+	}
+	for u, r := range s.pipe.Units[0] {
+		for id := r.Start; id < r.End; id++ {
+			for _, a := range s.g.Values[id].Args {
+				visit(a, s.UnitStage[u])
+			}
+		}
+	}
+	return out
+}
+
+// cutUnits gives every unit its stage: from the marks (an unmarked unit
+// follows the one before it), or balanced.
+func (s *stageOf) cutUnits(cost func(u int) (float64, float64)) error {
+	pipe := s.pipe
+	n := len(pipe.UnitStage)
+	marked := false
+	for _, m := range pipe.UnitStage {
+		marked = marked || m >= 0
+	}
+	if !marked {
+		if n < s.stages {
+			return fmt.Errorf("%s: the train block has %d units (statements and loop iterations) for %d pipeline stages; each stage needs one",
+				ir.FormatPos(pipe.Pos), n, s.stages)
+		}
+		s.Auto = true
+		s.UnitStage = balance(n, s.stages, cost)
+		return nil
+	}
+	s.UnitStage = make([]int, n)
+	cur := 0
+	for u, m := range pipe.UnitStage {
+		if m >= 0 {
+			if m < cur {
+				return fmt.Errorf("%s: stage = %d after stage %d: stages run forward in order", ir.FormatPos(pipe.UnitPos[u]), m, cur)
+			}
+			cur = m
+		}
+		s.UnitStage[u] = cur
+	}
+	return nil
+}
+
+// balance cuts n units with the given costs into k contiguous non-empty
+// stages minimising the slowest stage (compute plus the activation sent at
+// its end): best[j][i] is the least max cost of the first i units on j
+// stages.
+func balance(n, k int, cost func(u int) (float64, float64)) []int {
+	comp, sent := make([]float64, n), make([]float64, n)
+	for u := range n {
+		comp[u], sent[u] = cost(u)
+	}
+	prefix := make([]float64, n+1)
+	for u := range n {
+		prefix[u+1] = prefix[u] + comp[u]
+	}
+	stageCost := func(i, j int) float64 { // units [i, j)
+		c := prefix[j] - prefix[i]
+		if j < n {
+			c += sent[j-1]
+		}
+		return c
+	}
+	inf := math.Inf(1)
+	best := make([][]float64, k+1)
+	from := make([][]int, k+1)
+	for j := range best {
+		best[j] = make([]float64, n+1)
+		from[j] = make([]int, n+1)
+		for i := range best[j] {
+			best[j][i] = inf
+		}
+	}
+	best[0][0] = 0
+	for j := 1; j <= k; j++ {
+		for i := j; i <= n; i++ {
+			for m := j - 1; m < i; m++ {
+				if c := max(best[j-1][m], stageCost(m, i)); c < best[j][i] {
+					best[j][i], from[j][i] = c, m
+				}
+			}
+		}
+	}
+	out := make([]int, n)
+	i := n
+	for j := k; j >= 1; j-- {
+		m := from[j][i]
+		for u := m; u < i; u++ {
+			out[u] = j - 1
+		}
+		i = m
+	}
+	return out
+}
+
+// unitCosts models each unit of micro-batch 0: the FLOPs of its forward
+// and of the backward of its values (ad's record), at modelFLOPS, and the
+// seconds to send its last value to the next stage over link.
+func unitCosts(g *ir.Graph, linkTime func(bytes float64) float64) func(u int) (float64, float64) {
+	pipe := g.Train.Pipe
+	back := map[*ir.Value]float64{}
+	for b, f := range pipe.BackwardOf {
+		back[f] += ops.FLOPs(b)
+	}
+	return func(u int) (float64, float64) {
+		r := pipe.Units[0][u]
+		flops := 0.0
+		for id := r.Start; id < r.End; id++ {
+			v := g.Values[id]
+			flops += ops.FLOPs(v) + back[v]
+		}
+		sent := 0.0
+		if r.End > r.Start {
+			sent = linkTime(float64(g.Values[r.End-1].Type.Bytes()))
+		}
+		return flops / modelFLOPS, sent
+	}
+}
