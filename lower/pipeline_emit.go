@@ -42,6 +42,13 @@ func (b *pipeBuild) program(r int) (*plan.Program, error) {
 				return nil, err
 			}
 		}
+		// the action is done: mark it, then send what it made (as a
+		// pipeline schedule's SEND follows its F or B)
+		e.prog.Instrs = append(e.prog.Instrs, plan.Instr{Kind: plan.Mark, Label: key.String(), Act: &key, Out: -1,
+			Placement: sbp.Broadcasts(len(b.src.Instrs[0].Placement))})
+		for _, i := range b.groups[key] {
+			e.sendsOf(i)
+		}
 	}
 	e.act = nil
 	for i := range b.src.Instrs {
@@ -97,12 +104,21 @@ func (e *rankEmit) need(i int) error {
 	in.Free = nil
 	e.prog.Instrs = append(e.prog.Instrs, in)
 	e.done[i] = true
+	if e.act == nil {
+		e.sendsOf(i) // outside the actions: at once
+	}
+	return nil
+}
+
+// sendsOf emits the sends of what instruction i computed.
+func (e *rankEmit) sendsOf(i int) {
+	b := e.b
+	in := b.src.Instrs[i]
 	for _, t := range b.sends[i] {
 		e.prog.Instrs = append(e.prog.Instrs, plan.Instr{Kind: plan.Send, Label: in.Label, DType: in.DType, Shape: in.Shape,
 			Placement: in.Placement, Args: []int{t.Slot}, Out: -1, Tag: t.Tag, Act: b.act[i],
 			Peer: plan.Peer{Axes: []int{b.p.Pipe0Axis()}, Shift: []int{t.To - t.From}}, Pos: in.Pos, Where: in.Where})
 	}
-	return nil
 }
 
 // recv receives slot s, which instruction j computes on another rank.

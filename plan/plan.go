@@ -39,9 +39,10 @@ const (
 	Collective             // a boxing step on a group: all-gather, reduce-scatter, ...
 	Send                   // send a slot to a peer, with a tag
 	Recv                   // receive a tensor from a peer, with a tag
+	Mark                   // a pipeline action (Act) is complete: timelines and the simulated clock
 )
 
-var kindNames = [...]string{"source", "compute", "local", "collective", "send", "recv"}
+var kindNames = [...]string{"source", "compute", "local", "collective", "send", "recv", "mark"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -183,6 +184,8 @@ func (in *Instr) Name() string {
 		return "source " + in.Label
 	case Send, Recv:
 		return fmt.Sprintf("%s(%s) tag %d", in.Kind, in.Label, in.Tag)
+	case Mark:
+		return "end of " + in.Act.String()
 	}
 	return fmt.Sprintf("%s -> %s", in.Kernel.Op, in.Label)
 }

@@ -74,9 +74,9 @@ func (p *Plan) wellFormed(prog *Program) error {
 				return bad("reads slot %d before it is written", a)
 			}
 		}
-		if in.Kind == Send {
+		if in.Kind == Send || in.Kind == Mark {
 			if in.Out != -1 {
-				return bad("a send writes slot %d", in.Out)
+				return bad("a %s writes slot %d", in.Kind, in.Out)
 			}
 		} else {
 			if !slot(in.Out) {
@@ -91,6 +91,9 @@ func (p *Plan) wellFormed(prog *Program) error {
 		}
 	}
 	for _, s := range append(slices.Clone(prog.OutputSlots), prog.CarrySlots...) {
+		if s == -1 && p.Pipe != nil {
+			continue // held by another pipeline rank
+		}
 		if !slot(s) || !written[s] {
 			return fmt.Errorf("an output or carried value is in slot %d, which is never written", s)
 		}
@@ -131,6 +134,10 @@ func (p *Plan) kindFields(in *Instr) error {
 		}
 		if in.Tag < 0 || in.Tag > MaxTag {
 			return fmt.Errorf("tag %d is outside 0..%d", in.Tag, MaxTag)
+		}
+	case Mark:
+		if in.Act == nil || len(in.Args) != 0 || in.Out != -1 {
+			return fmt.Errorf("a mark names its action and reads and writes nothing")
 		}
 	default:
 		return fmt.Errorf("unknown instruction kind %d", in.Kind)

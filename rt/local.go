@@ -16,6 +16,7 @@ type Local struct {
 	plan    *plan.Plan
 	Workers []*Worker
 	stall   func(rank int) bool
+	clock   *SimClock
 }
 
 // NewLocal makes the workers of every rank of p.
@@ -25,7 +26,7 @@ func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	}
 	n := p.Mesh.Size()
 	comms := NewInProc(n)
-	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall}
+	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock}
 	for r := range l.Workers {
 		w, err := NewWorker(ctx, p, r, opts.Backend, comms[r], opts)
 		if err != nil {
@@ -43,6 +44,9 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	n := len(l.Workers)
+	if l.clock != nil {
+		l.clock.reset() // every rank finished the last execution
+	}
 	out := make([]*RankResult, n)
 	errs := make([]error, n)
 	start := time.Now()

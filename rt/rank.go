@@ -24,6 +24,7 @@ type Worker struct {
 	Timeout time.Duration
 	Seed    uint64
 	hook    func(rank, instr int)
+	clock   *SimClock
 	files   *npyCache
 	labels  []eventLabel // per instruction, formatted once
 }
@@ -35,7 +36,7 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{Plan: p, Prog: rp, Backend: be, Comm: c, Timeout: opts.Timeout, Seed: opts.Seed, hook: opts.Hook, files: opts.files}
+	w := &Worker{Plan: p, Prog: rp, Backend: be, Comm: c, Timeout: opts.Timeout, Seed: opts.Seed, hook: opts.Hook, clock: opts.Clock, files: opts.files}
 	if w.Timeout == 0 {
 		w.Timeout = 60 * time.Second
 	}
@@ -68,6 +69,17 @@ type RankResult struct {
 	Stats   DeviceStats
 }
 
+// PipeStats is a pipelined rank's record of one execution.
+type PipeStats struct {
+	Actions []ActionSpan
+	// PeakLive, PeakBytes and PeakKept are, per stage this rank holds,
+	// the most micro-batches whose activations were alive at once, the
+	// most activation bytes, and the most kept between actions.
+	PeakLive  map[int]int
+	PeakBytes map[int]int64
+	PeakKept  map[int]int64
+}
+
 // execution is one run of a worker's program: its slots and accounting.
 type execution struct {
 	w      *Worker
@@ -80,6 +92,16 @@ type execution struct {
 	cur    int64
 	peak   int64
 	events []Event
+	clk    *clockState // nil: wall time
+	pipe   *pipeStats  // nil: not a pipelined plan
+}
+
+// now is the execution's time: simulated, or since start.
+func (x *execution) now() time.Duration {
+	if x.clk != nil {
+		return x.clk.now
+	}
+	return time.Since(x.start)
 }
 
 // Run executes the program once. start is the run's common time origin
@@ -87,13 +109,19 @@ type execution struct {
 func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResult, error) {
 	prog := w.Prog.Prog
 	x := &execution{w: w, feed: feed, start: start, slots: make([]Buffer, prog.NumSlots()), refs: map[Buffer]int{}}
+	if w.clock != nil {
+		x.clk = newClockState(w.clock, w.Prog.Rank)
+	}
+	if w.Plan.Pipe != nil {
+		x.pipe = newPipeStats()
+	}
 	sent0 := w.Comm.BytesSent()
 	for i := range prog.Instrs {
 		in, b := &prog.Instrs[i], &w.Prog.Instrs[i]
 		if w.hook != nil {
 			w.hook(w.Prog.Rank, i)
 		}
-		t0 := time.Since(start)
+		t0 := x.now()
 		before := w.Comm.BytesSent()
 		out, err := x.exec(ctx, in, b)
 		if err == nil && out != nil && !slices.Equal(out.Dims(), b.Out.Len) {
@@ -102,12 +130,19 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		if err != nil {
 			return nil, w.fault(in, b, err)
 		}
-		x.events = append(x.events, w.labels[i].event(t0, time.Since(start)-t0, w.Comm.BytesSent()-before))
+		t1 := x.now()
+		x.events = append(x.events, w.labels[i].event(t0, t1-t0, w.Comm.BytesSent()-before))
+		if x.pipe != nil {
+			x.pipe.step(in, t0, t1)
+		}
 		if in.Out >= 0 {
 			x.slots[in.Out] = out
 			x.refs[out]++
 			x.cur += out.Bytes()
 			x.peak = max(x.peak, x.cur)
+			if x.pipe != nil {
+				x.pipe.made(in, out)
+			}
 		}
 		for _, s := range in.Free {
 			x.release(s)
@@ -126,6 +161,9 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	}
 	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
 		BytesSent: w.Comm.BytesSent() - sent0}}
+	if x.pipe != nil {
+		res.Stats.Pipe = &PipeStats{Actions: x.pipe.spans, PeakLive: x.pipe.PeakLive, PeakBytes: x.pipe.PeakBytes, PeakKept: x.pipe.PeakKept}
+	}
 	held := func(s int) Buffer { // -1: another pipeline rank holds it
 		if s < 0 {
 			return nil
@@ -147,6 +185,9 @@ func (x *execution) release(s int) {
 	b := x.slots[s]
 	x.slots[s] = nil
 	x.cur -= b.Bytes()
+	if x.pipe != nil {
+		x.pipe.released(b)
+	}
 	x.drop(b)
 }
 
@@ -228,12 +269,26 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	case plan.Local:
 		return localStep(w.Backend, in, b, args[0])
 	}
+	if in.Kind == plan.Mark {
+		if x.clk != nil {
+			x.clk.mark(*in.Act)
+		}
+		return nil, nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
 	switch in.Kind {
 	case plan.Collective:
-		out, err = collectiveStep(cctx, w.Groups[in.Group], in, b, args[0])
+		if x.clk != nil {
+			x.clk.arrive(in.Group, b.Members)
+		}
+		if out, err = collectiveStep(cctx, w.Groups[in.Group], in, b, args[0]); err == nil && x.clk != nil {
+			err = x.clk.leave(cctx, in.Group, b.Members)
+		}
 	case plan.Send:
+		if x.clk != nil {
+			x.clk.send(b.Peer, in.Tag)
+		}
 		// the communicator may read the buffer until Flush: hold it
 		if err = w.Comm.Send(cctx, b.Peer, in.Tag, args[0]); err == nil {
 			x.refs[args[0]]++
@@ -241,6 +296,9 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 		}
 	case plan.Recv:
 		out, err = w.Comm.Recv(cctx, b.Peer, in.Tag, in.DType, b.Out.Len)
+		if err == nil && x.clk != nil {
+			err = x.clk.recv(cctx, b.Peer, in.Tag, out.Bytes())
+		}
 	}
 	return out, err
 }

@@ -44,6 +44,9 @@ type Options struct {
 	stall func(dev int) bool
 	// files shares loaded .npy files between runs (the trainer's steps).
 	files *npyCache
+	// Clock, if set, replaces wall time with a simulated clock (the
+	// in-process launcher only): see SimClock.
+	Clock *SimClock
 }
 
 // Event is one entry of a device's timeline.
@@ -66,6 +69,8 @@ type DeviceStats struct {
 	// states the device keeps from one step to the next.
 	Held   int64
 	Events []Event
+	// Pipe is, on a pipelined plan, the rank's actions and activations.
+	Pipe *PipeStats
 }
 
 // Result is a finished run.
