@@ -163,7 +163,10 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 	start := len(c.g.Values)
 	for _, name := range c.globalsInOrder() {
 		if x, ok := inputs[name]; ok {
-			mb := train.MicroBatch(builder{c}, x, micro, k, tb.Pos)
+			mb := x
+			if !constantInput(x) { // a mask or a constant is the same for every micro-batch
+				mb = train.MicroBatch(builder{c}, x, micro, k, tb.Pos)
+			}
 			if tr.Precision != "" && mb.Type.DType.IsFloat() {
 				mb = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(mb), ops.Str(tr.Precision))
 			}
@@ -266,4 +269,14 @@ func (c *Checker) trainBody(tb *TrainBlock, report bool, units *unitRecorder) (*
 		return nil, false
 	}
 	return lossOp.v, true
+}
+
+// constantInput reports an input whose value is a constant of its shape
+// (zeros, ones, a causal mask) rather than data.
+func constantInput(x *Value) bool {
+	if x.Op != "input" || x.Attrs.Init == nil {
+		return false
+	}
+	k := x.Attrs.Init.Kind
+	return k == "zeros" || k == "ones" || k == "causal"
 }

@@ -37,7 +37,7 @@ func (c *Checker) trainInputs(tb *TrainBlock, tr *Train) map[string]*Value {
 			x = c.add(&Value{Op: "input", Type: Type{DType: v.Type.DType, Shape: shape}, Name: name + ".batch", Pos: v.Pos, Declared: v.Declared, Attrs: Attrs{Init: &Init{Kind: "fed"}}})
 			tr.Batches = append(tr.Batches, BatchInput{Source: x, Dataset: v})
 		}
-		if tr.Accumulate > 1 && x == v && (v.Attrs.Init.Kind == "zeros" || v.Attrs.Init.Kind == "ones" || v.Attrs.Init.Kind == "causal") {
+		if tr.Accumulate > 1 && x == v && constantInput(v) {
 			out[name] = x // a constant input is the same for every micro-batch
 			continue
 		}
