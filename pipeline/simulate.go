@@ -38,8 +38,8 @@ func (c Cost) Of(a Action) float64 {
 }
 
 // Transfer is the time between a tensor leaving its producer and being
-// usable on another rank; a is the SEND, or the producing compute action
-// in a schedule without communication actions.
+// usable on another rank; a is the SEND that carries it (whether or not
+// the schedule spells its SENDs out).
 func (c Cost) Transfer(a Action) float64 {
 	if c.Fn != nil {
 		return c.Fn(a)
@@ -155,11 +155,25 @@ func (sim *simulator) ready(a Action) (float64, bool) {
 			return 0, false
 		}
 		if d.transfer {
-			end += sim.c.Transfer(Compute(d.key.stage, d.key.kind, d.key.micro))
+			end += sim.c.Transfer(sendOf(d.key))
 		}
 		t = max(t, end)
 	}
 	return t, true
+}
+
+// sendOf is the SEND that carries the tensor produced by k across ranks,
+// explicit in the schedule or not, so that Cost.Transfer is asked the same
+// question either way.
+func sendOf(k key) Action {
+	kind := k.kind
+	switch kind {
+	case F:
+		kind = SendF
+	case grad:
+		kind = SendB
+	}
+	return Compute(k.stage, kind, k.micro)
 }
 
 // deps lists the inputs of a (see the package comment).

@@ -170,20 +170,19 @@ func (s *Schedule) Grid(markRank, markStep int) string {
 		lo, hi = max(0, markStep-gridWindow), min(steps, markStep+gridWindow+1)
 	}
 	var b strings.Builder
-	b.WriteString("         ")
-	for r := range s.Actions {
-		fmt.Fprintf(&b, " %-*s", width, fmt.Sprintf("rank %d", r))
+	row := func(head string, cellOf func(r int) string) {
+		line := head
+		for r := range s.Actions {
+			line += fmt.Sprintf(" %-*s", width, cellOf(r))
+		}
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
 	}
-	b.WriteByte('\n')
+	row("         ", func(r int) string { return fmt.Sprintf("rank %d", r) })
 	if lo > 0 {
 		b.WriteString("...\n")
 	}
 	for step := lo; step < hi; step++ {
-		fmt.Fprintf(&b, "step %-4d", step)
-		for r := range s.Actions {
-			fmt.Fprintf(&b, " %-*s", width, cell(r, step))
-		}
-		b.WriteString("\n")
+		row(fmt.Sprintf("step %-4d", step), func(r int) string { return cell(r, step) })
 	}
 	if hi < steps {
 		b.WriteString("...\n")
