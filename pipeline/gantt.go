@@ -118,17 +118,16 @@ func autoWidth(evs []Event, ranks int, span float64) int {
 	return max(10, min(240, int(math.Ceil(float64(longest+1)*span/shortest))))
 }
 
-// writeAxis draws tick marks at a round time step at least eight columns
-// apart, and the times under them.
+// writeAxis draws tick marks at multiples of a round time step at least
+// eight columns apart, and the times under them.
 func writeAxis(out *strings.Builder, prefix, width int, start, span float64) {
 	step := niceStep(span * 8 / float64(width))
 	ticks := []byte(strings.Repeat("-", width+1))
 	labels := []byte(strings.Repeat(" ", width+12))
-	for t := 0.0; t <= span*(1+1e-9); t += step {
-		c := int(math.Round(t / span * float64(width)))
+	for t := math.Ceil(start/step) * step; t <= start+span*(1+1e-9); t += step {
+		c := min(width, int(math.Round((t-start)/span*float64(width))))
 		ticks[c] = '+'
-		text := fmt.Sprintf("%g", roundTo(start+t, step))
-		copy(labels[c:], text)
+		copy(labels[c:], fmt.Sprintf("%g", roundTo(t, step)))
 	}
 	fmt.Fprintf(out, "%*s%s\n", prefix, "", ticks)
 	fmt.Fprintf(out, "%*s%s\n", prefix, "", strings.TrimRight(string(labels), " "))
