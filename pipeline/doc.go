@@ -71,13 +71,13 @@
 //
 // WithComm inserts SEND/RECV actions between consecutive stages that live
 // on different ranks (adjacent stages on one rank pass tensors in memory).
-// It first runs the compute actions in lock-step rounds, each rank taking
-// its next action when what it needs was produced in an earlier round, and
-// reports a "malformed compute schedule" when a round makes no progress. A
-// SEND is placed right after the action that produces the tensor and the
-// matching RECV right before the action that consumes it. PyTorch places
-// the RECV at the round in which the sender sent; placing it at the
-// consumer makes a blocking receive wait only when the data is needed.
+// A SEND is placed right after the action that produces the tensor and the
+// matching RECV right before the action that consumes it. PyTorch instead
+// puts the RECV into the receiver's list at the round in which the sender
+// sends; placing it at the consumer makes a blocking receive wait only when
+// the data is needed, and with buffered sends it cannot add a deadlock. A
+// compute schedule that deadlocks by itself is refused as a "malformed
+// compute schedule", with the simulator's account of who waits for what.
 //
 // # Simulation
 //

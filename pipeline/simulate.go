@@ -266,7 +266,9 @@ func (sim *simulator) describe(k key) string {
 		return fmt.Sprintf("%s or %s on rank %d", Compute(k.stage, I, k.micro), Compute(k.stage, B, k.micro), r)
 	}
 	if k.kind == RecvF || k.kind == RecvB {
-		return fmt.Sprintf("%s on rank %d, which its schedule lacks", Compute(k.stage, k.kind, k.micro), r)
+		// A compute action waits for its own rank's RECV, which must
+		// come before it in the list.
+		return fmt.Sprintf("%s, which must come before it on rank %d", Compute(k.stage, k.kind, k.micro), r)
 	}
 	return fmt.Sprintf("%s on rank %d", Compute(k.stage, k.kind, k.micro), r)
 }
