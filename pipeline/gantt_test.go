@@ -53,16 +53,17 @@ func TestGanttByHand(t *testing.T) {
 // show only their kind; the axis has round ticks.
 func TestGanttLabels(t *testing.T) {
 	evs := []Event{
-		{Rank: 0, Stage: 0, Micro: 0, Kind: F, Start: 0, End: 2},
-		{Rank: 0, Stage: 2, Micro: 0, Kind: F, Start: 2, End: 4},
+		{Rank: 0, Stage: 0, Micro: 0, Kind: F, Start: 0, End: 1.5},
+		{Rank: 0, Stage: 2, Micro: 0, Kind: F, Start: 1.5, End: 4},
 		{Rank: 1, Stage: 1, Micro: 0, Kind: W, Start: 0, End: 4},
 		{Rank: 1, Stage: 1, Micro: 0, Kind: I, Start: 4, End: 4.5},
 		{Rank: 1, Stage: 1, Micro: 1, Kind: I, Start: 4.5, End: 20},
 	}
 	// Two columns per time unit; ticks every 5 (at least 8 columns apart).
+	// A three-column event keeps its last column blank: "0F", not "0F0".
 	g := Gantt(evs, 2, 40)
 	rows := strings.Split(g, "\n")
-	if want := "rank 0 |0F0 2F0 " + strings.Repeat(".", 32) + "|"; rows[0] != want {
+	if want := "rank 0 |0F 2F0  " + strings.Repeat(".", 32) + "|"; rows[0] != want {
 		t.Errorf("rank 0 row\n%q, want\n%q", rows[0], want)
 	}
 	if want := "rank 1 |W0      II1" + strings.Repeat(" ", 29) + "|"; rows[1] != want {

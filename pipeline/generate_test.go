@@ -118,11 +118,28 @@ rank 3: 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3`},
 		{"interleaved", 2, 2, 2, `
 rank 0: 0F0 0F1 2F0 2F1 2B0 2B1 0B0 0B1
 rank 1: 1F0 1F1 3F0 3B0 3F1 3B1 1B0 1B1`},
+		// K = M = 4, v = 2 (one round of four): rank r warms up with
+		// (v−1)·4 + 2(K−1−r) forwards, capped at v·M = 8, so ranks 0 and
+		// 1 run every forward first; chunk by chunk, backwards from the
+		// last chunk.
+		{"interleaved", 4, 4, 2, `
+rank 0: 0F0 0F1 0F2 0F3 4F0 4F1 4F2 4F3 4B0 4B1 4B2 4B3 0B0 0B1 0B2 0B3
+rank 1: 1F0 1F1 1F2 1F3 5F0 5F1 5F2 5F3 5B0 5B1 5B2 5B3 1B0 1B1 1B2 1B3
+rank 2: 2F0 2F1 2F2 2F3 6F0 6F1 6F2 6B0 6F3 6B1 6B2 6B3 2B0 2B1 2B2 2B3
+rank 3: 3F0 3F1 3F2 3F3 7F0 7B0 7F1 7B1 7F2 7B2 7F3 7B3 3B0 3B1 3B2 3B3`},
 		// ZB-H1: 1F1B's order with B split; the last rank defers its
 		// first W so that its I reaches rank 0 sooner.
 		{"zb1p", 2, 2, 0, `
 rank 0: 0F0 0F1 0I0 0W0 0I1 0W1
 rank 1: 1F0 1I0 1F1 1I1 1W0 1W1`},
+		// ZB-V, K = 2, M = 3 (= 2K−1, so nothing is dropped). Rank 0
+		// holds stages 0 and 3: three forwards down the V, then two
+		// (F I W) of stage 3 while the V turns, one steady round, and the
+		// cool-down (I W) of stage 0. Rank 1 holds stages 1 and 2 at the
+		// bottom of the V, where forwards alternate between its stages.
+		{"zbv", 2, 3, 0, `
+rank 0: 0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0I0 0W0 3F2 3I2 3W2 0I1 0W1 0I2 0W2
+rank 1: 1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1I1 2I2 1I2 1W1 2W2 1W2`},
 		// ZB-V on one rank: both halves of the V, stage 1's (F I W) as
 		// soon as stage 0's forward is done.
 		{"zbv", 1, 2, 0, `

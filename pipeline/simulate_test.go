@@ -246,6 +246,23 @@ rank 1: 1F1 1B1 1F0 1B0`)
 	}
 }
 
+// A compute action whose RECV is missing waits for ever, and its peer with
+// it.
+func TestSimulateMissingReceive(t *testing.T) {
+	s, err := ParseSchedule(`
+schedule no-recv ranks=2 stages=2 micro=1 stage-rank=0,1
+rank 0: 0F0 0SEND_F0 0RECV_B0 0B0
+rank 1: 1F0 1B0 1SEND_B0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Simulate(s, Cost{F: 1, B: 1})
+	assertDeadlock(t, err, []Wait{
+		{Rank: 0, At: Action{Stage: 0, Kind: RecvB, Micro: 0, Peer: 1}, For: "1SEND_B0 on rank 1"},
+		{Rank: 1, At: Compute(1, F, 0), For: "1RECV_F0, which must come before it on rank 1"},
+	})
+}
+
 func assertDeadlock(t *testing.T, err error, want []Wait) {
 	t.Helper()
 	var de *DeadlockError
