@@ -30,6 +30,34 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
+// ParseKind reads a kind's name as String writes it ("F", "SEND_B").
+func ParseKind(name string) (Kind, error) {
+	for k, n := range kindNames {
+		if n == name {
+			return Kind(k), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown action kind %q (want F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)", name)
+}
+
+// MarshalText writes the kind's name, so that events read well as JSON.
+func (k Kind) MarshalText() ([]byte, error) {
+	if int(k) >= len(kindNames) {
+		return nil, fmt.Errorf("no name for %v", k)
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText reads a kind's name.
+func (k *Kind) UnmarshalText(b []byte) error {
+	kind, err := ParseKind(string(b))
+	if err != nil {
+		return err
+	}
+	*k = kind
+	return nil
+}
+
 // IsCompute reports whether k is F, I, W or B.
 func (k Kind) IsCompute() bool { return k <= B }
 
@@ -77,11 +105,9 @@ func ParseAction(s string) (Action, error) {
 	if err1 != nil || err2 != nil {
 		return Action{}, fmt.Errorf("action %q: number out of range", s)
 	}
-	name := strings.ToUpper(s[i:j])
-	for k, n := range kindNames {
-		if n == name {
-			return Action{Stage: stage, Micro: micro, Kind: Kind(k), Peer: -1}, nil
-		}
+	kind, err := ParseKind(strings.ToUpper(s[i:j]))
+	if err != nil {
+		return Action{}, fmt.Errorf("action %q: %v", s, err)
 	}
-	return Action{}, fmt.Errorf("action %q: unknown kind %q (want F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)", s, s[i:j])
+	return Action{Stage: stage, Micro: micro, Kind: kind, Peer: -1}, nil
 }

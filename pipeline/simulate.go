@@ -50,9 +50,12 @@ func (c Cost) Transfer(a Action) float64 {
 // Event is one action as it ran: on which rank, when. The runtime builds
 // the same records from its clock, so the analyses below serve both.
 type Event struct {
-	Rank, Stage, Micro int
-	Kind               Kind
-	Start, End         float64
+	Rank  int     `json:"rank"`
+	Stage int     `json:"stage"`
+	Micro int     `json:"micro"`
+	Kind  Kind    `json:"kind"` // written as its name: "F", "SEND_B"
+	Start float64 `json:"start"`
+	End   float64 `json:"end"`
 }
 
 // Action returns the event's action (without peer).
