@@ -14,7 +14,15 @@
 // activations from stage s to s+1 and SEND_B/RECV_B carry gradients from
 // stage s back to s−1; a SEND is labelled with the sending stage and a RECV
 // with the receiving stage. The text form is PyTorch's: "1F3", "2B0", "0W1",
-// "1I2", "1SEND_F3", "2RECV_B0".
+// "1I2", "1SEND_F3", "2RECV_B0". The last stage's F includes the loss, so
+// its backward needs nothing from another stage.
+//
+// Three data-parallel hooks concern a stage's parameters rather than a
+// micro-batch and are written without one: UNSHARD gathers ZeRO-3 sharded
+// parameters, RESHARD frees them, REDUCE_GRAD reduces the accumulated
+// gradients across the data-parallel group ("0UNSHARD", "1REDUCE_GRAD").
+// WithUnshardReshard and WithReduceGrad place them; they are not pipeline
+// work and do not count in bubbles.
 //
 // A Schedule has K ranks, S stages (S = K·v) and M micro-batches;
 // StageRank maps each stage to the one rank that holds it. Its String form
@@ -64,7 +72,10 @@
 // has either one B or one I and one W (so #B + #I = M and #I = #W); each I or
 // B comes after its F and each W after its I in the rank's order. A failure
 // is a *ScheduleError whose text draws the step × rank grid with the bad
-// cell in brackets. Validate says nothing about deadlocks between ranks:
+// cell in brackets. For the hooks: a stage with an UNSHARD starts sharded,
+// computes only between an UNSHARD and the next RESHARD, and the two
+// alternate; REDUCE_GRAD runs at most once, after the weight gradients of
+// all M micro-batches. Validate says nothing about deadlocks between ranks:
 // that is the simulator's job.
 //
 // # Communication
@@ -85,8 +96,9 @@
 // one action at a time. An action starts when the rank is free and its
 // inputs are ready: an F needs the previous stage's F of that micro-batch,
 // an I or B needs its own F and the next stage's I or B, a W needs its I.
-// In a schedule without communication actions a tensor crossing ranks is
-// ready Cost.Comm after its producer ends. In a schedule with them, SEND is
+// A hook has no inputs and takes Cost.Collective. In a schedule without
+// communication actions a tensor crossing ranks is ready Cost.Comm after
+// its producer ends. In a schedule with them, SEND is
 // buffered (it takes no time and never blocks), and RECV blocks until the
 // matching SEND has run plus Cost.Comm; the compute action then depends on
 // its local RECV. Start times depend only on the rank's previous action and

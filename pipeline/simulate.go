@@ -7,18 +7,20 @@ import (
 )
 
 // Cost gives the duration of each kind of action. B defaults to I+W when
-// zero. Comm is the time a tensor takes from one rank to another. Fn, when
-// set, overrides everything: it is asked for every action (communication
-// included, whose result is the transfer time added at the receiver).
+// zero. Comm is the time a tensor takes from one rank to another;
+// Collective the time a rank spends in a data-parallel hook (UNSHARD,
+// RESHARD, REDUCE_GRAD). Fn, when set, overrides everything: it is asked
+// for every compute action and hook, and for every SEND (the transfer time
+// of the tensor it carries).
 type Cost struct {
-	F, I, W, B, Comm float64
-	Fn               func(Action) float64
+	F, I, W, B, Comm, Collective float64
+	Fn                           func(Action) float64
 }
 
-// Of is the time a rank is busy with compute action a; sends and receives
-// take no time of their own (see Transfer).
+// Of is the time a rank is busy with action a; sends and receives take no
+// time of their own (see Transfer).
 func (c Cost) Of(a Action) float64 {
-	if c.Fn != nil && a.Kind.IsCompute() {
+	if c.Fn != nil && !a.Kind.IsComm() {
 		return c.Fn(a)
 	}
 	switch a.Kind {
@@ -33,6 +35,8 @@ func (c Cost) Of(a Action) float64 {
 			return c.I + c.W
 		}
 		return c.B
+	case Unshard, Reshard, ReduceGrad:
+		return c.Collective
 	}
 	return 0
 }
