@@ -113,12 +113,22 @@
 //
 //	bubble = (K·T − Σ busy) / (K·T)
 //
-// where T is the makespan (first start to last end over all ranks) and busy
-// is the union of a rank's compute (F, I, W, B) intervals; waiting in RECV
-// counts as idle. This is the "bubble/total" convention, under which equal
-// F and B times give (K−1)/(M+K−1) for GPipe and 1F1B (the Megatron paper's
-// "bubble/ideal" ratio (K−1)/M is the same idle time divided by the busy
-// time instead of the total).
+// where T is the makespan (the first compute action's start to the last
+// one's end, over all ranks) and busy is the union of a rank's compute (F,
+// I, W, B) intervals; waiting in RECV and time in hooks count as idle. This
+// is the "bubble/total" convention. The Megatron paper's "bubble/ideal"
+// ratio divides the same idle time by the busy time instead:
+// bubble/total = x/(1+x) for bubble/ideal x.
+//
+// With unit costs the tests establish, in this convention:
+//
+//   - GPipe and 1F1B, F = B: (K−1)/(M+K−1); naive: (K−1)/K.
+//   - interleaved, F = B per chunk (a chunk being 1/v of a stage):
+//     (K−1)/(vM+K−1) for M ≥ K; more when M < K.
+//   - zb1p, F = I = W: (K−1)/(3M+K−1) for M ≥ K, exactly a third of
+//     1F1B's idle time (its B = I+W); the fraction's ratio to 1F1B's,
+//     (M+K−1)/(3M+K−1), approaches 1/3 as M grows.
+//   - zbv, F = I = W per chunk, M ≥ 2K: at most (K−1)/(6M+K−1), under 1/13.
 //
 // PeakInFlight counts, per stage, the micro-batches whose forward has run
 // and whose input-gradient backward (I, or the full B) has not. I frees the

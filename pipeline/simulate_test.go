@@ -210,6 +210,32 @@ func TestPeakInFlight(t *testing.T) {
 	}
 }
 
+// ZB-V's memory is about 1F1B's: rank r's first stage holds at most its
+// 2(K−r)−1 warm-up forwards, r more from the V's turn and the one in the
+// steady step, 2K−r; its second stage at most r+1. Each chunk is half a
+// stage, so a rank holds at most K + ½ stages' activations, against 1F1B's
+// K on rank 0.
+func TestPeakInFlightZBV(t *testing.T) {
+	for _, k := range sweepRanks {
+		for _, m := range sweepMicro {
+			s, err := Generate("zbv", k, m, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			peaks := PeakInFlight(s)
+			for r := range k {
+				first, second := peaks[r], peaks[2*k-1-r]
+				wantFirst, wantSecond := min(m, 2*k-r), min(m, r+1)
+				// With M ≥ 2K every phase is full and the bounds are reached.
+				reached := m < 2*k || (first == wantFirst && second == wantSecond)
+				if first > wantFirst || second > wantSecond || !reached {
+					t.Errorf("zbv K=%d M=%d rank %d: peaks %d and %d, want ≤ %d and ≤ %d (equal for M ≥ 2K)", k, m, r, first, second, wantFirst, wantSecond)
+				}
+			}
+		}
+	}
+}
+
 // Two ranks that both start by receiving wait for each other for ever.
 func TestSimulateDeadlockReceivesFirst(t *testing.T) {
 	s, err := ParseSchedule(`
