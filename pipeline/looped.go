@@ -6,7 +6,7 @@ package pipeline
 type loopedPlan struct {
 	ranks, v, micro int
 	perRound        int  // micro-batches a local stage takes before the next one's turn
-	rank            int  //
+	rank            int  // the rank laid out
 	warmup          int  // forwards before the first backward
 	split           bool // backward as I then W (zero bubble) instead of B
 	wDelay          int  // steady steps before W's start following their I's
