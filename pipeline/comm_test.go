@@ -31,6 +31,25 @@ func TestWithCommGolden(t *testing.T) {
 	if p := got.Actions[0][4].Peer; p != 1 {
 		t.Errorf("0RECV_B0 peer %d, want 1", p)
 	}
+	// Receives are waits: with transfer 0.5 and F = B = 1, rank 1 sits in
+	// 1RECV_F0 from 0 until 0F0's activation arrives at 1.5, runs 1F0
+	// [1.5,2.5] and 1B0 [2.5,3.5]; rank 0 sits in 0RECV_B0 from 2 (after
+	// 0F1) until 1B0's gradient arrives at 4.
+	evs, err := Simulate(got, Cost{F: 1, B: 1, Comm: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvs := map[string][2]float64{}
+	for _, e := range evs {
+		if e.Kind == RecvF || e.Kind == RecvB {
+			recvs[e.Action().String()] = [2]float64{e.Start, e.End}
+		}
+	}
+	for name, want := range map[string][2]float64{"1RECV_F0": {0, 1.5}, "0RECV_B0": {2, 4}} {
+		if recvs[name] != want {
+			t.Errorf("%s over %v, want %v", name, recvs[name], want)
+		}
+	}
 	again, err := got.WithComm()
 	if err != nil {
 		t.Fatal(err)

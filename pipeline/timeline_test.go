@@ -26,6 +26,10 @@ func TestBubbleByHand(t *testing.T) {
 	if got := Bubble(evs, 2); math.Abs(got-1.0/3) > 1e-15 {
 		t.Errorf("bubble %g, want 1/3", got)
 	}
+	nested := []Event{{Rank: 0, Kind: F, Start: 0, End: 3}, {Rank: 0, Kind: W, Start: 1, End: 2}, {Rank: 0, Kind: B, Start: 4, End: 5}}
+	if got := Busy(nested, 1); got[0] != 4 {
+		t.Errorf("busy of [0,3] ∪ [1,2] ∪ [4,5] = %g, want 4", got[0])
+	}
 	if got := Bubble(nil, 2); got != 0 {
 		t.Errorf("bubble of nothing %g, want 0", got)
 	}
