@@ -70,7 +70,9 @@
 // stage and micro-batch in range and runs on the rank that holds its stage;
 // per stage there is exactly one F for every micro-batch; every micro-batch
 // has either one B or one I and one W (so #B + #I = M and #I = #W); each I or
-// B comes after its F and each W after its I in the rank's order. A failure
+// B comes after its F and each W after its I in the rank's order; a SEND or
+// RECV runs on its stage's rank and crosses to an existing stage on another
+// rank. A failure
 // is a *ScheduleError whose text draws the step × rank grid with the bad
 // cell in brackets. For the hooks: a stage with an UNSHARD starts sharded,
 // computes only between an UNSHARD and the next RESHARD, and the two

@@ -32,8 +32,8 @@ type stageState struct {
 }
 
 // Validate checks the compute actions and data-parallel hooks of s (see
-// the package comment for the rules). Communication actions are checked
-// only for range.
+// the package comment for the rules). Of the communication actions it
+// checks only that they cross a stage boundary between two ranks.
 func (s *Schedule) Validate() error {
 	if err := s.checkShape(); err != nil {
 		return err
@@ -88,11 +88,11 @@ func (s *Schedule) checkAction(r int, a Action, states []stageState) string {
 	if !a.Kind.IsHook() && (a.Micro < 0 || a.Micro >= s.Micro) {
 		return fmt.Sprintf("%s: micro-batch %d outside 0..%d", a, a.Micro, s.Micro-1)
 	}
-	if a.Kind.IsComm() {
-		return ""
-	}
 	if owner := s.StageRank[a.Stage]; owner != r {
 		return fmt.Sprintf("%s runs on rank %d, but stage %d is on rank %d: a stage must live on one rank", a, r, a.Stage, owner)
+	}
+	if a.Kind.IsComm() {
+		return s.checkComm(a)
 	}
 	st := &states[a.Stage]
 	if a.Kind.IsHook() {
@@ -106,6 +106,18 @@ func (s *Schedule) checkAction(r int, a Action, states []stageState) string {
 		st.weights++
 	}
 	return problem
+}
+
+// checkComm checks that a SEND or RECV crosses an existing stage boundary
+// between two ranks. Whether it is matched and well placed is the
+// simulator's question.
+func (s *Schedule) checkComm(a Action) string {
+	if p := s.peerOf(a); p < 0 {
+		return fmt.Sprintf("%s talks to a stage that does not exist", a)
+	} else if p == s.StageRank[a.Stage] {
+		return fmt.Sprintf("%s between stages on the same rank %d, which share memory", a, p)
+	}
+	return ""
 }
 
 // checkCompute applies the ordering rules of one micro-batch of a stage.

@@ -50,6 +50,17 @@ rank 1: 1F0 1F1 0F1 1B0 1B1`, 1, 2, "[0F1]", "a stage must live on one rank"},
 		{"second forward", `
 schedule x ranks=1 stages=1 micro=1 stage-rank=0
 rank 0: 0F0 0F0 0B0`, 0, 1, "[0F0]", "second forward 0F0"},
+		{"receive from before the first stage", `
+schedule x ranks=2 stages=2 micro=1 stage-rank=0,1
+rank 0: 0RECV_F0 0F0 0B0
+rank 1: 1F0 1B0`, 0, 0, "[0RECV_F0]", "talks to a stage that does not exist"},
+		{"send between stages of one rank", `
+schedule x ranks=1 stages=2 micro=1 stage-rank=0,0
+rank 0: 0F0 0SEND_F0 1F0 1B0 0B0`, 0, 1, "[0SEND_F0]", "same rank 0"},
+		{"send from another rank's stage", `
+schedule x ranks=2 stages=2 micro=1 stage-rank=0,1
+rank 0: 0F0 0B0
+rank 1: 0SEND_F0 1F0 1B0`, 1, 0, "[0SEND_F0]", "stage 0 is on rank 0"},
 		{"micro-batch out of range", `
 schedule x ranks=1 stages=1 micro=1 stage-rank=0
 rank 0: 0F0 0B0 0F1`, 0, 2, "[0F1]", "micro-batch 1 outside 0..0"},
