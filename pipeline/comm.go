@@ -6,11 +6,11 @@ import "fmt"
 // consecutive stages on different ranks: each SEND right after the action
 // that produces the tensor, each RECV right before the action that
 // consumes it. Existing communication actions are dropped and placed
-// afresh. A compute schedule that cannot run to the end (some ranks wait
+// afresh; data-parallel hooks stay where they are. A compute schedule that cannot run to the end (some ranks wait
 // on each other for ever) is refused as malformed: no placement of
 // blocking receives could make it run.
 func (s *Schedule) WithComm() (*Schedule, error) {
-	base := s.ComputeOnly()
+	base := s.withoutComm()
 	if _, err := Simulate(base, Cost{F: 1, I: 1, W: 1, B: 1}); err != nil {
 		return nil, fmt.Errorf("malformed compute schedule, cannot place sends and receives: %w", err)
 	}

@@ -14,7 +14,15 @@
 // activations from stage s to s+1 and SEND_B/RECV_B carry gradients from
 // stage s back to s−1; a SEND is labelled with the sending stage and a RECV
 // with the receiving stage. The text form is PyTorch's: "1F3", "2B0", "0W1",
-// "1I2", "1SEND_F3", "2RECV_B0".
+// "1I2", "1SEND_F3", "2RECV_B0". The last stage's F includes the loss, so
+// its backward needs nothing from another stage.
+//
+// Three data-parallel hooks concern a stage's parameters rather than a
+// micro-batch and are written without one: UNSHARD gathers ZeRO-3 sharded
+// parameters, RESHARD frees them, REDUCE_GRAD reduces the accumulated
+// gradients across the data-parallel group ("0UNSHARD", "1REDUCE_GRAD").
+// WithUnshardReshard and WithReduceGrad place them; they are not pipeline
+// work and do not count in bubbles.
 //
 // A Schedule has K ranks, S stages (S = K·v) and M micro-batches;
 // StageRank maps each stage to the one rank that holds it. Its String form
@@ -62,22 +70,27 @@
 // stage and micro-batch in range and runs on the rank that holds its stage;
 // per stage there is exactly one F for every micro-batch; every micro-batch
 // has either one B or one I and one W (so #B + #I = M and #I = #W); each I or
-// B comes after its F and each W after its I in the rank's order. A failure
+// B comes after its F and each W after its I in the rank's order; a SEND or
+// RECV runs on its stage's rank and crosses to an existing stage on another
+// rank. A failure
 // is a *ScheduleError whose text draws the step × rank grid with the bad
-// cell in brackets. Validate says nothing about deadlocks between ranks:
+// cell in brackets. For the hooks: a stage with an UNSHARD starts sharded,
+// computes only between an UNSHARD and the next RESHARD, and the two
+// alternate; REDUCE_GRAD runs at most once, after the weight gradients of
+// all M micro-batches. Validate says nothing about deadlocks between ranks:
 // that is the simulator's job.
 //
 // # Communication
 //
 // WithComm inserts SEND/RECV actions between consecutive stages that live
 // on different ranks (adjacent stages on one rank pass tensors in memory).
-// It first runs the compute actions in lock-step rounds, each rank taking
-// its next action when what it needs was produced in an earlier round, and
-// reports a "malformed compute schedule" when a round makes no progress. A
-// SEND is placed right after the action that produces the tensor and the
-// matching RECV right before the action that consumes it. PyTorch places
-// the RECV at the round in which the sender sent; placing it at the
-// consumer makes a blocking receive wait only when the data is needed.
+// A SEND is placed right after the action that produces the tensor and the
+// matching RECV right before the action that consumes it. PyTorch instead
+// puts the RECV into the receiver's list at the round in which the sender
+// sends; placing it at the consumer makes a blocking receive wait only when
+// the data is needed, and with buffered sends it cannot add a deadlock. A
+// compute schedule that deadlocks by itself is refused as a "malformed
+// compute schedule", with the simulator's account of who waits for what.
 //
 // # Simulation
 //
@@ -85,8 +98,9 @@
 // one action at a time. An action starts when the rank is free and its
 // inputs are ready: an F needs the previous stage's F of that micro-batch,
 // an I or B needs its own F and the next stage's I or B, a W needs its I.
-// In a schedule without communication actions a tensor crossing ranks is
-// ready Cost.Comm after its producer ends. In a schedule with them, SEND is
+// A hook has no inputs and takes Cost.Collective. In a schedule without
+// communication actions a tensor crossing ranks is ready Cost.Comm after
+// its producer ends. In a schedule with them, SEND is
 // buffered (it takes no time and never blocks), and RECV blocks until the
 // matching SEND has run plus Cost.Comm; the compute action then depends on
 // its local RECV. Start times depend only on the rank's previous action and
@@ -101,12 +115,22 @@
 //
 //	bubble = (K·T − Σ busy) / (K·T)
 //
-// where T is the makespan (first start to last end over all ranks) and busy
-// is the union of a rank's compute (F, I, W, B) intervals; waiting in RECV
-// counts as idle. This is the "bubble/total" convention, under which equal
-// F and B times give (K−1)/(M+K−1) for GPipe and 1F1B (the Megatron paper's
-// "bubble/ideal" ratio (K−1)/M is the same idle time divided by the busy
-// time instead of the total).
+// where T is the makespan (the first compute action's start to the last
+// one's end, over all ranks) and busy is the union of a rank's compute (F,
+// I, W, B) intervals; waiting in RECV and time in hooks count as idle. This
+// is the "bubble/total" convention. The Megatron paper's "bubble/ideal"
+// ratio divides the same idle time by the busy time instead:
+// bubble/total = x/(1+x) for bubble/ideal x.
+//
+// With unit costs the tests establish, in this convention:
+//
+//   - GPipe and 1F1B, F = B: (K−1)/(M+K−1); naive: (K−1)/K.
+//   - interleaved, F = B per chunk (a chunk being 1/v of a stage):
+//     (K−1)/(vM+K−1) for M ≥ K; more when M < K.
+//   - zb1p, F = I = W: (K−1)/(3M+K−1) for M ≥ K, exactly a third of
+//     1F1B's idle time (its B = I+W); the fraction's ratio to 1F1B's,
+//     (M+K−1)/(3M+K−1), approaches 1/3 as M grows.
+//   - zbv, F = I = W per chunk, M ≥ 2K: at most (K−1)/(6M+K−1), under 1/13.
 //
 // PeakInFlight counts, per stage, the micro-batches whose forward has run
 // and whose input-gradient backward (I, or the full B) has not. I frees the

@@ -14,12 +14,12 @@ var Names = []string{"naive", "gpipe", "1f1b", "interleaved", "zb1p", "zbv"}
 // accepts only 2. The result has no communication actions (see WithComm)
 // and has passed Validate.
 func Generate(name string, ranks, micro, v int) (*Schedule, error) {
-	if ranks < 1 || micro < 1 {
-		return nil, fmt.Errorf("%s: need at least one rank and one micro-batch (got ranks=%d, micro=%d)", name, ranks, micro)
-	}
 	v, err := stagesPerRank(name, v)
 	if err != nil {
 		return nil, err
+	}
+	if ranks < 1 || micro < 1 {
+		return nil, fmt.Errorf("%s: need at least one rank and one micro-batch (got ranks=%d, micro=%d)", name, ranks, micro)
 	}
 	s := &Schedule{Name: name, Ranks: ranks, Stages: ranks * v, Micro: micro,
 		StageRank: loopedPlacement(ranks, v), Actions: make([][]Action, ranks)}

@@ -6,7 +6,7 @@ package pipeline
 type loopedPlan struct {
 	ranks, v, micro int
 	perRound        int  // micro-batches a local stage takes before the next one's turn
-	rank            int  //
+	rank            int  // the rank laid out
 	warmup          int  // forwards before the first backward
 	split           bool // backward as I then W (zero bubble) instead of B
 	wDelay          int  // steady steps before W's start following their I's
@@ -73,64 +73,68 @@ func loopedRank(p loopedPlan) []Action {
 // computed for n = max(M, 2K−1) micro-batches, enough to fill the V, and
 // the actions of micro-batches ≥ M are dropped.
 func zbvRank(k, micro, r int) []Action {
+	v := vRank{micro: micro, first: r, second: 2*k - 1 - r}
 	n := max(micro, 2*k-1)
-	first, second := r, 2*k-1-r
-	var out []Action
-	f0, f1, i0, i1 := 0, 0, 0, 0
-	emit := func(st int, kind Kind, m int) {
-		if m < micro {
-			out = append(out, Compute(st, kind, m))
-		}
-	}
 	for range 2*(k-r) - 1 { // fill the first leg of the V
-		emit(first, F, f0)
-		f0++
+		v.forward(0)
 	}
 	for range r { // the second leg starts arriving
-		emit(second, F, f1)
-		f1++
-		emit(first, F, f0)
-		f0++
+		v.forward(1)
+		v.forward(0)
 	}
 	for range k - r { // the second stage's first backwards
-		emit(second, F, f1)
-		emit(second, I, i1)
-		emit(second, W, i1)
-		f1++
-		i1++
+		v.forward(1)
+		v.backward(1, true)
 	}
-	for f1 < f0 || f0 < n { // steady: (F I W) on each stage in turn
-		if f0 < n {
-			emit(first, F, f0)
-			f0++
+	for v.next[1][F] < v.next[0][F] || v.next[0][F] < n { // steady: (F I W) on each stage in turn
+		if v.next[0][F] < n {
+			v.forward(0)
 		}
-		emit(first, I, i0)
-		emit(first, W, i0)
-		i0++
-		emit(second, F, f1)
-		emit(second, I, i1)
-		emit(second, W, i1)
-		f1++
-		i1++
+		v.backward(0, true)
+		v.forward(1)
+		v.backward(1, true)
 	}
-	w0, w1 := i0, i1
 	for range r { // cool-down: input gradients first, weights owed
-		emit(first, I, i0)
-		i0++
-		emit(second, I, i1)
-		i1++
+		v.backward(0, false)
+		v.backward(1, false)
 	}
 	for range k - r {
-		emit(first, I, i0)
-		i0++
-		emit(first, W, w0)
-		w0++
+		v.backward(0, false)
+		v.weight(0)
 	}
-	for ; w1 < i1; w1++ {
-		emit(second, W, w1)
+	for v.next[1][W] < v.next[1][I] {
+		v.weight(1)
 	}
-	for ; w0 < i0; w0++ {
-		emit(first, W, w0)
+	for v.next[0][W] < v.next[0][I] {
+		v.weight(0)
 	}
-	return out
+	return v.out
+}
+
+// vRank counts, for the two stages of a ZB-V rank (0: the first leg, 1:
+// the second), the next micro-batch of each kind.
+type vRank struct {
+	micro         int
+	first, second int
+	next          [2][W + 1]int
+	out           []Action
+}
+
+func (v *vRank) emit(leg int, k Kind) {
+	m := v.next[leg][k]
+	v.next[leg][k]++
+	if m < v.micro { // the padding micro-batches beyond M are dropped
+		v.out = append(v.out, Compute([2]int{v.first, v.second}[leg], k, m))
+	}
+}
+
+func (v *vRank) forward(leg int) { v.emit(leg, F) }
+func (v *vRank) weight(leg int)  { v.emit(leg, W) }
+
+// backward emits an I, and its W at once when withWeight.
+func (v *vRank) backward(leg int, withWeight bool) {
+	v.emit(leg, I)
+	if withWeight {
+		v.emit(leg, W)
+	}
 }

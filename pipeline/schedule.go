@@ -47,12 +47,21 @@ func (s *Schedule) Steps() int {
 	return n
 }
 
-// ComputeOnly returns a copy of s without its communication actions.
+// ComputeOnly returns a copy of s with only its compute actions.
 func (s *Schedule) ComputeOnly() *Schedule {
+	return s.filter(Kind.IsCompute)
+}
+
+// withoutComm returns a copy of s without SENDs and RECVs.
+func (s *Schedule) withoutComm() *Schedule {
+	return s.filter(func(k Kind) bool { return !k.IsComm() })
+}
+
+func (s *Schedule) filter(keep func(Kind) bool) *Schedule {
 	out := s.cloneHeader()
 	for r, acts := range s.Actions {
 		for _, a := range acts {
-			if a.Kind.IsCompute() {
+			if keep(a.Kind) {
 				out.Actions[r] = append(out.Actions[r], a)
 			}
 		}

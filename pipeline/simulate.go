@@ -1,24 +1,27 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
 // Cost gives the duration of each kind of action. B defaults to I+W when
-// zero. Comm is the time a tensor takes from one rank to another. Fn, when
-// set, overrides everything: it is asked for every action (communication
-// included, whose result is the transfer time added at the receiver).
+// zero. Comm is the time a tensor takes from one rank to another;
+// Collective the time a rank spends in a data-parallel hook (UNSHARD,
+// RESHARD, REDUCE_GRAD). Fn, when set, overrides everything: it is asked
+// for every compute action and hook, and for every SEND (the transfer time
+// of the tensor it carries).
 type Cost struct {
-	F, I, W, B, Comm float64
-	Fn               func(Action) float64
+	F, I, W, B, Comm, Collective float64
+	Fn                           func(Action) float64
 }
 
-// Of is the time a rank is busy with compute action a; sends and receives
-// take no time of their own (see Transfer).
+// Of is the time a rank is busy with action a; sends and receives take no
+// time of their own (see Transfer).
 func (c Cost) Of(a Action) float64 {
-	if c.Fn != nil && a.Kind.IsCompute() {
+	if c.Fn != nil && !a.Kind.IsComm() {
 		return c.Fn(a)
 	}
 	switch a.Kind {
@@ -33,13 +36,15 @@ func (c Cost) Of(a Action) float64 {
 			return c.I + c.W
 		}
 		return c.B
+	case Unshard, Reshard, ReduceGrad:
+		return c.Collective
 	}
 	return 0
 }
 
 // Transfer is the time between a tensor leaving its producer and being
-// usable on another rank; a is the SEND, or the producing compute action
-// in a schedule without communication actions.
+// usable on another rank; a is the SEND that carries it (whether or not
+// the schedule spells its SENDs out).
 func (c Cost) Transfer(a Action) float64 {
 	if c.Fn != nil {
 		return c.Fn(a)
@@ -50,9 +55,12 @@ func (c Cost) Transfer(a Action) float64 {
 // Event is one action as it ran: on which rank, when. The runtime builds
 // the same records from its clock, so the analyses below serve both.
 type Event struct {
-	Rank, Stage, Micro int
-	Kind               Kind
-	Start, End         float64
+	Rank  int     `json:"rank"`
+	Stage int     `json:"stage"`
+	Micro int     `json:"micro"`
+	Kind  Kind    `json:"kind"` // written as its name: "F", "SEND_B"
+	Start float64 `json:"start"`
+	End   float64 `json:"end"`
 }
 
 // Action returns the event's action (without peer).
@@ -72,6 +80,42 @@ type key struct {
 	stage, micro int
 }
 
+// times holds the end time of every (kind, stage, micro-batch) that has
+// run, densely: a validated schedule's keys are all in range, and a map
+// costs more than the simulation itself on large schedules.
+type times struct {
+	stages, micro int
+	end           []float64
+	have          []bool
+}
+
+// kindSlots counts the real kinds plus the grad pseudo-kind.
+const kindSlots = int(ReduceGrad) + 2
+
+func newTimes(s *Schedule) times {
+	n := kindSlots * s.Stages * (s.Micro + 1)
+	return times{stages: s.Stages, micro: s.Micro, end: make([]float64, n), have: make([]bool, n)}
+}
+
+// index places a key; hooks (micro-batch -1) take micro slot 0.
+func (t times) index(k key) int {
+	slot := int(k.kind)
+	if k.kind == grad {
+		slot = kindSlots - 1
+	}
+	return (slot*t.stages+k.stage)*(t.micro+1) + k.micro + 1
+}
+
+func (t times) set(k key, end float64) {
+	i := t.index(k)
+	t.end[i], t.have[i] = end, true
+}
+
+func (t times) get(k key) (float64, bool) {
+	i := t.index(k)
+	return t.end[i], t.have[i]
+}
+
 // dep is an input of an action: the producer's record, and whether the
 // tensor crosses ranks implicitly (adding the transfer time).
 type dep struct {
@@ -86,80 +130,108 @@ func Simulate(s *Schedule, c Cost) ([]Event, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	sim := simulator{s: s, c: c, comm: s.HasComm(), done: map[key]float64{},
+	sim := simulator{s: s, c: c, comm: s.HasComm(), done: newTimes(s), waiting: map[key][]int{},
 		pc: make([]int, s.Ranks), free: make([]float64, s.Ranks)}
-	for sim.step() {
+	for r := range s.Ranks {
+		sim.runnable = append(sim.runnable, r)
+	}
+	for len(sim.runnable) > 0 {
+		r := sim.runnable[len(sim.runnable)-1]
+		sim.runnable = sim.runnable[:len(sim.runnable)-1]
+		sim.advance(r)
 	}
 	if err := sim.deadlock(); err != nil {
 		return nil, err
 	}
-	sort.SliceStable(sim.events, func(i, j int) bool {
-		a, b := sim.events[i], sim.events[j]
-		if a.Start != b.Start {
-			return a.Start < b.Start
+	slices.SortStableFunc(sim.events, func(a, b Event) int {
+		if c := cmp.Compare(a.Start, b.Start); c != 0 {
+			return c
 		}
-		return a.Rank < b.Rank
+		return cmp.Compare(a.Rank, b.Rank)
 	})
 	return sim.events, nil
 }
 
 type simulator struct {
-	s      *Schedule
-	c      Cost
-	comm   bool            // the schedule has explicit SEND/RECV actions
-	done   map[key]float64 // end time of every executed action
-	pc     []int           // per rank, the next action
-	free   []float64       // per rank, when its last action ended
-	events []Event
+	s        *Schedule
+	c        Cost
+	comm     bool          // the schedule has explicit SEND/RECV actions
+	done     times         // end time of every executed action
+	waiting  map[key][]int // ranks blocked until the key's action has run
+	runnable []int         // ranks to advance
+	pc       []int         // per rank, the next action
+	free     []float64     // per rank, when its last action ended
+	events   []Event
 }
 
-// step runs every action whose inputs are done; it reports whether any ran.
-func (sim *simulator) step() bool {
-	ran := false
-	for r, acts := range sim.s.Actions {
-		for sim.pc[r] < len(acts) {
-			a := acts[sim.pc[r]]
-			ready, ok := sim.ready(a)
-			if !ok {
-				break
-			}
-			start := max(sim.free[r], ready)
-			end := start + sim.c.Of(a)
-			if a.Kind == RecvF || a.Kind == RecvB {
-				start = sim.free[r] // the rank sits in the receive until the data is there
-			}
-			sim.record(r, a, start, end)
-			sim.pc[r]++
-			ran = true
+// advance runs rank r's actions until one lacks an input, and parks the
+// rank on that input; recording the input makes the rank runnable again.
+// Each action is thus tried once per input it waits for, not once per
+// pass over all ranks.
+func (sim *simulator) advance(r int) {
+	acts := sim.s.Actions[r]
+	for sim.pc[r] < len(acts) {
+		a := acts[sim.pc[r]]
+		ready, missing, ok := sim.ready(a)
+		if !ok {
+			sim.waiting[missing] = append(sim.waiting[missing], r)
+			return
 		}
+		start := max(sim.free[r], ready)
+		end := start + sim.c.Of(a)
+		if a.Kind == RecvF || a.Kind == RecvB {
+			start = sim.free[r] // the rank sits in the receive until the data is there
+		}
+		sim.record(r, a, start, end)
+		sim.pc[r]++
 	}
-	return ran
 }
 
 func (sim *simulator) record(r int, a Action, start, end float64) {
-	sim.done[key{a.Kind, a.Stage, a.Micro}] = end
+	sim.finish(key{a.Kind, a.Stage, a.Micro}, end)
 	if a.Kind.IsBackward() {
-		sim.done[key{grad, a.Stage, a.Micro}] = end
+		sim.finish(key{grad, a.Stage, a.Micro}, end)
 	}
 	sim.free[r] = end
 	sim.events = append(sim.events, Event{Rank: r, Stage: a.Stage, Micro: a.Micro, Kind: a.Kind, Start: start, End: end})
 }
 
-// ready reports when all inputs of a are available, or false if one has
-// not been produced yet.
-func (sim *simulator) ready(a Action) (float64, bool) {
+// finish records that k's action ended at end and wakes its waiters.
+func (sim *simulator) finish(k key, end float64) {
+	sim.done.set(k, end)
+	sim.runnable = append(sim.runnable, sim.waiting[k]...)
+	delete(sim.waiting, k)
+}
+
+// ready reports when all inputs of a are available, or false and the
+// first input not produced yet.
+func (sim *simulator) ready(a Action) (float64, key, bool) {
 	t := 0.0
 	for _, d := range sim.deps(a) {
-		end, ok := sim.done[d.key]
+		end, ok := sim.done.get(d.key)
 		if !ok {
-			return 0, false
+			return 0, d.key, false
 		}
 		if d.transfer {
-			end += sim.c.Transfer(Compute(d.key.stage, d.key.kind, d.key.micro))
+			end += sim.c.Transfer(sendOf(d.key))
 		}
 		t = max(t, end)
 	}
-	return t, true
+	return t, key{}, true
+}
+
+// sendOf is the SEND that carries the tensor produced by k across ranks,
+// explicit in the schedule or not, so that Cost.Transfer is asked the same
+// question either way.
+func sendOf(k key) Action {
+	kind := k.kind
+	switch kind {
+	case F:
+		kind = SendF
+	case grad:
+		kind = SendB
+	}
+	return Compute(k.stage, kind, k.micro)
 }
 
 // deps lists the inputs of a (see the package comment).
@@ -230,7 +302,7 @@ func (sim *simulator) deadlock() error {
 		}
 		a := acts[sim.pc[r]]
 		for _, d := range sim.deps(a) {
-			if _, ok := sim.done[d.key]; !ok {
+			if _, ok := sim.done.get(d.key); !ok {
 				waits = append(waits, Wait{Rank: r, At: a, For: sim.describe(d.key)})
 				break
 			}
@@ -252,7 +324,9 @@ func (sim *simulator) describe(k key) string {
 		return fmt.Sprintf("%s or %s on rank %d", Compute(k.stage, I, k.micro), Compute(k.stage, B, k.micro), r)
 	}
 	if k.kind == RecvF || k.kind == RecvB {
-		return fmt.Sprintf("%s on rank %d, which its schedule lacks", Compute(k.stage, k.kind, k.micro), r)
+		// A compute action waits for its own rank's RECV, which must
+		// come before it in the list.
+		return fmt.Sprintf("%s, which must come before it on rank %d", Compute(k.stage, k.kind, k.micro), r)
 	}
 	return fmt.Sprintf("%s on rank %d", Compute(k.stage, k.kind, k.micro), r)
 }

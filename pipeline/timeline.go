@@ -1,6 +1,9 @@
 package pipeline
 
-import "sort"
+import (
+	"math"
+	"sort"
+)
 
 // Span returns the first start and the last end over all events.
 func Span(events []Event) (start, end float64) {
@@ -42,13 +45,20 @@ func Busy(events []Event, ranks int) []float64 {
 	return busy
 }
 
+// Makespan is the time from the first compute event's start to the last
+// one's end; communication events do not count (a trailing send is not
+// pipeline work, and a receive posted early is waiting).
+func Makespan(events []Event) float64 {
+	start, end := Span(computeEvents(events, math.MaxInt))
+	return end - start
+}
+
 // Bubble is the idle fraction of the timeline under the bubble/total
-// convention: (ranks·T − Σ busy) / (ranks·T), T the makespan from the
-// first start to the last end, busy each rank's compute time (see Busy).
-// Time in RECV counts as idle. An empty timeline has no bubble.
+// convention: (ranks·T − Σ busy) / (ranks·T), T the Makespan, busy each
+// rank's compute time (see Busy). Time in RECV counts as idle. An empty
+// timeline has no bubble.
 func Bubble(events []Event, ranks int) float64 {
-	start, end := Span(events)
-	total := float64(ranks) * (end - start)
+	total := float64(ranks) * Makespan(events)
 	if total <= 0 {
 		return 0
 	}

@@ -18,28 +18,45 @@ func (e *ScheduleError) Error() string {
 	return fmt.Sprintf("%s (rank %d, step %d)\n%s", e.Problem, e.Rank, e.Step, e.Grid)
 }
 
-// progress records, per stage and micro-batch, which compute actions have
+// progress records, per micro-batch of a stage, which compute actions have
 // been seen so far in rank order.
 type progress struct{ f, i, w, b bool }
 
-// Validate checks the compute actions of s (see the package comment for the
-// rules). Communication actions are skipped.
+// stageState is what Validate knows of one stage at a point of its rank's
+// list.
+type stageState struct {
+	micro   []progress
+	weights int  // micro-batches whose weight gradient is done (B or W)
+	reduced bool // REDUCE_GRAD has run
+	sharded bool // parameters not gathered; starts true only if the stage has an UNSHARD
+}
+
+// Validate checks the compute actions and data-parallel hooks of s (see
+// the package comment for the rules). Of the communication actions it
+// checks only that they cross a stage boundary between two ranks.
 func (s *Schedule) Validate() error {
 	if err := s.checkShape(); err != nil {
 		return err
 	}
-	seen := make([][]progress, s.Stages)
-	for st := range seen {
-		seen[st] = make([]progress, s.Micro)
+	states := make([]stageState, s.Stages)
+	for st := range states {
+		states[st].micro = make([]progress, s.Micro)
+	}
+	for _, acts := range s.Actions {
+		for _, a := range acts {
+			if a.Kind == Unshard && a.Stage >= 0 && a.Stage < s.Stages {
+				states[a.Stage].sharded = true
+			}
+		}
 	}
 	for r, acts := range s.Actions {
 		for step, a := range acts {
-			if problem := s.checkAction(r, a, seen); problem != "" {
+			if problem := s.checkAction(r, a, states); problem != "" {
 				return s.errorAt(r, step, problem)
 			}
 		}
 	}
-	return s.checkComplete(seen)
+	return s.checkComplete(states)
 }
 
 func (s *Schedule) checkShape() error {
@@ -60,22 +77,51 @@ func (s *Schedule) checkShape() error {
 	return nil
 }
 
-// checkAction applies the ordering rules to one action and records it.
-func (s *Schedule) checkAction(r int, a Action, seen [][]progress) string {
+// checkAction applies the rules to one action and records it.
+func (s *Schedule) checkAction(r int, a Action, states []stageState) string {
 	if a.Stage < 0 || a.Stage >= s.Stages {
 		return fmt.Sprintf("%s: stage %d outside 0..%d", a, a.Stage, s.Stages-1)
 	}
-	if a.Micro < 0 || a.Micro >= s.Micro {
-		return fmt.Sprintf("%s: micro-batch %d outside 0..%d", a, a.Micro, s.Micro-1)
+	if a.Kind.IsHook() != (a.Micro == -1) {
+		return fmt.Sprintf("%s: micro-batch %d; only hooks, and all of them, have -1", a, a.Micro)
 	}
-	if !a.Kind.IsCompute() {
-		return ""
+	if !a.Kind.IsHook() && (a.Micro < 0 || a.Micro >= s.Micro) {
+		return fmt.Sprintf("%s: micro-batch %d outside 0..%d", a, a.Micro, s.Micro-1)
 	}
 	if owner := s.StageRank[a.Stage]; owner != r {
 		return fmt.Sprintf("%s runs on rank %d, but stage %d is on rank %d: a stage must live on one rank", a, r, a.Stage, owner)
 	}
-	p := &seen[a.Stage][a.Micro]
-	fwd := Compute(a.Stage, F, a.Micro)
+	if a.Kind.IsComm() {
+		return s.checkComm(a)
+	}
+	st := &states[a.Stage]
+	if a.Kind.IsHook() {
+		return s.checkHook(a, st)
+	}
+	if st.sharded {
+		return fmt.Sprintf("%s while stage %d's parameters are sharded (UNSHARD them first)", a, a.Stage)
+	}
+	problem := checkCompute(a, &st.micro[a.Micro])
+	if problem == "" && (a.Kind == B || a.Kind == W) {
+		st.weights++
+	}
+	return problem
+}
+
+// checkComm checks that a SEND or RECV crosses an existing stage boundary
+// between two ranks. Whether it is matched and well placed is the
+// simulator's question.
+func (s *Schedule) checkComm(a Action) string {
+	if p := s.peerOf(a); p < 0 {
+		return fmt.Sprintf("%s talks to a stage that does not exist", a)
+	} else if p == s.StageRank[a.Stage] {
+		return fmt.Sprintf("%s between stages on the same rank %d, which share memory", a, p)
+	}
+	return ""
+}
+
+// checkCompute applies the ordering rules of one micro-batch of a stage.
+func checkCompute(a Action, p *progress) string {
 	switch a.Kind {
 	case F:
 		if p.f {
@@ -84,7 +130,7 @@ func (s *Schedule) checkAction(r int, a Action, seen [][]progress) string {
 		p.f = true
 	case I, B:
 		if !p.f {
-			return fmt.Sprintf("%s before its forward %s", a, fwd)
+			return fmt.Sprintf("%s before its forward %s", a, Compute(a.Stage, F, a.Micro))
 		}
 		if p.i || p.b {
 			return fmt.Sprintf("second backward %s for micro-batch %d of stage %d", a, a.Micro, a.Stage)
@@ -105,11 +151,38 @@ func (s *Schedule) checkAction(r int, a Action, seen [][]progress) string {
 	return ""
 }
 
+// checkHook applies the rules of the data-parallel hooks: UNSHARD and
+// RESHARD alternate, starting sharded; REDUCE_GRAD runs once, after the
+// weight gradients of every micro-batch.
+func (s *Schedule) checkHook(a Action, st *stageState) string {
+	switch a.Kind {
+	case Unshard:
+		if !st.sharded {
+			return fmt.Sprintf("%s while stage %d's parameters are already gathered", a, a.Stage)
+		}
+		st.sharded = false
+	case Reshard:
+		if st.sharded {
+			return fmt.Sprintf("%s while stage %d's parameters are not gathered", a, a.Stage)
+		}
+		st.sharded = true
+	case ReduceGrad:
+		if st.reduced {
+			return fmt.Sprintf("second %s", a)
+		}
+		if st.weights < s.Micro {
+			return fmt.Sprintf("%s after the weight gradients of %d of %d micro-batches; it must follow all of them", a, st.weights, s.Micro)
+		}
+		st.reduced = true
+	}
+	return ""
+}
+
 // checkComplete reports the first stage and micro-batch with missing work,
 // marking the end of the owning rank's list.
-func (s *Schedule) checkComplete(seen [][]progress) error {
-	for st := range seen {
-		for m, p := range seen[st] {
+func (s *Schedule) checkComplete(states []stageState) error {
+	for st := range states {
+		for m, p := range states[st].micro {
 			var problem string
 			switch {
 			case !p.f:
@@ -170,20 +243,19 @@ func (s *Schedule) Grid(markRank, markStep int) string {
 		lo, hi = max(0, markStep-gridWindow), min(steps, markStep+gridWindow+1)
 	}
 	var b strings.Builder
-	b.WriteString("         ")
-	for r := range s.Actions {
-		fmt.Fprintf(&b, " %-*s", width, fmt.Sprintf("rank %d", r))
+	row := func(head string, cellOf func(r int) string) {
+		line := head
+		for r := range s.Actions {
+			line += fmt.Sprintf(" %-*s", width, cellOf(r))
+		}
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
 	}
-	b.WriteByte('\n')
+	row("         ", func(r int) string { return fmt.Sprintf("rank %d", r) })
 	if lo > 0 {
 		b.WriteString("...\n")
 	}
 	for step := lo; step < hi; step++ {
-		fmt.Fprintf(&b, "step %-4d", step)
-		for r := range s.Actions {
-			fmt.Fprintf(&b, " %-*s", width, cell(r, step))
-		}
-		b.WriteString("\n")
+		row(fmt.Sprintf("step %-4d", step), func(r int) string { return cell(r, step) })
 	}
 	if hi < steps {
 		b.WriteString("...\n")
