@@ -42,7 +42,7 @@ func (c *Checker) trainInputs(tb *TrainBlock, tr *Train) map[string]*Value {
 			continue
 		}
 		if tr.Accumulate > 1 && (x.Type.Rank() == 0 || x.Type.Shape[0]%tr.Accumulate != 0) {
-			c.errorf(tb.Pos, "accumulate = %d needs every input's rows to divide evenly; %s has shape %s", tr.Accumulate, name, ShapeString(x.Type.Shape))
+			c.errorf(tb.Pos, "%d micro-batches (accumulate) need every input's rows to divide evenly; %s has shape %s", tr.Accumulate, name, ShapeString(x.Type.Shape))
 			continue
 		}
 		out[name] = x

@@ -1,7 +1,6 @@
 package lower
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/meshrun/meshrun/ir"
@@ -77,12 +76,12 @@ func buildPipeline(p *Plan) error {
 		return nil // no pipeline, or the single-device reference
 	}
 	if g.Train == nil || g.Train.Pipe == nil {
-		return fmt.Errorf("%s: the mesh has a pipeline axis but the program has no train block (stages are cut from its body)", ir.FormatPos(g.Pipeline.Pos))
+		return &ir.Error{Pos: g.Pipeline.Pos, Msg: "the mesh has a pipeline axis but the program has no train block (stages are cut from its body)"}
 	}
 	pipe := g.Train.Pipe
 	sched, err := pipeline.Generate(pipe.Schedule, g.Pipeline.Size(), len(pipe.Micro), pipe.V)
 	if err != nil {
-		return fmt.Errorf("%s: %v", ir.FormatPos(pipe.Pos), err)
+		return &ir.Error{Pos: pipe.Pos, Msg: err.Error()}
 	}
 	link := mesh.DefaultLink
 	st, err := assignStages(g, sched.Stages, unitCosts(g, func(b float64) float64 { return link.Alpha + b*link.Beta }))

@@ -29,9 +29,9 @@ import (
 // A value no staged value feeds (inputs, constants, per-step scalars) has
 // stage -1: every pipeline rank that needs it computes it itself.
 
-// modelFLOPS is the cost model's compute rate (an H100-class device in
-// bf16), used with the link model to balance stages.
-const modelFLOPS = 400e12
+// ModelFLOPS is the cost model's compute rate (an H100-class device in
+// bf16), used with the link model to balance stages and to time actions.
+const ModelFLOPS = 400e12
 
 // stageOf gives every value of g its stage (-1: wherever needed).
 type stageOf struct {
@@ -201,8 +201,7 @@ func (s *stageOf) cutUnits(cost func(u int) (float64, float64)) error {
 	}
 	if !marked {
 		if n < s.stages {
-			return fmt.Errorf("%s: the train block has %d units (statements and loop iterations) for %d pipeline stages; each stage needs one",
-				ir.FormatPos(pipe.Pos), n, s.stages)
+			return &ir.Error{Pos: pipe.Pos, Msg: fmt.Sprintf("%d pipeline stages need at least as many units in the train block (statements, loop iterations); it has %d", s.stages, n)}
 		}
 		s.Auto = true
 		s.UnitStage = balance(n, s.stages, cost)
@@ -213,7 +212,7 @@ func (s *stageOf) cutUnits(cost func(u int) (float64, float64)) error {
 	for u, m := range pipe.UnitStage {
 		if m >= 0 {
 			if m < cur {
-				return fmt.Errorf("%s: stage = %d after stage %d: stages run forward in order", ir.FormatPos(pipe.UnitPos[u]), m, cur)
+				return &ir.Error{Pos: pipe.UnitPos[u], Msg: fmt.Sprintf("stage = %d after stage %d: stages run forward in order", m, cur)}
 			}
 			cur = m
 		}
@@ -275,7 +274,7 @@ func balance(n, k int, cost func(u int) (float64, float64)) []int {
 }
 
 // unitCosts models each unit of micro-batch 0: the FLOPs of its forward
-// and of the backward of its values (ad's record), at modelFLOPS, and the
+// and of the backward of its values (ad's record), at ModelFLOPS, and the
 // seconds to send its last value to the next stage over link.
 func unitCosts(g *ir.Graph, linkTime func(bytes float64) float64) func(u int) (float64, float64) {
 	pipe := g.Train.Pipe
@@ -294,6 +293,6 @@ func unitCosts(g *ir.Graph, linkTime func(bytes float64) float64) func(u int) (f
 		if r.End > r.Start {
 			sent = linkTime(float64(g.Values[r.End-1].Type.Bytes()))
 		}
-		return flops / modelFLOPS, sent
+		return flops / ModelFLOPS, sent
 	}
 }

@@ -180,19 +180,28 @@ func numel(shape []int) int {
 	return n
 }
 
-// FLOPs is the modelled arithmetic of computing v: its op's FLOPs rule, or
-// one per output element; sources and unknown ops cost nothing.
+// FLOPs is the modelled arithmetic of computing v (KernelFLOPs); sources
+// cost nothing.
 func FLOPs(v *ir.Value) float64 {
-	op, ok := Lookup(v.Op)
-	if !ok || v.IsSource() {
+	if v.IsSource() {
 		return 0
-	}
-	if op.FLOPs == nil {
-		return float64(numel(v.Type.Shape))
 	}
 	in := make([][]int, len(v.Args))
 	for i, a := range v.Args {
 		in[i] = a.Type.Shape
 	}
-	return op.FLOPs(v.Type.Shape, in)
+	return KernelFLOPs(v.Op, v.Type.Shape, in)
+}
+
+// KernelFLOPs is the modelled arithmetic of op with these global shapes:
+// its FLOPs rule, or one per output element; unknown ops cost nothing.
+func KernelFLOPs(name string, out []int, in [][]int) float64 {
+	op, ok := Lookup(name)
+	if !ok {
+		return 0
+	}
+	if op.FLOPs == nil {
+		return float64(numel(out))
+	}
+	return op.FLOPs(out, in)
 }

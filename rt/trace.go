@@ -9,7 +9,8 @@ import (
 
 // WriteChromeTrace writes the per-device timelines in the Chrome trace
 // event format (load it in Perfetto or chrome://tracing): one track per
-// device, one complete event per instruction.
+// device, one complete event per instruction, and on a pipeline one per
+// action (stage, kind, micro-batch) around its instructions.
 func WriteChromeTrace(w io.Writer, m *mesh.Mesh, res *Result) error {
 	type ev struct {
 		Name string         `json:"name"`
@@ -30,6 +31,15 @@ func WriteChromeTrace(w io.Writer, m *mesh.Mesh, res *Result) error {
 				args["bytes_sent"] = e.Bytes
 			}
 			evs = append(evs, ev{Name: e.Name, Cat: e.Kind, Ph: "X", Ts: float64(e.Start.Nanoseconds()) / 1e3, Dur: float64(e.Dur.Nanoseconds()) / 1e3, Pid: 0, Tid: d.Device, Args: args})
+		}
+		if d.Pipe == nil {
+			continue
+		}
+		// a pipeline's actions enclose their instructions on the same track
+		for _, s := range d.Pipe.Actions {
+			evs = append(evs, ev{Name: s.Act.String(), Cat: "pipeline", Ph: "X", Ts: float64(s.Start.Nanoseconds()) / 1e3,
+				Dur: float64((s.End - s.Start).Nanoseconds()) / 1e3, Pid: 0, Tid: d.Device,
+				Args: map[string]any{"stage": s.Act.Stage, "micro": s.Act.Micro, "kind": s.Act.Kind.String()}})
 		}
 	}
 	enc := json.NewEncoder(w)

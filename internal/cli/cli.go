@@ -37,6 +37,7 @@ usage:
   meshrun check FILE [flags]     run on the mesh and on one device; compare every output
   meshrun explain FILE [flags]   placements, inserted collectives, bytes, costs, memory
   meshrun train FILE [flags]     run the program's train block; write params, a loss log and plot
+  meshrun trace FILE [flags]     one step's timeline: Chrome trace, a pipeline's Gantt chart and bubble
   meshrun estimate [flags]       ZeRO memory and communication for a model size, without running
   meshrun repl [flags]           interactive sharding experiments
   meshrun grammar                print the grammar (EBNF, generated from the parser)
@@ -68,6 +69,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return env.finish(env.train(args[1:]))
 	case "estimate":
 		return env.estimate(args[1:])
+	case "trace":
+		return env.trace(args[1:])
 	case "grammar":
 		fmt.Fprintln(stdout, lang.Grammar())
 		return ExitOK

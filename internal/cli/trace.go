@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/ops"
+	"github.com/meshrun/meshrun/pipeline"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/rt"
+)
+
+// trace runs one execution (one training step) on the in-process launcher
+// and shows its timeline: a Chrome trace file, and for a pipeline the
+// schedule as a Gantt chart with its bubble and activation memory.
+func (e *env) trace(args []string) int {
+	var c common
+	fs := newFlags(e, "trace", "trace FILE [-o trace.json] [--json] [--svg FILE] [--clock model|unit|wall]")
+	c.register(fs)
+	out := fs.String("o", "", "write the timeline as Chrome trace JSON (Perfetto, chrome://tracing)")
+	asJSON := fs.Bool("json", false, "print the pipeline's events (rank, stage, micro, kind, start, end) as JSON instead of the chart")
+	svg := fs.String("svg", "", "write the pipeline's Gantt chart as an SVG picture")
+	clock := fs.String("clock", "unit", "model: actions take their modelled time (FLOPs at the cost model's rate, links as modelled); unit: F, I and W take 1 unit, B 2 (the textbook picture); wall: measured")
+	width := fs.Int("width", 0, "chart width in columns (0: fit the schedule)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return ExitUsage
+	}
+	if *clock != "model" && *clock != "unit" && *clock != "wall" {
+		fmt.Fprintf(e.stderr, "meshrun: --clock %q: want model, unit or wall\n", *clock)
+		return ExitUsage
+	}
+	for _, path := range []string{*out, *svg} {
+		if err := writable(path); err != nil {
+			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
+			return ExitUsage
+		}
+	}
+	p, code := e.compile(pos[0], &c)
+	if p == nil {
+		return code
+	}
+	res, err := e.traceRun(p, &c, *clock)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "meshrun: run failed on mesh %s: %v\n", p.Exec.Mesh, err)
+		return ExitFailure
+	}
+	if *out != "" {
+		if err := writeFile(*out, func(f *os.File) error { return rt.WriteChromeTrace(f, p.Exec.Mesh, res) }); err != nil {
+			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
+			return ExitFailure
+		}
+	}
+	if p.Pipe == nil {
+		fmt.Fprintf(e.stdout, "%s on %s: no pipeline axis, so no schedule to draw", pos[0], p.Exec.Mesh)
+		if *out != "" {
+			fmt.Fprintf(e.stdout, "; the timeline of every device is in %s", *out)
+		}
+		fmt.Fprintln(e.stdout)
+		return ExitOK
+	}
+	events := rt.PipelineEvents(p.Exec, res.Devices)
+	if *svg != "" {
+		if err := writeFile(*svg, func(f *os.File) error { _, err := f.Write(pipeline.SVG(events, p.Pipe.Schedule.Ranks)); return err }); err != nil {
+			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
+			return ExitFailure
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(events); err != nil {
+			fmt.Fprintln(e.stderr, "meshrun:", err)
+			return ExitFailure
+		}
+		return ExitOK
+	}
+	e.printSchedule(pos[0], p, res, events, *clock, *width)
+	return ExitOK
+}
+
+// traceRun executes p once (a training program: its last step) on the
+// in-process launcher with the chosen clock.
+func (e *env) traceRun(p *lower.Plan, c *common, clock string) (*rt.Result, error) {
+	opts := rt.Options{Seed: c.seed, Timeout: c.timeout}
+	if p.Pipe != nil && clock != "wall" {
+		opts.Clock = simClock(p, c, clock)
+	}
+	ctx := context.Background()
+	l, err := rt.NewLocal(ctx, p.Exec, opts)
+	if err != nil {
+		return nil, err
+	}
+	if t := p.Graph.Train; t != nil {
+		r, err := rt.TrainOn(ctx, l, p, opts, rt.TrainConfig{Start: t.Steps - 1})
+		if err != nil {
+			return nil, err
+		}
+		return r.Last, nil
+	}
+	return l.Run(ctx, nil)
+}
+
+// simClock times pipeline actions: by the cost model (each action's
+// kernels' FLOPs at lower.ModelFLOPS, shared by the devices of a stage;
+// messages over the link model), or one unit per F, I and W.
+func simClock(p *lower.Plan, c *common, mode string) *rt.SimClock {
+	if mode == "unit" {
+		return &rt.SimClock{Action: func(a pipeline.Action) time.Duration {
+			if a.Kind == pipeline.B {
+				return 2 * time.Millisecond
+			}
+			return time.Millisecond
+		}}
+	}
+	perStage := p.Exec.Mesh.Size() / p.Pipe.Schedule.Ranks
+	cost := map[pipeline.Action]float64{}
+	for _, prog := range p.Exec.Programs {
+		for _, in := range prog.Instrs {
+			if in.Kind == plan.Compute && in.Act != nil {
+				cost[*in.Act] += ops.KernelFLOPs(in.Kernel.Op, in.Kernel.Shape, in.Kernel.ArgShapes) / lower.ModelFLOPS / float64(perStage)
+			}
+		}
+	}
+	alpha, beta := c.alphaUs*1e-6, 1/(c.bandwidth*1e9)
+	return &rt.SimClock{
+		Action: func(a pipeline.Action) time.Duration { return seconds(cost[a]) },
+		Link:   func(b int64) time.Duration { return seconds(alpha + float64(b)*beta) },
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * 1e9) }
+
+// printSchedule draws the pipeline's timeline and its measured figures
+// next to the textbook ones.
+func (e *env) printSchedule(file string, p *lower.Plan, res *rt.Result, events []pipeline.Event, clock string, width int) {
+	s := p.Pipe.Schedule
+	fmt.Fprintf(e.stdout, "%s on %s: schedule %s, %d pipeline ranks, %d stages, %d micro-batches (clock: %s)\n\n",
+		file, p.Exec.Mesh, s.Name, s.Ranks, s.Stages, s.Micro, clock)
+	busy := 0.0
+	for _, b := range pipeline.Busy(events, s.Ranks) {
+		busy += b
+	}
+	if busy == 0 {
+		fmt.Fprintf(e.stdout, "the actions take no time on the %s clock at this size (under a nanosecond of modelled compute each): try --clock unit\n", clock)
+		return
+	}
+	fmt.Fprint(e.stdout, pipeline.Gantt(events, s.Ranks, width))
+	bubble := pipeline.Bubble(events, s.Ranks)
+	fmt.Fprintf(e.stdout, "\nbubble %.1f%% of the step (idle rank-time / ranks × step)", 100*bubble)
+	v := s.Stages / s.Ranks
+	if f, text, ok := pipeline.Formula(s.Name, s.Ranks, s.Micro, v); ok {
+		fmt.Fprintf(e.stdout, "; textbook %s = %.1f%% with uniform stages", text, 100*f)
+	}
+	start, end := pipeline.Span(events)
+	fmt.Fprintf(e.stdout, "\nstep %s on the %s clock\n", time.Duration((end-start)*1e9).Round(time.Nanosecond), clock)
+	fmt.Fprintln(e.stdout, "\nactivations kept per stage (from the runtime's memory accounting):")
+	type row struct {
+		stage, live int
+		kept        int64
+	}
+	var rows []row
+	for _, d := range res.Devices {
+		if d.Pipe == nil || !leadOfStage(p.Exec, d.Device) {
+			continue
+		}
+		for st, n := range d.Pipe.PeakLive {
+			rows = append(rows, row{st, n, d.Pipe.PeakKept[st]})
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].stage < rows[j].stage })
+	for _, r := range rows {
+		fmt.Fprintf(e.stdout, "  stage %d: %d micro-batches at most, %s per device\n", r.stage, r.live, lower.HumanBytes(float64(r.kept)))
+	}
+}
+
+// leadOfStage reports the rank at coordinate 0 on every axis but the
+// pipeline's (the others of its stage do the same).
+func leadOfStage(p *plan.Plan, r int) bool {
+	for a, x := range p.Mesh.Coord(r) {
+		if a != p.Pipe.Axis && x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// writable checks, before any work, that path can be created (empty: no
+// file asked for).
+func writable(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".meshrun-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %v", path, strings.TrimPrefix(err.Error(), "open "))
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// writeFile writes path through a temporary file in its directory, renamed
+// into place when complete.
+func writeFile(path string, write func(*os.File) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
