@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -122,12 +123,19 @@ func autoWidth(evs []Event, ranks int, span float64) int {
 // eight columns apart, and the times under them.
 func writeAxis(out *strings.Builder, prefix, width int, start, span float64) {
 	step := niceStep(span * 8 / float64(width))
+	digits := max(0, -int(math.Floor(math.Log10(step))))
+	label := func(t float64) string { return strconv.FormatFloat(roundTo(t, step), 'f', digits, 64) }
+	// ticks far enough apart for their labels
+	for w := len(label(start + span)); step/span*float64(width) < float64(w+2); w = len(label(start + span)) {
+		step = niceStep(step * 1.01)
+		digits = max(0, -int(math.Floor(math.Log10(step))))
+	}
 	ticks := []byte(strings.Repeat("-", width+1))
-	labels := []byte(strings.Repeat(" ", width+12))
+	labels := []byte(strings.Repeat(" ", width+24))
 	for t := math.Ceil(start/step) * step; t <= start+span*(1+1e-9); t += step {
 		c := min(width, int(math.Round((t-start)/span*float64(width))))
 		ticks[c] = '+'
-		copy(labels[c:], fmt.Sprintf("%g", roundTo(t, step)))
+		copy(labels[c:], label(t))
 	}
 	fmt.Fprintf(out, "%*s%s\n", prefix, "", ticks)
 	fmt.Fprintf(out, "%*s%s\n", prefix, "", strings.TrimRight(string(labels), " "))

@@ -119,9 +119,9 @@ func simClock(p *lower.Plan, c *common, mode string) *rt.SimClock {
 	if mode == "unit" {
 		return &rt.SimClock{Action: func(a pipeline.Action) time.Duration {
 			if a.Kind == pipeline.B {
-				return 2 * time.Millisecond
+				return 2 * time.Second // one unit is a second on the chart
 			}
-			return time.Millisecond
+			return time.Second
 		}}
 	}
 	perStage := p.Exec.Mesh.Size() / p.Pipe.Schedule.Ranks
@@ -164,7 +164,11 @@ func (e *env) printSchedule(file string, p *lower.Plan, res *rt.Result, events [
 		fmt.Fprintf(e.stdout, "; textbook %s = %.1f%% with uniform stages", text, 100*f)
 	}
 	start, end := pipeline.Span(events)
-	fmt.Fprintf(e.stdout, "\nstep %s on the %s clock\n", time.Duration((end-start)*1e9).Round(time.Nanosecond), clock)
+	if clock == "unit" {
+		fmt.Fprintf(e.stdout, "\nstep %g units (F, I, W one unit each, B two)\n", end-start)
+	} else {
+		fmt.Fprintf(e.stdout, "\nstep %s on the %s clock\n", time.Duration((end-start)*1e9).Round(time.Nanosecond), clock)
+	}
 	fmt.Fprintln(e.stdout, "\nactivations kept per stage (from the runtime's memory accounting):")
 	type row struct {
 		stage, live int
