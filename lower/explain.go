@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -19,6 +20,7 @@ type Report struct {
 	Outputs     []OutputReport     `json:"outputs"`
 	Memory      []MemoryReport     `json:"memory"`
 	Totals      TotalsReport       `json:"totals"`
+	Pipeline    *PipelineReport    `json:"pipeline,omitempty"`
 }
 
 type MeshReport struct {
@@ -169,9 +171,13 @@ func Explain(p *Plan) *Report {
 		r.Outputs = append(r.Outputs, OutputReport{Name: o.Output.Name, Placement: o.Placement.String(), Shape: o.Output.Value.Type.Shape})
 	}
 	for d, peak := range p.Peak {
-		mr := MemoryReport{Device: d, Coord: m.CoordString(d), PeakBytes: peak}
+		mr := MemoryReport{Device: d, Coord: p.Exec.Mesh.CoordString(d), PeakBytes: peak}
+		sd, holds := stageDevice(p, d)
 		local := func(v *ir.Value) int64 {
-			return int64(sbp.Layout(m, v.Type.Shape, p.Placement[v], d).Numel() * v.Type.DType.Size())
+			if !holds(v) {
+				return 0
+			}
+			return int64(sbp.Layout(m, v.Type.Shape, p.Placement[v], sd).Numel() * v.Type.DType.Size())
 		}
 		for _, v := range p.Values {
 			switch v.Op {
@@ -189,6 +195,15 @@ func Explain(p *Plan) *Report {
 		mr.ActivationBytes = peak - mr.ParamBytes - mr.OptimizerBytes
 		r.Memory = append(r.Memory, mr)
 		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
+	}
+	if p.Pipe != nil {
+		r.Pipeline = explainPipeline(p)
+		full := p.Exec.Mesh
+		r.Mesh.Devices = full.Size()
+		a := full.Axes[p.Pipe.Axis]
+		l := mesh.DefaultLink // sends between stages are modelled on the default link
+		axis := AxisReport{Name: a.Name, Size: a.Size, AlphaUs: round6(l.Alpha * 1e6), GBPerSec: round6(1 / l.Beta / 1e9), ReduceGBps: round6(1 / l.Gamma / 1e9)}
+		r.Mesh.Axes = append(r.Mesh.Axes[:p.Pipe.Axis], append([]AxisReport{axis}, r.Mesh.Axes[p.Pipe.Axis:]...)...)
 	}
 	return r
 }
@@ -360,6 +375,9 @@ func (r *Report) Text() string {
 	sort.Slice(peaks, func(i, j int) bool { return peaks[i] > peaks[j] })
 	for _, pk := range peaks {
 		fmt.Fprintf(&b, "  %-10s devices %s\n", HumanBytes(float64(pk)), rangeList(groups[pk]))
+	}
+	if r.Pipeline != nil {
+		r.Pipeline.text(&b)
 	}
 	fmt.Fprintf(&b, "\ntotals: %d collective steps (%d local), %s sent per device, %.2f us modelled, peak %s\n",
 		r.Totals.Collectives, r.Totals.LocalSteps, HumanBytes(r.Totals.Bytes), r.Totals.TimeUs, HumanBytes(float64(r.Totals.MaxPeakBytes)))

@@ -222,9 +222,13 @@ func (s *stageOf) cutUnits(cost func(u int) (float64, float64)) error {
 }
 
 // balance cuts n units with the given costs into k contiguous non-empty
-// stages minimising the slowest stage (compute plus the activation sent at
-// its end): best[j][i] is the least max cost of the first i units on j
-// stages.
+// stages minimising the slowest stage, and among equally slow cuts the one
+// whose largest compute is least (a latency-bound link makes every cut
+// cost the same message). A stage's time is the larger of its compute and
+// the activation it sends at its end: sends are buffered, so a message
+// overlaps the stage's next action.
+// best[j][i] is the best (slowest, largest compute) for the first i units
+// on j stages.
 func balance(n, k int, cost func(u int) (float64, float64)) []int {
 	comp, sent := make([]float64, n), make([]float64, n)
 	for u := range n {
@@ -234,28 +238,39 @@ func balance(n, k int, cost func(u int) (float64, float64)) []int {
 	for u := range n {
 		prefix[u+1] = prefix[u] + comp[u]
 	}
-	stageCost := func(i, j int) float64 { // units [i, j)
-		c := prefix[j] - prefix[i]
-		if j < n {
-			c += sent[j-1]
+	type score struct{ slowest, compute float64 }
+	better := func(a, b score) bool {
+		const eps = 1e-9
+		if a.slowest < b.slowest*(1-eps) {
+			return true
 		}
-		return c
+		return a.slowest <= b.slowest*(1+eps) && a.compute < b.compute*(1-eps)
 	}
-	inf := math.Inf(1)
-	best := make([][]float64, k+1)
+	stage := func(i, j int) score { // units [i, j)
+		c := prefix[j] - prefix[i]
+		t := c
+		if j < n {
+			t = max(t, sent[j-1])
+		}
+		return score{t, c}
+	}
+	inf := score{math.Inf(1), math.Inf(1)}
+	best := make([][]score, k+1)
 	from := make([][]int, k+1)
 	for j := range best {
-		best[j] = make([]float64, n+1)
+		best[j] = make([]score, n+1)
 		from[j] = make([]int, n+1)
 		for i := range best[j] {
 			best[j][i] = inf
 		}
 	}
-	best[0][0] = 0
+	best[0][0] = score{}
 	for j := 1; j <= k; j++ {
 		for i := j; i <= n; i++ {
 			for m := j - 1; m < i; m++ {
-				if c := max(best[j-1][m], stageCost(m, i)); c < best[j][i] {
+				prev, st := best[j-1][m], stage(m, i)
+				c := score{max(prev.slowest, st.slowest), max(prev.compute, st.compute)}
+				if better(c, best[j][i]) {
 					best[j][i], from[j][i] = c, m
 				}
 			}

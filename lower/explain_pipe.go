@@ -1,0 +1,200 @@
+package lower
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/pipeline"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// PipelineReport is the pipeline part of explain: the schedule, where the
+// body was cut into stages and what each costs, and the point-to-point
+// traffic lowering inserted between stages.
+type PipelineReport struct {
+	Axis         string           `json:"axis"`
+	Ranks        int              `json:"ranks"`
+	Stages       int              `json:"stages"`
+	Schedule     string           `json:"schedule"`
+	Micro        int              `json:"microbatches"`
+	Balanced     bool             `json:"balanced"` // the cut was chosen by the min-max partition, not marks
+	Bubble       float64          `json:"bubble_textbook"`
+	BubbleText   string           `json:"bubble_formula"`
+	StageReports []StageReport    `json:"stage_reports"`
+	Transfers    []TransferReport `json:"transfers"`
+	Actions      [][]string       `json:"actions"` // per pipeline rank, the schedule in its text form
+	Notes        []string         `json:"notes"`
+}
+
+// StageReport is one stage: its rank, the body units it holds, its
+// modelled time per micro-batch and its rank's bytes.
+type StageReport struct {
+	Stage     int      `json:"stage"`
+	Rank      int      `json:"rank"`
+	Units     []string `json:"units"` // where each unit starts
+	TimeUs    float64  `json:"time_per_microbatch_us"`
+	Params    int64    `json:"param_bytes"`
+	PeakBytes int64    `json:"rank_peak_bytes"`
+}
+
+// TransferReport is one value sent between pipeline ranks, per step.
+type TransferReport struct {
+	Value  string `json:"value"`
+	Kind   string `json:"kind"` // activation, gradient, parameter, step
+	From   int    `json:"from_rank"`
+	To     int    `json:"to_rank"`
+	Micro  int    `json:"micro"` // -1: once per step
+	Bytes  int64  `json:"bytes_per_device"`
+	Where  string `json:"where"`
+	Source string `json:"source"`
+}
+
+func explainPipeline(p *Plan) *PipelineReport {
+	pp := p.Pipe
+	s := pp.Schedule
+	g := p.Graph
+	r := &PipelineReport{Axis: g.Pipeline.Full.Axes[pp.Axis].Name, Ranks: s.Ranks, Stages: s.Stages, Schedule: s.Name,
+		Micro: s.Micro, Balanced: pp.Stages.Auto, Transfers: []TransferReport{}, Notes: []string{}}
+	if f, text, ok := pipeline.Formula(s.Name, s.Ranks, s.Micro, s.Stages/s.Ranks); ok {
+		r.Bubble, r.BubbleText = f, text
+	}
+	for st := range s.Stages {
+		sr := StageReport{Stage: st, Rank: s.StageRank[st], TimeUs: pp.StageTime[st] * 1e6, Units: []string{}}
+		for u, us := range pp.Stages.UnitStage {
+			if us == st {
+				sr.Units = append(sr.Units, ir.FormatPos(g.Train.Pipe.UnitPos[u]))
+			}
+		}
+		for _, v := range p.Values {
+			if v.Op == "param" && pp.Stages.Stage[v] == st {
+				sr.Params += int64(sbp.Layout(p.Mesh, v.Type.Shape, p.Placement[v], 0).Numel() * v.Type.DType.Size())
+			}
+		}
+		sr.PeakBytes = p.Peak[p.Exec.Mesh.Device(pipeCoord(p, sr.Rank))]
+		r.StageReports = append(r.StageReports, sr)
+	}
+	for _, t := range pp.Transfers {
+		src := ""
+		if pos, ok := transferPos(p, t); ok {
+			src = sourceLine(g.Sources[pos.Filename], pos.Line)
+		}
+		r.Transfers = append(r.Transfers, TransferReport{Value: t.Label, Kind: t.Kind, From: t.From, To: t.To, Micro: t.Micro,
+			Bytes: t.Bytes, Where: t.Where, Source: src})
+	}
+	for _, acts := range s.Actions {
+		var line []string
+		for _, a := range acts {
+			line = append(line, a.String())
+		}
+		r.Actions = append(r.Actions, line)
+	}
+	if z := g.Train.Zero; z >= 2 && s.Micro > 1 {
+		what := "gradients are reduce-scattered once per micro-batch"
+		if z == 3 {
+			what += " and parameters all-gathered again for every micro-batch's forward and backward"
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("ZeRO-%d on a pipeline: %s, %d times a step instead of once (DeepSpeed refuses ZeRO ≥ 2 with pipelines for this reason); the collectives above list each", z, what, s.Micro))
+	}
+	if g.Train.Clip > 0 || g.Train.FoundInf != nil {
+		r.Notes = append(r.Notes, "the global gradient norm (clip) and the f16 overflow flag are reduced across stages after every rank's last action: each rank's optimizer step waits for the slowest stage (measure with meshrun trace)")
+	}
+	return r
+}
+
+// pipeCoord is the full-mesh coordinate of a pipeline rank's first device.
+func pipeCoord(p *Plan, rank int) []int {
+	c := make([]int, p.Exec.Mesh.NumAxes())
+	c[p.Pipe.Axis] = rank
+	return c
+}
+
+// transferPos finds the source position of a transfer's value.
+func transferPos(p *Plan, t Transfer) (ir.Pos, bool) {
+	for _, in := range p.Exec.Programs[t.From].Instrs {
+		if in.Out == t.Slot || len(in.Args) == 1 && in.Args[0] == t.Slot && in.Tag == t.Tag {
+			return in.Pos, true
+		}
+	}
+	return ir.Pos{}, false
+}
+
+// pipelineText renders the pipeline report.
+func (r *PipelineReport) text(b *strings.Builder) {
+	fmt.Fprintf(b, "\npipeline over %s: %d ranks, %d stages, schedule %s, %d micro-batches", r.Axis, r.Ranks, r.Stages, r.Schedule, r.Micro)
+	if r.BubbleText != "" {
+		fmt.Fprintf(b, "; bubble with uniform stages %s = %.1f%% (measure it: meshrun trace)", r.BubbleText, 100*r.Bubble)
+	}
+	how := "by the stage = marks"
+	if r.Balanced {
+		how = "balanced: the cut minimising the slowest stage under the cost model"
+	}
+	fmt.Fprintf(b, "\n  stages (%s)\n", how)
+	tw := newTable("stage", "rank", "units start at", "modelled time / micro-batch", "params / device", "rank's peak")
+	for _, s := range r.StageReports {
+		tw.row(fmt.Sprint(s.Stage), fmt.Sprint(s.Rank), strings.Join(shortAll(s.Units), " "), fmt.Sprintf("%.3g us", s.TimeUs),
+			HumanBytes(float64(s.Params)), HumanBytes(float64(s.PeakBytes)))
+	}
+	b.WriteString(tw.String())
+	b.WriteString("  schedule (per rank: stage, F forward / B backward / I input-gradient / W weight-gradient, micro-batch)\n")
+	for rank, acts := range r.Actions {
+		fmt.Fprintf(b, "    rank %d: %s\n", rank, strings.Join(acts, " "))
+	}
+	b.WriteString("  point-to-point traffic between stages (per step)\n")
+	if len(r.Transfers) == 0 {
+		b.WriteString("    none\n")
+	} else {
+		tw := newTable("value", "kind", "ranks", "micro-batches", "bytes/device each", "at")
+		type key struct { // a value of each micro-batch is one row
+			kind, where string
+			from, to    int
+		}
+		count := map[key]int{}
+		var order []key
+		bytes := map[key]int64{}
+		src, value := map[key]string{}, map[key]string{}
+		for _, t := range r.Transfers {
+			k := key{t.Kind, t.Where, t.From, t.To}
+			if count[k] == 0 {
+				order = append(order, k)
+				value[k] = t.Value
+			}
+			count[k]++
+			bytes[k], src[k] = t.Bytes, t.Source
+		}
+		sort.SliceStable(order, func(i, j int) bool { return order[i].from < order[j].from })
+		for _, k := range order {
+			tw.row(value[k], k.kind, fmt.Sprintf("%d → %d", k.from, k.to), fmt.Sprint(count[k]), HumanBytes(float64(bytes[k])),
+				shortWhere(k.where)+": "+src[k])
+		}
+		b.WriteString(tw.String())
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(b, "  note: %s\n", n)
+	}
+}
+
+func shortAll(ws []string) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = shortWhere(w)
+	}
+	return out
+}
+
+// stageDevice maps a device of the plan's mesh to the device of the mesh
+// placements are laid out on (without the pipeline axis), and says which
+// values it holds (on a pipeline: its stages' and those of no stage).
+func stageDevice(p *Plan, d int) (int, func(*ir.Value) bool) {
+	if p.Pipe == nil {
+		return d, func(*ir.Value) bool { return true }
+	}
+	c := p.Exec.Mesh.Coord(d)
+	rank := c[p.Pipe.Axis]
+	sc := append(append([]int{}, c[:p.Pipe.Axis]...), c[p.Pipe.Axis+1:]...)
+	return p.Mesh.Device(sc), func(v *ir.Value) bool {
+		st, ok := p.Pipe.Stages.Stage[v]
+		return !ok || st < 0 || p.Pipe.Schedule.StageRank[st] == rank
+	}
+}
