@@ -79,7 +79,14 @@ func buildPipeline(p *Plan) error {
 		return &ir.Error{Pos: g.Pipeline.Pos, Msg: "the mesh has a pipeline axis but the program has no train block (stages are cut from its body)"}
 	}
 	pipe := g.Train.Pipe
-	sched, err := pipeline.Generate(pipe.Schedule, g.Pipeline.Size(), len(pipe.Micro), pipe.V)
+	name, v := pipe.Schedule, pipe.V
+	if p.Opts.Schedule != "" {
+		var err error
+		if name, v, err = pipeline.ParseSpec(p.Opts.Schedule); err != nil {
+			return err
+		}
+	}
+	sched, err := pipeline.Generate(name, g.Pipeline.Size(), len(pipe.Micro), v)
 	if err != nil {
 		return &ir.Error{Pos: pipe.Pos, Msg: err.Error()}
 	}

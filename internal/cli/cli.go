@@ -103,6 +103,7 @@ type common struct {
 	verify    bool
 	dumpAfter string
 	launcher  string
+	schedule  string // overrides the train block's pipeline schedule (trace --schedules)
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -194,7 +195,7 @@ func (e *env) compile(path string, c *common) (*lower.Plan, int) {
 		fmt.Fprintln(e.stderr, "meshrun:", err)
 		return nil, ExitUsage
 	}
-	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter}
+	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter, Schedule: c.schedule}
 	if c.dumpAfter != "" {
 		opts.Dump = e.stdout
 	}

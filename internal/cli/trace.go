@@ -27,8 +27,9 @@ func (e *env) trace(args []string) int {
 	out := fs.String("o", "", "write the timeline as Chrome trace JSON (Perfetto, chrome://tracing)")
 	asJSON := fs.Bool("json", false, "print the pipeline's events (rank, stage, micro, kind, start, end) as JSON instead of the chart")
 	svg := fs.String("svg", "", "write the pipeline's Gantt chart as an SVG picture")
-	clock := fs.String("clock", "unit", "model: actions take their modelled time (FLOPs at the cost model's rate, links as modelled); unit: F, I and W take 1 unit, B 2 (the textbook picture); wall: measured")
+	clock := fs.String("clock", "unit", "unit: a rank's forward, input- and weight-gradient take 1 unit each, B 2 (the textbook picture); model: actions take their modelled time (FLOPs at the cost model's rate, links as modelled); wall: measured")
 	width := fs.Int("width", 0, "chart width in columns (0: fit the schedule)")
+	compare := fs.String("schedules", "", "compare schedules on this program, e.g. 'naive,gpipe,1f1b,interleaved(2),zb1p,zbv': each one's measured bubble, step and kept activations beside its formula")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return flagExit(err)
@@ -46,6 +47,9 @@ func (e *env) trace(args []string) int {
 			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
 			return ExitUsage
 		}
+	}
+	if *compare != "" {
+		return e.compareSchedules(pos[0], &c, *clock, strings.Split(*compare, ","))
 	}
 	p, code := e.compile(pos[0], &c)
 	if p == nil {
@@ -117,11 +121,15 @@ func (e *env) traceRun(p *lower.Plan, c *common, clock string) (*rt.Result, erro
 // messages over the link model), or one unit per F, I and W.
 func simClock(p *lower.Plan, c *common, mode string) *rt.SimClock {
 	if mode == "unit" {
+		// a stage's F, I and W take one unit, B two; with v stages per
+		// rank a stage is 1/v of a rank's share of the model, so its
+		// actions take 1/v (a unit is a second on the chart)
+		v := time.Duration(p.Pipe.Schedule.Stages / p.Pipe.Schedule.Ranks)
 		return &rt.SimClock{Action: func(a pipeline.Action) time.Duration {
 			if a.Kind == pipeline.B {
-				return 2 * time.Second // one unit is a second on the chart
+				return 2 * time.Second / v
 			}
-			return time.Second
+			return time.Second / v
 		}}
 	}
 	perStage := p.Exec.Mesh.Size() / p.Pipe.Schedule.Ranks
@@ -165,7 +173,7 @@ func (e *env) printSchedule(file string, p *lower.Plan, res *rt.Result, events [
 	}
 	start, end := pipeline.Span(events)
 	if clock == "unit" {
-		fmt.Fprintf(e.stdout, "\nstep %g units (F, I, W one unit each, B two)\n", end-start)
+		fmt.Fprintf(e.stdout, "\nstep %g units (a rank's share of the model: F, I, W one unit each, B two)\n", end-start)
 	} else {
 		fmt.Fprintf(e.stdout, "\nstep %s on the %s clock\n", time.Duration((end-start)*1e9).Round(time.Nanosecond), clock)
 	}
@@ -236,4 +244,81 @@ func writeFile(path string, write func(*os.File) error) error {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// compareSchedules traces the program once per schedule and tabulates
+// what each measured beside its textbook bubble.
+func (e *env) compareSchedules(file string, c *common, clock string, specs []string) int {
+	for _, spec := range specs {
+		if _, _, err := pipeline.ParseSpec(spec); err != nil {
+			fmt.Fprintf(e.stderr, "meshrun: --schedules: %v\n", err)
+			return ExitUsage
+		}
+	}
+	var rows [][]string
+	for _, spec := range specs {
+		c.schedule = strings.TrimSpace(spec)
+		p, code := e.compile(file, c)
+		if p == nil {
+			return code
+		}
+		if p.Pipe == nil {
+			fmt.Fprintf(e.stderr, "meshrun: %s has no pipeline axis: nothing to compare\n", file)
+			return ExitUsage
+		}
+		res, err := e.traceRun(p, c, clock)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "meshrun: %s: run failed: %v\n", spec, err)
+			return ExitFailure
+		}
+		rows = append(rows, scheduleRow(p, res, clock))
+	}
+	fmt.Fprintf(e.stdout, "%s: one training step under each schedule (clock: %s; bubble = idle rank-time / (ranks × step))\n\n", file, clock)
+	t := [][]string{{"schedule", "stages", "bubble", "textbook", "step", "micro-batches kept per stage", "activation bytes kept per stage"}}
+	t = append(t, rows...)
+	widths := make([]int, len(t[0]))
+	for _, r := range t {
+		for i, cell := range r {
+			widths[i] = max(widths[i], len([]rune(cell)))
+		}
+	}
+	for _, r := range t {
+		for i, cell := range r {
+			fmt.Fprintf(e.stdout, "%s%s  ", cell, strings.Repeat(" ", widths[i]-len([]rune(cell))))
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	return ExitOK
+}
+
+// scheduleRow is one schedule's line of the comparison.
+func scheduleRow(p *lower.Plan, res *rt.Result, clock string) []string {
+	s := p.Pipe.Schedule
+	events := rt.PipelineEvents(p.Exec, res.Devices)
+	name := s.Name
+	if v := s.Stages / s.Ranks; s.Name == "interleaved" {
+		name = fmt.Sprintf("interleaved(%d)", v)
+	}
+	formula := "—"
+	if f, text, ok := pipeline.Formula(s.Name, s.Ranks, s.Micro, s.Stages/s.Ranks); ok {
+		formula = fmt.Sprintf("%s = %.1f%%", text, 100*f)
+	}
+	start, end := pipeline.Span(events)
+	step := fmt.Sprintf("%g units", end-start)
+	if clock != "unit" {
+		step = time.Duration((end - start) * 1e9).String()
+	}
+	live := make([]string, s.Stages)
+	kept := make([]string, s.Stages)
+	for _, d := range res.Devices {
+		if d.Pipe == nil || !leadOfStage(p.Exec, d.Device) {
+			continue
+		}
+		for st, n := range d.Pipe.PeakLive {
+			live[st] = fmt.Sprint(n)
+			kept[st] = lower.HumanBytes(float64(d.Pipe.PeakKept[st]))
+		}
+	}
+	return []string{name, fmt.Sprint(s.Stages), fmt.Sprintf("%.1f%%", 100*pipeline.Bubble(events, s.Ranks)), formula, step,
+		strings.Join(live, " "), strings.Join(kept, " ")}
 }
