@@ -166,7 +166,7 @@ func (r *PipelineReport) text(b *strings.Builder) {
 		sort.SliceStable(order, func(i, j int) bool { return order[i].from < order[j].from })
 		for _, k := range order {
 			tw.row(value[k], k.kind, fmt.Sprintf("%d → %d", k.from, k.to), fmt.Sprint(count[k]), HumanBytes(float64(bytes[k])),
-				shortWhere(k.where)+": "+src[k])
+				dropDirs(k.where)+": "+src[k])
 		}
 		b.WriteString(tw.String())
 	}
@@ -197,4 +197,15 @@ func stageDevice(p *Plan, d int) (int, func(*ir.Value) bool) {
 		st, ok := p.Pipe.Stages.Stage[v]
 		return !ok || st < 0 || p.Pipe.Schedule.StageRank[st] == rank
 	}
+}
+
+// dropDirs shortens every file:line:col in a position with its call chain
+// to the file's base name.
+func dropDirs(where string) string {
+	parts := strings.Split(where, " ")
+	for i, w := range parts {
+		lead := strings.TrimLeft(w, "(")
+		parts[i] = w[:len(w)-len(lead)] + shortWhere(lead)
+	}
+	return strings.Join(parts, " ")
 }
