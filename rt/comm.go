@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/meshrun/meshrun/ir"
 )
@@ -207,6 +208,17 @@ type Ring struct {
 	Devices []int
 	Rank    int
 	Tag     int
+	// OnStep, if set, sees every ring step: the phase (all_gather,
+	// reduce_scatter), the step's index, the bytes this rank sent and
+	// when the step began and ended (timelines draw the ring).
+	OnStep func(phase string, step int, bytes int64, start, end time.Time)
+}
+
+// stepDone reports a finished ring step to OnStep.
+func (g *Ring) stepDone(phase string, k int, sent *Tensor, start time.Time) {
+	if g.OnStep != nil {
+		g.OnStep(phase, k, int64(sent.Numel()*sent.DType.Size()), start, time.Now())
+	}
 }
 
 func (g *Ring) Size() int    { return len(g.Devices) }
@@ -240,6 +252,7 @@ func (g *Ring) allGather(ctx context.Context, t *Tensor, dim int, lens []int) (*
 	blocks := make([]*Tensor, p)
 	blocks[g.Rank] = t
 	for k := 0; k < p-1; k++ {
+		start := time.Now()
 		if err := g.send(ctx, g.next(), blocks[mod(g.Rank-k, p)]); err != nil {
 			return nil, err
 		}
@@ -247,6 +260,7 @@ func (g *Ring) allGather(ctx context.Context, t *Tensor, dim int, lens []int) (*
 		if err != nil {
 			return nil, err
 		}
+		g.stepDone("all_gather", k, blocks[mod(g.Rank-k, p)], start)
 		recv := mod(g.Rank-k-1, p)
 		if got.Shape[dim] != lens[recv] {
 			return nil, fmt.Errorf("all_gather: block %d has length %d along dim %d, expected %d", recv, got.Shape[dim], dim, lens[recv])
@@ -271,6 +285,7 @@ func (g *Ring) reduceScatter(ctx context.Context, t *Tensor, dim int, lens []int
 	p := g.Size()
 	chunks := SplitDim(t, dim, lens)
 	for k := 0; k < p-1; k++ {
+		start := time.Now()
 		if err := g.send(ctx, g.next(), chunks[mod(g.Rank-k-1, p)]); err != nil {
 			return nil, err
 		}
@@ -281,6 +296,7 @@ func (g *Ring) reduceScatter(ctx context.Context, t *Tensor, dim int, lens []int
 		if err := accumulate(chunks[mod(g.Rank-k-2, p)], got, op); err != nil {
 			return nil, err
 		}
+		g.stepDone("reduce_scatter", k, chunks[mod(g.Rank-k-1, p)], start)
 	}
 	return chunks[g.Rank], nil
 }

@@ -116,6 +116,13 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		x.pipe = newPipeStats()
 	}
 	sent0 := w.Comm.BytesSent()
+	if x.clk == nil {
+		for _, g := range w.Groups {
+			if r, ok := g.(*Ring); ok {
+				r.OnStep = x.ringStep // draw the ring's steps inside each collective
+			}
+		}
+	}
 	for i := range prog.Instrs {
 		in, b := &prog.Instrs[i], &w.Prog.Instrs[i]
 		if w.hook != nil {
@@ -177,6 +184,12 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		res.Carry = append(res.Carry, held(s))
 	}
 	return res, nil
+}
+
+// ringStep records one step of a ring collective on the timeline.
+func (x *execution) ringStep(phase string, k int, bytes int64, start, end time.Time) {
+	x.events = append(x.events, Event{Name: fmt.Sprintf("%s step %d", phase, k+1), Kind: "ring", Start: start.Sub(x.start),
+		Dur: end.Sub(start), Bytes: bytes})
 }
 
 // release empties slot s; its buffer goes back to the backend when no
