@@ -14,10 +14,16 @@ import (
 var wantRe = regexp.MustCompile(`###\s*(".*")\s*$`)
 var devicesRe = regexp.MustCompile(`^# devices: (\d+)`)
 
-// TestErrors runs the chunked error file: every chunk must produce exactly
-// the errors its "###" marks say, each at its line.
+// TestErrors runs the chunked error files: every chunk must produce
+// exactly the errors its "###" marks say, each at its line.
 func TestErrors(t *testing.T) {
-	src, err := os.ReadFile("testdata/errors.mesh")
+	for _, f := range []string{"testdata/errors.mesh", "testdata/pipeline_errors.mesh"} {
+		t.Run(f, func(t *testing.T) { testErrorFile(t, f) })
+	}
+}
+
+func testErrorFile(t *testing.T, file string) {
+	src, err := os.ReadFile(file)
 	require.NoError(t, err)
 	lines := strings.Split(string(src), "\n")
 	start := 0

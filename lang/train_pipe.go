@@ -96,7 +96,8 @@ func (u *unitRecorder) end(pos Pos) {
 		mark := -1
 		if op, ok := u.c.scope["stage"]; ok && op.num != nil {
 			f := *op.num
-			if f < 0 || f != math.Trunc(f) || int(f) >= u.c.g.Pipeline.Size()*p.V {
+			changed := len(p.UnitStage) == 0 || p.UnitStage[len(p.UnitStage)-1] != int(f)
+			if changed && (f < 0 || f != math.Trunc(f) || int(f) >= u.c.g.Pipeline.Size()*p.V) {
 				u.c.errorf(pos, "stage = %v: want an integer from 0 to %d (stages on this pipeline)", f, u.c.g.Pipeline.Size()*p.V-1)
 			}
 			mark = int(f)

@@ -246,15 +246,18 @@ func balance(n, k int, cost func(u int) (float64, float64)) []int {
 		}
 		return a.slowest <= b.slowest*(1+eps) && a.compute < b.compute*(1-eps)
 	}
+	inf := score{math.Inf(1), math.Inf(1)}
 	stage := func(i, j int) score { // units [i, j)
 		c := prefix[j] - prefix[i]
+		if c <= 0 && n >= k {
+			return inf // a stage that computes nothing is no stage
+		}
 		t := c
 		if j < n {
 			t = max(t, sent[j-1])
 		}
 		return score{t, c}
 	}
-	inf := score{math.Inf(1), math.Inf(1)}
 	best := make([][]score, k+1)
 	from := make([][]int, k+1)
 	for j := range best {
@@ -290,24 +293,49 @@ func balance(n, k int, cost func(u int) (float64, float64)) []int {
 
 // unitCosts models each unit of micro-batch 0: the FLOPs of its forward
 // and of the backward of its values (ad's record), at ModelFLOPS, and the
-// seconds to send its last value to the next stage over link.
+// time to send, over link, what a cut after it would send: the forward
+// values made up to it that later units read.
 func unitCosts(g *ir.Graph, linkTime func(bytes float64) float64) func(u int) (float64, float64) {
 	pipe := g.Train.Pipe
 	back := map[*ir.Value]float64{}
 	for b, f := range pipe.BackwardOf {
 		back[f] += ops.FLOPs(b)
 	}
+	units := pipe.Units[0]
+	first := pipe.Micro[0].Start
+	// crossing[c]: bytes made in units ≤ c (or before them in the
+	// micro-batch) and read in a unit > c, each value once
+	unitOf := func(id int) int {
+		for u, r := range units {
+			if id < r.End {
+				return u
+			}
+		}
+		return len(units)
+	}
+	lastRead := map[*ir.Value]int{}
+	for u, r := range units {
+		for id := r.Start; id < r.End; id++ {
+			for _, a := range g.Values[id].Args {
+				if a.ID >= first && !a.IsSource() {
+					lastRead[a] = max(lastRead[a], u)
+				}
+			}
+		}
+	}
+	crossing := make([]float64, len(units))
+	for a, last := range lastRead {
+		for c := unitOf(a.ID); c < last; c++ {
+			crossing[c] += float64(a.Type.Bytes())
+		}
+	}
 	return func(u int) (float64, float64) {
-		r := pipe.Units[0][u]
+		r := units[u]
 		flops := 0.0
 		for id := r.Start; id < r.End; id++ {
 			v := g.Values[id]
 			flops += ops.FLOPs(v) + back[v]
 		}
-		sent := 0.0
-		if r.End > r.Start {
-			sent = linkTime(float64(g.Values[r.End-1].Type.Bytes()))
-		}
-		return flops / ModelFLOPS, sent
+		return flops / ModelFLOPS, linkTime(crossing[u])
 	}
 }

@@ -234,6 +234,10 @@ func (p *Plan) ranksOf(prog int) []int {
 func (prog *Program) Dump() string {
 	var b strings.Builder
 	for _, in := range prog.Instrs {
+		if in.Kind == Mark {
+			fmt.Fprintf(&b, "  -- %s\n", in.Name())
+			continue
+		}
 		var args []string
 		for _, a := range in.Args {
 			args = append(args, fmt.Sprintf("s%d", a))

@@ -1,0 +1,183 @@
+package lower
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/stretchr/testify/require"
+)
+
+// layers is a program of n identical layers on a pipeline of ranks, with
+// stage marks when marks is set.
+func layers(ranks, n, micro int, schedule string, marks []int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "mesh M = [pipeline pp=%d, dp=2]\ninput x : f32[%d, 8] {S(0)} = normal(0, 1)\n", ranks, 4*micro)
+	for l := range n {
+		fmt.Fprintf(&b, "param W%d : f32[8, 8] = normal(0, 0.3)\n", l)
+	}
+	fmt.Fprintf(&b, "train {\n    pipeline = %s\n    microbatches = %d\n    h = x\n", schedule, micro)
+	for l := range n {
+		if marks != nil {
+			fmt.Fprintf(&b, "    stage = %d\n", marks[l])
+		}
+		fmt.Fprintf(&b, "    h = tanh(h @ W%d)\n", l)
+	}
+	b.WriteString("    loss = sum(h * h)\n    optimizer = adam(lr=0.01)\n    clip = 1\n}\n")
+	return b.String()
+}
+
+func lowerSource(src string) (*Plan, error) {
+	g, err := lang.CheckSource("p.mesh", []byte(src), lang.CheckOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return Lower(g, Options{Verify: true})
+}
+
+// Every schedule's per-rank programs pass the cross-rank dry run (no
+// deadlock, every message received with the type it was sent with) for
+// several pipeline sizes and micro-batch counts; refused combinations say
+// why at the pipeline setting.
+func TestPipelinePlansVerify(t *testing.T) {
+	for _, sched := range []string{"naive", "gpipe", "1f1b", "interleaved(2)", "zb1p", "zbv"} {
+		for _, k := range []int{2, 3, 4} {
+			for _, m := range []int{1, 2, 3, 4, 6, 8} {
+				v := 1
+				if sched == "zbv" || strings.HasPrefix(sched, "interleaved") {
+					v = 2
+				}
+				p, err := lowerSource(layers(k, k*v, m, sched, nil))
+				if err != nil {
+					// refused at the pipeline setting (line 4 + the params)
+					var e *ir.Error
+					var list lang.ErrorList
+					if errors.As(err, &list) {
+						e = list[0]
+					}
+					require.True(t, e != nil || errors.As(err, &e), "%s K=%d M=%d: %v", sched, k, m, err)
+					require.Equal(t, 4+k*v, e.Pos.Line, "%s K=%d M=%d: %v", sched, k, m, err)
+					continue
+				}
+				require.Len(t, p.Exec.Programs, k)
+				require.NoError(t, p.Exec.Verify(), "%s K=%d M=%d", sched, k, m)
+				// each stage's parameters live on its rank only
+				for _, src := range p.Exec.Sources {
+					if src.Role == "param" {
+						require.GreaterOrEqual(t, src.Home, 0, "%s is on one rank", src.Name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Cross-stage traffic per step for 1F1B on K ranks, M micro-batches, one
+// layer per stage: an activation forward and its gradient back at each of
+// the K−1 boundaries for every micro-batch, and (clip) each later stage's
+// share of the gradient norm to the last stage and the factor back.
+func TestPipelineTransfers(t *testing.T) {
+	for _, c := range []struct{ k, m int }{{2, 4}, {4, 8}, {3, 3}} {
+		p, err := lowerSource(layers(c.k, c.k, c.m, "1f1b", nil))
+		require.NoError(t, err)
+		kinds := map[string]int{}
+		for _, tr := range p.Pipe.Transfers {
+			kinds[tr.Kind]++
+			if tr.Kind == "activation" || tr.Kind == "gradient" {
+				require.Equal(t, int64(2*8*4), tr.Bytes, "a micro-batch's [4, 8] f32 split over dp=2")
+				require.Equal(t, 1, abs(tr.To-tr.From), "neighbours only")
+			}
+		}
+		require.Equal(t, (c.k-1)*c.m, kinds["activation"], "K=%d M=%d: %v", c.k, c.m, kinds)
+		require.Equal(t, (c.k-1)*c.m, kinds["gradient"], "K=%d M=%d", c.k, c.m)
+		require.Positive(t, kinds["step"], "the clipping norm crosses stages")
+	}
+}
+
+func abs(x int) int { return max(x, -x) }
+
+func TestPipelineStageErrors(t *testing.T) {
+	cases := []struct {
+		src  string
+		line int
+		msg  string
+	}{
+		{layers(2, 3, 2, "1f1b", []int{0, 1, 0}), 14, "stage = 0 after stage 1: stages run forward in order"},
+		{layers(4, 1, 4, "1f1b", nil), 5, "4 pipeline stages need at least as many units in the train block (statements, loop iterations); it has 3"},
+		{"mesh M = [pipeline pp=2]\ninput x : f32[4] = normal(0, 1)\ny = x * 2\noutput y\n", 1,
+			"the mesh has a pipeline axis but the program has no train block (stages are cut from its body)"},
+	}
+	for _, c := range cases {
+		_, err := lowerSource(c.src)
+		var e *ir.Error
+		require.True(t, errors.As(err, &e), "%v", err)
+		require.Equal(t, c.line, e.Pos.Line, c.msg)
+		require.Equal(t, c.msg, e.Msg)
+	}
+}
+
+// The balanced cut is the best contiguous cut: checked against every cut
+// of small random unit costs.
+func TestBalanceIsOptimal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 300; trial++ {
+		n := 1 + rng.IntN(8)
+		k := 1 + rng.IntN(n)
+		comp, sent := make([]float64, n), make([]float64, n)
+		for u := range n {
+			comp[u], sent[u] = rng.Float64(), rng.Float64()*0.5
+		}
+		cost := func(u int) (float64, float64) { return comp[u], sent[u] }
+		got := slowest(balance(n, k, cost), comp, sent)
+		best := math.Inf(1)
+		forEachCut(n, k, func(cut []int) { best = min(best, slowest(cut, comp, sent)) })
+		require.InDelta(t, best, got, 1e-12, "n=%d k=%d", n, k)
+	}
+}
+
+// slowest is a cut's slowest stage: compute, or its send if longer.
+func slowest(cut []int, comp, sent []float64) float64 {
+	stage := make([]float64, cut[len(cut)-1]+1)
+	for u, s := range cut {
+		stage[s] += comp[u]
+	}
+	worst := 0.0
+	for u, s := range cut {
+		t := stage[s]
+		if u+1 < len(cut) && cut[u+1] != s {
+			t = max(t, sent[u])
+		}
+		worst = max(worst, t)
+	}
+	return worst
+}
+
+// forEachCut enumerates the ways to cut n units into k non-empty
+// contiguous stages.
+func forEachCut(n, k int, f func([]int)) {
+	cut := make([]int, n)
+	var rec func(u, s int)
+	rec = func(u, s int) {
+		if u == n {
+			if s == k-1 {
+				f(cut)
+			}
+			return
+		}
+		cut[u] = s
+		rec(u+1, s)
+		if u > 0 && s+1 < k {
+			cut[u] = s + 1
+			rec(u+1, s+1)
+		}
+	}
+	rec(0, 0)
+}
+
+var _ = plan.Mark
