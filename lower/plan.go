@@ -233,6 +233,9 @@ func (p *Plan) Dump() string {
 	for _, o := range p.Outputs {
 		fmt.Fprintf(&b, "output %s %s\n", o.Output.Name, o.Placement)
 	}
+	if p.Pipe != nil {
+		fmt.Fprintf(&b, "%s\n", p.Pipe.Schedule)
+	}
 	if p.done["spmd"] {
 		b.WriteString(p.Exec.Dump())
 	}

@@ -185,3 +185,20 @@ output y {B}
 		require.Equal(t, 3, ag, "device %d", d.Device)
 	}
 }
+
+// A global reduction before the optimizer step (clipping's norm) runs
+// after every rank's last action, so it does not stretch a zero-bubble
+// schedule: the measured timeline is the same with and without it (the
+// step's end is a barrier anyway; the norm's messages follow it).
+func TestGlobalNormDoesNotStretchZeroBubble(t *testing.T) {
+	for _, schedule := range []string{"zb1p", "zbv"} {
+		v := 1
+		if schedule == "zbv" {
+			v = 2
+		}
+		src := uniformPipe(4, 4*v, 8, schedule)
+		plain, _ := runPipe(t, compile(t, src))
+		clipped, _ := runPipe(t, compile(t, strings.Replace(src, "steps = 1", "steps = 1\n    clip = 0.5", 1)))
+		require.Equal(t, plain, clipped, schedule)
+	}
+}
