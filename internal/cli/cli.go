@@ -391,7 +391,18 @@ var testHookSharded func(*rt.Result)
 
 // summary lists the inserted steps by kind: "1 all_reduce (96.0 KiB per device)".
 func summary(r *lower.Report) string {
+	sends := ""
+	if r.Pipeline != nil {
+		var b int64
+		for _, t := range r.Pipeline.Transfers {
+			b += t.Bytes
+		}
+		sends = fmt.Sprintf("%d sends between pipeline stages (%s per device, all stages together)", len(r.Pipeline.Transfers), lower.HumanBytes(float64(b)))
+	}
 	if len(r.Collectives) == 0 {
+		if sends != "" {
+			return sends + " — details: meshrun explain"
+		}
 		return "none"
 	}
 	var kinds []string
@@ -407,6 +418,9 @@ func summary(r *lower.Report) string {
 	var parts []string
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%d %s (%s per device)", counts[k], k, lower.HumanBytes(bytes[k])))
+	}
+	if sends != "" {
+		parts = append(parts, sends)
 	}
 	return strings.Join(parts, ", ") + " — details: meshrun explain"
 }

@@ -165,17 +165,15 @@ func (e *env) printSchedule(file string, p *lower.Plan, res *rt.Result, events [
 		return
 	}
 	fmt.Fprint(e.stdout, pipeline.Gantt(events, s.Ranks, width))
-	bubble := pipeline.Bubble(events, s.Ranks)
-	fmt.Fprintf(e.stdout, "\nbubble %.1f%% of the step (idle rank-time / ranks × step)", 100*bubble)
 	v := s.Stages / s.Ranks
 	if f, text, ok := pipeline.Formula(s.Name, s.Ranks, s.Micro, v); ok {
-		fmt.Fprintf(e.stdout, "; textbook %s = %.1f%% with uniform stages", text, 100*f)
+		fmt.Fprintf(e.stdout, "textbook bubble with uniform stages: %s = %.1f%%\n", text, 100*f)
 	}
 	start, end := pipeline.Span(events)
 	if clock == "unit" {
-		fmt.Fprintf(e.stdout, "\nstep %g units (a rank's share of the model: F, I, W one unit each, B two)\n", end-start)
+		fmt.Fprintf(e.stdout, "step %g units (a rank's share of the model: F, I, W one unit each, B two)\n", end-start)
 	} else {
-		fmt.Fprintf(e.stdout, "\nstep %s on the %s clock\n", time.Duration((end-start)*1e9).Round(time.Nanosecond), clock)
+		fmt.Fprintf(e.stdout, "step %s on the %s clock\n", time.Duration((end-start)*1e9).Round(time.Nanosecond), clock)
 	}
 	fmt.Fprintln(e.stdout, "\nactivations kept per stage (from the runtime's memory accounting):")
 	type row struct {
@@ -193,7 +191,7 @@ func (e *env) printSchedule(file string, p *lower.Plan, res *rt.Result, events [
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].stage < rows[j].stage })
 	for _, r := range rows {
-		fmt.Fprintf(e.stdout, "  stage %d: %d micro-batches at most, %s per device\n", r.stage, r.live, lower.HumanBytes(float64(r.kept)))
+		fmt.Fprintf(e.stdout, "  stage %d: at most %d micro-batch(es), %s per device\n", r.stage, r.live, lower.HumanBytes(float64(r.kept)))
 	}
 }
 
