@@ -61,7 +61,7 @@ func (e *env) trace(args []string) int {
 		return ExitFailure
 	}
 	if *out != "" {
-		if err := writeFile(*out, func(f *os.File) error { return rt.WriteChromeTrace(f, p.Exec.Mesh, res) }); err != nil {
+		if err := writeAtomically(*out, func(f *os.File) error { return rt.WriteChromeTrace(f, p.Exec.Mesh, res) }); err != nil {
 			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
 			return ExitFailure
 		}
@@ -76,7 +76,7 @@ func (e *env) trace(args []string) int {
 	}
 	events := rt.PipelineEvents(p.Exec, res.Devices)
 	if *svg != "" {
-		if err := writeFile(*svg, func(f *os.File) error { _, err := f.Write(pipeline.SVG(events, p.Pipe.Schedule.Ranks)); return err }); err != nil {
+		if err := writeAtomically(*svg, func(f *os.File) error { _, err := f.Write(pipeline.SVG(events, p.Pipe.Schedule.Ranks)); return err }); err != nil {
 			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
 			return ExitFailure
 		}
@@ -221,9 +221,9 @@ func writable(path string) error {
 	return os.Remove(name)
 }
 
-// writeFile writes path through a temporary file in its directory, renamed
+// writeAtomically writes path through a temporary file in its directory, renamed
 // into place when complete.
-func writeFile(path string, write func(*os.File) error) error {
+func writeAtomically(path string, write func(*os.File) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
