@@ -181,3 +181,36 @@ func forEachCut(n, k int, f func([]int)) {
 }
 
 var _ = plan.Mark
+
+// ZeRO-2 on a pipeline reduce-scatters every gradient once per
+// micro-batch (M times a step); ZeRO-3 also gathers again, in every
+// micro-batch's backward, each parameter the backward reads (W1: its
+// input's gradient needs it; W0's does not, its input is the data), while
+// the forward's gather is made once a step. explain says so. Counted from
+// the plan.
+func TestZeROOnAPipelineCountsPerMicroBatch(t *testing.T) {
+	const k, m, n = 2, 4, 2
+	count := func(zero int) (rs, agBackward int, notes []string) {
+		src := strings.Replace(layers(k, n, m, "1f1b", nil), "clip = 1", fmt.Sprintf("zero = %d", zero), 1)
+		p, err := lowerSource(src)
+		require.NoError(t, err)
+		for _, prog := range p.Exec.Programs {
+			for _, in := range prog.Instrs {
+				if in.Kind == plan.Collective && in.Step.Kind == "reduce_scatter" {
+					rs++
+				}
+				if in.Kind == plan.Collective && in.Step.Kind == "all_gather" && in.Act != nil {
+					agBackward++
+				}
+			}
+		}
+		return rs, agBackward, Explain(p).Pipeline.Notes
+	}
+	rs, _, notes := count(2)
+	require.Equal(t, n*m, rs, "each of the %d params' gradients reduce-scattered once per micro-batch", n)
+	require.Contains(t, strings.Join(notes, " "), "ZeRO-2 on a pipeline: gradients are reduce-scattered once per micro-batch, 4 times a step")
+	rs3, ag3, notes3 := count(3)
+	require.Equal(t, n*m, rs3)
+	require.Equal(t, m, ag3, "W1 gathered again in each micro-batch's backward")
+	require.Contains(t, strings.Join(notes3, " "), "all-gathered again in every micro-batch's backward")
+}
