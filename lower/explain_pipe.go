@@ -83,7 +83,11 @@ func explainPipeline(p *Plan) *PipelineReport {
 		r.Transfers = append(r.Transfers, TransferReport{Value: t.Label, Kind: t.Kind, From: t.From, To: t.To, Micro: t.Micro,
 			Bytes: t.Bytes, Where: t.Where, Source: src})
 	}
-	for _, acts := range s.Actions {
+	withComm := s
+	if c, err := s.WithComm(); err == nil {
+		withComm = c // the schedule's own view of the sends lowering inserts
+	}
+	for _, acts := range withComm.Actions {
 		var line []string
 		for _, a := range acts {
 			line = append(line, a.String())
@@ -137,7 +141,7 @@ func (r *PipelineReport) text(b *strings.Builder) {
 			HumanBytes(float64(s.Params)), HumanBytes(float64(s.PeakBytes)))
 	}
 	b.WriteString(tw.String())
-	b.WriteString("  schedule (per rank: stage, F forward / B backward / I input-gradient / W weight-gradient, micro-batch)\n")
+	b.WriteString("  schedule (per rank: stage, F forward / B backward / I input-gradient / W weight-gradient, SEND_/RECV_ of activations (F) and gradients (B), micro-batch)\n")
 	for rank, acts := range r.Actions {
 		fmt.Fprintf(b, "    rank %d: %s\n", rank, strings.Join(acts, " "))
 	}

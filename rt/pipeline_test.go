@@ -68,6 +68,8 @@ func TestPipelineBubblesMeasuredOnTheRuntimeClock(t *testing.T) {
 		{"1f1b", 3, 1, 6, 2.0 / 8},
 		{"interleaved(2)", 2, 2, 4, 1.0 / 9},
 		{"interleaved(2)", 4, 2, 8, 3.0 / 19},
+		{"interleaved(3)", 2, 3, 4, 1.0 / 13},
+		{"interleaved(3)", 3, 3, 6, 2.0 / 20},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s_K%d_M%d", c.schedule, c.ranks, c.m), func(t *testing.T) {
