@@ -59,35 +59,3 @@ func TestEventJSON(t *testing.T) {
 		t.Errorf("unknown kind accepted")
 	}
 }
-
-func TestChromeTrace(t *testing.T) {
-	evs := []Event{{Rank: 1, Stage: 1, Micro: 0, Kind: F, Start: 1, End: 2.5}}
-	b, err := ChromeTrace(evs, 2, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var trace struct {
-		TraceEvents []struct {
-			Name, Ph string
-			Ts, Dur  float64
-			Tid      int
-			Args     map[string]any
-		}
-	}
-	if err := json.Unmarshal(b, &trace); err != nil {
-		t.Fatal(err)
-	}
-	if len(trace.TraceEvents) != 3 { // two track names, one event
-		t.Fatalf("%d trace events, want 3", len(trace.TraceEvents))
-	}
-	if m := trace.TraceEvents[1]; m.Ph != "M" || m.Tid != 1 || m.Args["name"] != "rank 1" {
-		t.Errorf("track name record %+v", m)
-	}
-	e := trace.TraceEvents[2]
-	if e.Name != "1F0" || e.Ph != "X" || e.Ts != 1000 || e.Dur != 1500 || e.Tid != 1 || e.Args["micro"] != 0.0 {
-		t.Errorf("event record %+v", e)
-	}
-	if _, err := ChromeTrace(evs, 2, 0); err == nil {
-		t.Errorf("zero time unit accepted")
-	}
-}
