@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/meshrun/meshrun/internal/atomicfile"
 	"io"
 	"math"
 	"os"
@@ -152,39 +153,18 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 func bytesReader(b []byte) io.Reader { return &sliceReader{b} }
 
 // SaveCheckpoint writes DIR/checkpoint.safetensors through a temporary
-// file that is synced and then renamed over the old one, so an interrupted
-// save never replaces the last good checkpoint. beforeRename, when set,
-// runs between the write and the rename (tests use it to stall).
+// file of this save's own, synced and then renamed over the old one, so an
+// interrupted save never replaces the last good checkpoint and concurrent
+// runs saving into one directory never delete each other's files (a save
+// killed midway leaves its hidden temporary file; nothing removes another
+// process's). beforeRename, when set, runs between the write and the
+// rename (tests use it to stall).
 func SaveCheckpoint(dir string, tensors map[string]*Tensor, meta map[string]string, beforeRename func()) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	final := filepath.Join(dir, "checkpoint.safetensors")
-	// a save killed midway leaves its temporary file: clear them
-	stale, _ := filepath.Glob(filepath.Join(dir, ".checkpoint-*.tmp"))
-	for _, f := range stale {
-		os.Remove(f)
-	}
-	tmp, err := os.CreateTemp(dir, ".checkpoint-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
-	if err := WriteSafetensors(tmp, tensors, meta); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if beforeRename != nil {
-		beforeRename()
-	}
-	return os.Rename(tmp.Name(), final)
+	write := func(w io.Writer) error { return WriteSafetensors(w, tensors, meta) }
+	return atomicfile.Write(filepath.Join(dir, "checkpoint.safetensors"), write, beforeRename)
 }
 
 // LoadCheckpoint reads DIR/checkpoint.safetensors.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshrun/meshrun/internal/atomicfile"
 	"github.com/meshrun/meshrun/internal/npy"
 	"github.com/meshrun/meshrun/rt"
 	"github.com/stretchr/testify/require"
@@ -111,7 +112,7 @@ func TestKilledSaveKeepsTheLastGoodCheckpoint(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := os.Stat(filepath.Join(ck, "checkpoint.safetensors"))
-		tmps, _ := filepath.Glob(filepath.Join(ck, ".checkpoint-*.tmp"))
+		tmps, _ := filepath.Glob(atomicfile.TempPattern(filepath.Join(ck, "checkpoint.safetensors")))
 		if err == nil && len(tmps) > 0 {
 			break
 		}

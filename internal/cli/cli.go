@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshrun/meshrun/internal/atomicfile"
 	"github.com/meshrun/meshrun/internal/npy"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
@@ -303,20 +304,7 @@ func writeOutputs(dir string, res *rt.Result) error {
 }
 
 func writeTrace(path string, p *lower.Plan, res *rt.Result) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := rt.WriteChromeTrace(f, p.Exec.Mesh, res); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, func(w io.Writer) error { return rt.WriteChromeTrace(w, p.Exec.Mesh, res) }, nil)
 }
 
 // preview prints the first few elements.

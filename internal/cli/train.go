@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshrun/meshrun/internal/atomicfile"
 	"github.com/meshrun/meshrun/internal/npy"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lower"
@@ -248,11 +249,11 @@ func plotLoss(path string, losses []float64) error {
 		return err
 	}
 	pl.Add(line, plotter.NewGrid())
-	tmp := path + ".tmp.png"
-	if err := pl.Save(6*vg.Inch, 4*vg.Inch, tmp); err != nil {
+	img, err := pl.WriterTo(6*vg.Inch, 4*vg.Inch, "png")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, func(w io.Writer) error { _, err := img.WriteTo(w); return err }, nil)
 }
 
 // checkTraining trains on the mesh and on one device and compares the loss

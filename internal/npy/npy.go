@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/meshrun/meshrun/internal/atomicfile"
 	"io"
 
 	"os"
@@ -242,22 +243,9 @@ func Write(w io.Writer, shape []int, data any) error {
 	return bw.Flush()
 }
 
-// WriteFile writes an array to path, through a temporary file renamed into
-// place so that a failure never leaves a half-written file behind.
+// WriteFile writes an array to path, through a temporary file of its own
+// renamed into place, so that a failure never leaves a half-written file
+// and concurrent writers into one directory never collide.
 func WriteFile(path string, shape []int, data any) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := Write(f, shape, data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, func(w io.Writer) error { return Write(w, shape, data) }, nil)
 }
