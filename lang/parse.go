@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -78,6 +79,13 @@ func backToText(src []byte, p lexer.Position) lexer.Position {
 // names a single token rather than a piece of grammar.
 func cleanParseMessage(m string) string {
 	m = strings.ReplaceAll(m, `unexpected token "<EOF>"`, "unexpected end of file")
+	// an integer token too large for an int field (a dim, a mesh axis, a
+	// loop count) fails in strconv; say so in the program's terms
+	if _, rest, ok := strings.Cut(m, "strconv.ParseInt: parsing "); ok {
+		if q, reason, ok := strings.Cut(rest, ": "); ok && reason == "value out of range" {
+			return fmt.Sprintf("integer %s is too large (at most %d)", strings.Trim(q, `"`), math.MaxInt)
+		}
+	}
 	if rest, ok := strings.CutPrefix(strings.TrimPrefix(m, "lexer: "), "invalid input text "); ok {
 		if q, err := strconv.Unquote(rest); err == nil && q != "" {
 			r, _ := utf8.DecodeRuneInString(q)

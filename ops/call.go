@@ -127,12 +127,12 @@ func (b *Call) axisAttr(i int, key string, def int, rank int, required bool) (in
 	if !ok {
 		return 0, false
 	}
-	if ax < 0 {
-		ax += rank
-	}
-	if ax < 0 || ax >= rank {
+	if ax < -rank || ax >= rank { // the message names the axis as written
 		b.Failf("%s: %s %d out of range for rank %d", b.Name, key, ax, rank)
 		return 0, false
+	}
+	if ax < 0 {
+		ax += rank
 	}
 	return ax, true
 }

@@ -10,8 +10,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,8 +75,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "trace":
 		return env.trace(args[1:])
 	case "grammar":
-		fmt.Fprintln(stdout, lang.Grammar())
-		return ExitOK
+		return env.grammar(args[1:])
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK
@@ -122,9 +123,6 @@ func (c *common) register(fs *flag.FlagSet) {
 // topology builds the link model of a mesh from the flags.
 func (c *common) topology(m *mesh.Mesh) (*mesh.Topology, error) {
 	def := mesh.Link{Alpha: c.alphaUs * 1e-6, Beta: 1 / (c.bandwidth * 1e9), Gamma: mesh.DefaultLink.Gamma}
-	if c.bandwidth <= 0 || c.alphaUs < 0 {
-		return nil, fmt.Errorf("--alpha must be >= 0 and --bandwidth > 0")
-	}
 	t := mesh.Uniform(m, def)
 	if c.links == "" {
 		return t, nil
@@ -136,7 +134,8 @@ func (c *common) topology(m *mesh.Mesh) (*mesh.Topology, error) {
 			return nil, fmt.Errorf("--link %q: unknown mesh axis %q", c.links, name)
 		}
 		var alpha, bw float64
-		if _, err := fmt.Sscanf(spec, "%g:%g", &alpha, &bw); err != nil || bw <= 0 || alpha < 0 {
+		// written so that NaN fails too
+		if _, err := fmt.Sscanf(spec, "%g:%g", &alpha, &bw); err != nil || !(bw > 0) || !(alpha >= 0) || math.IsInf(alpha+bw, 0) {
 			return nil, fmt.Errorf("--link %q: want AXIS=ALPHA_US:GBPS", part)
 		}
 		t.Links[a] = mesh.Link{Alpha: alpha * 1e-6, Beta: 1 / (bw * 1e9), Gamma: def.Gamma}
@@ -163,24 +162,47 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: meshrun %s\n\nflags:\n", synopsis)
-		fs.PrintDefaults()
+		fmt.Fprintf(e.stderr, "usage: meshrun %s\n", synopsis)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprint(e.stderr, "\nflags:\n")
+			fs.PrintDefaults()
+		}
 	}
 	return fs
 }
 
-// parseAndCompile parses a command's flags and its one FILE argument, then
-// compiles the file. A nil plan comes with the exit code to return.
-func (e *env) parseAndCompile(fs *flag.FlagSet, args []string, c *common) (string, *lower.Plan, int) {
+// parseAndCompile parses a command's flags and its one FILE argument,
+// checks the shared flags, compiles the file, then runs the command's own
+// checks (validate, which may be nil) — all before any work. A nil plan
+// comes with the exit code to return.
+func (e *env) parseAndCompile(fs *flag.FlagSet, args []string, c *common, validate func(*lower.Plan, *checks)) (string, *lower.Plan, int) {
 	pos, err := parse(fs, args)
 	if err != nil {
 		return "", nil, flagExit(err)
 	}
-	if len(pos) != 1 {
-		fs.Usage()
+	k := newChecks(e, fs)
+	c.validate(k)
+	switch {
+	case len(pos) == 0:
+		k.fail("missing FILE, the program to %s", fs.Name())
+	case len(pos) > 1:
+		k.fail("want one FILE, got %d: %s", len(pos), strings.Join(pos, " "))
+	}
+	if !e.report(k) {
 		return "", nil, ExitUsage
 	}
 	p, code := e.compile(pos[0], c)
+	if p == nil {
+		return "", nil, code
+	}
+	if validate != nil {
+		validate(p, k)
+		if !e.report(k) {
+			return "", nil, ExitUsage
+		}
+	}
 	return pos[0], p, code
 }
 
@@ -254,13 +276,16 @@ func (e *env) run(args []string) int {
 	c.register(fs)
 	out := fs.String("out", "", "write every output as DIR/NAME.npy (the whole logical tensor)")
 	trace := fs.String("trace", "", "write the per-device timeline as Chrome trace JSON")
-	_, p, code := e.parseAndCompile(fs, args, &c)
+	validate := func(p *lower.Plan, k *checks) {
+		if p.Graph.Train != nil {
+			k.fail("the program has a train block: use meshrun train (or meshrun check to compare it with one device)")
+		}
+		k.outDir("out", *out)
+		k.outFile("trace", *trace)
+	}
+	_, p, code := e.parseAndCompile(fs, args, &c, validate)
 	if p == nil {
 		return code
-	}
-	if p.Graph.Train != nil {
-		fmt.Fprintln(e.stderr, "meshrun: the program has a train block: use meshrun train (or meshrun check to compare it with one device)")
-		return ExitUsage
 	}
 	res, code := e.execute(p, &c)
 	if res == nil || e.follower {
@@ -326,19 +351,25 @@ func (e *env) check(args []string) int {
 	var c common
 	fs := newFlags(e, "check", "check FILE [--rtol R] [--atol A]")
 	c.register(fs)
-	rtol := fs.Float64("rtol", -1, "relative tolerance (default 1e-4 for f32, 1e-9 for f64)")
-	atol := fs.Float64("atol", -1, "absolute tolerance (default 1e-5 for f32, 1e-12 for f64)")
-	file, p, code := e.parseAndCompile(fs, args, &c)
+	var rtolFlag, atolFlag tolerance
+	fs.Var(&rtolFlag, "rtol", "relative tolerance `R` (default by dtype: "+toleranceHelp(0)+")")
+	fs.Var(&atolFlag, "atol", "absolute tolerance `A` (default by dtype: "+toleranceHelp(1)+")")
+	validate := func(_ *lower.Plan, k *checks) {
+		rtolFlag.check(k, "rtol")
+		atolFlag.check(k, "atol")
+	}
+	file, p, code := e.parseAndCompile(fs, args, &c, validate)
 	if p == nil {
 		return code
 	}
+	rtol, atol := rtolFlag.value(), atolFlag.value()
 	ref, err := reference(p)
 	if err != nil {
 		fmt.Fprint(e.stderr, lang.Render(err, p.Graph.Sources))
 		return ExitUsage
 	}
 	if p.Graph.Train != nil {
-		return e.checkTraining(file, p, ref, &c, *rtol, *atol)
+		return e.checkTraining(file, p, ref, &c, rtol, atol)
 	}
 	got, code := e.execute(p, &c)
 	if got == nil || e.follower {
@@ -355,7 +386,7 @@ func (e *env) check(args []string) int {
 	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", file, p.Exec.Mesh, p.Exec.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives inserted: %s\n", summary(lower.Explain(p)))
 	for i, name := range want.Names {
-		r, a := tolerances(want.Outputs[i].DType.String(), *rtol, *atol)
+		r, a := tolerances(want.Outputs[i].DType.String(), rtol, atol)
 		d := rt.CompareTensors(got.Output(name), want.Outputs[i], r, a)
 		status := "ok"
 		if !d.OK {
@@ -413,6 +444,55 @@ func summary(r *lower.Report) string {
 	return strings.Join(parts, ", ") + " — details: meshrun explain"
 }
 
+// tolerance is check's --rtol or --atol: unset means the dtype's default.
+type tolerance struct {
+	v   float64
+	set bool
+}
+
+// String is empty when unset, so that --help shows no "(default ...)" for
+// a default that depends on the dtype.
+func (t *tolerance) String() string {
+	if t == nil || !t.set {
+		return ""
+	}
+	return strconv.FormatFloat(t.v, 'g', -1, 64)
+}
+
+func (t *tolerance) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("want a number")
+	}
+	t.v, t.set = v, true
+	return nil
+}
+
+func (t *tolerance) check(k *checks, name string) {
+	if t.set {
+		k.number(name, t.v, 0, false)
+	}
+}
+
+// value is the tolerance, or -1 for the dtype's default (see tolerances).
+func (t *tolerance) value() float64 {
+	if !t.set {
+		return -1
+	}
+	return t.v
+}
+
+// toleranceHelp lists the default relative (which 0) or absolute (1)
+// tolerance of every dtype, from the table itself.
+func toleranceHelp(which int) string {
+	var parts []string
+	for _, dt := range []string{"f64", "f32", "f16", "bf16"} {
+		r, a := tolerances(dt, -1, -1)
+		parts = append(parts, fmt.Sprintf("%s %g", dt, []float64{r, a}[which]))
+	}
+	return strings.Join(parts, ", ") + ", integers exact"
+}
+
 func tolerances(dtype string, rtol, atol float64) (float64, float64) {
 	r, a := 1e-4, 1e-5
 	if dtype == "f64" {
@@ -440,7 +520,7 @@ func (e *env) explain(args []string) int {
 	fs := newFlags(e, "explain", "explain FILE [--json]")
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as one JSON document (schema in spec.md)")
-	_, p, code := e.parseAndCompile(fs, args, &c)
+	_, p, code := e.parseAndCompile(fs, args, &c, nil)
 	if p == nil {
 		return code
 	}
@@ -455,6 +535,20 @@ func (e *env) explain(args []string) int {
 		return ExitOK
 	}
 	fmt.Fprint(e.stdout, r.Text())
+	return ExitOK
+}
+
+func (e *env) grammar(args []string) int {
+	fs := newFlags(e, "grammar", "grammar\n\nprints the grammar of the .mesh language (EBNF, generated from the parser)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "meshrun grammar: takes no arguments, got %s\n", strings.Join(pos, " "))
+		return ExitUsage
+	}
+	fmt.Fprintln(e.stdout, lang.Grammar())
 	return ExitOK
 }
 

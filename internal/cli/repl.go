@@ -49,8 +49,17 @@ func (e *env) repl(args []string) int {
 	var c common
 	fs := newFlags(e, "repl", "repl [--devices N] [--seed N]")
 	c.register(fs)
-	if _, err := parse(fs, args); err != nil {
+	pos, err := parse(fs, args)
+	if err != nil {
 		return flagExit(err)
+	}
+	k := newChecks(e, fs)
+	c.validate(k)
+	if len(pos) > 0 {
+		k.fail("takes no FILE, got %s (type statements, or pipe them in)", strings.Join(pos, " "))
+	}
+	if !e.report(k) {
+		return ExitUsage
 	}
 	s := &session{c: &c}
 	s.reset()

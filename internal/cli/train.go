@@ -25,7 +25,7 @@ import (
 
 func (e *env) train(args []string) int {
 	var c common
-	fs := newFlags(e, "train", "train FILE [--out DIR] [--log FILE] [--plot PNG]")
+	fs := newFlags(e, "train", "train FILE [--out DIR] [--log FILE] [--plot PNG] [--save DIR [--save-every N]] [--resume DIR] [--stop-at STEP]")
 	c.register(fs)
 	out := fs.String("out", "", "write every param after training as DIR/NAME.npy")
 	logPath := fs.String("log", "", "write one JSON line per step: step, loss, lr, seconds")
@@ -34,13 +34,34 @@ func (e *env) train(args []string) int {
 	saveEvery := fs.Int("save-every", 0, "with --save, also save every N steps")
 	resumeDir := fs.String("resume", "", "continue from DIR/checkpoint.safetensors (saved on any mesh)")
 	stopAt := fs.Int("stop-at", 0, "stop after this step (the schedule still spans all steps); with --save, saves there")
-	_, p, code := e.parseAndCompile(fs, args, &c)
+	cfg := rt.TrainConfig{}
+	validate := func(p *lower.Plan, k *checks) {
+		tr := p.Graph.Train
+		if tr == nil {
+			k.fail("the program has no train block (use meshrun run)")
+			return
+		}
+		k.outDir("out", *out)
+		k.outFile("log", *logPath)
+		k.outFile("plot", *plotPath)
+		k.outDir("save", *saveDir)
+		if *saveEvery < 0 || *saveEvery > 0 && *saveDir == "" {
+			k.fail("--save-every %d: want a number of steps > 0, with --save DIR", *saveEvery)
+		}
+		if k.set["stop-at"] && (*stopAt < 1 || *stopAt > tr.Steps) {
+			k.fail("--stop-at %d: want a step from 1 to %d (the program's steps)", *stopAt, tr.Steps)
+		}
+		if !k.empty("resume", *resumeDir) && *resumeDir != "" {
+			if err := resume(*resumeDir, tr, &cfg); err != nil {
+				k.fail("--resume %s: %v", *resumeDir, err)
+			} else if k.set["stop-at"] && *stopAt <= cfg.Start {
+				k.fail("--stop-at %d: the checkpoint is already at step %d; want a later step", *stopAt, cfg.Start)
+			}
+		}
+	}
+	_, p, code := e.parseAndCompile(fs, args, &c, validate)
 	if p == nil {
 		return code
-	}
-	if p.Graph.Train == nil {
-		fmt.Fprintln(e.stderr, "meshrun: the program has no train block (use meshrun run)")
-		return ExitUsage
 	}
 	l, code := e.launch(p, &c)
 	if l == nil {
@@ -55,33 +76,6 @@ func (e *env) train(args []string) int {
 		}
 		defer f.Close()
 		logw = f
-	}
-	cfg := rt.TrainConfig{}
-	if *resumeDir != "" {
-		tensors, meta, err := rt.LoadCheckpoint(*resumeDir)
-		if err != nil {
-			fmt.Fprintln(e.stderr, "meshrun: --resume:", err)
-			return ExitFailure
-		}
-		step, err := strconv.Atoi(meta["step"])
-		if err != nil || step < 0 {
-			fmt.Fprintf(e.stderr, "meshrun: --resume: checkpoint has no valid step (%q)\n", meta["step"])
-			return ExitFailure
-		}
-		if meta["optimizer"] != p.Graph.Train.Optimizer.Kind {
-			fmt.Fprintf(e.stderr, "meshrun: --resume: checkpoint was trained with %s, the program uses %s\n", meta["optimizer"], p.Graph.Train.Optimizer.Kind)
-			return ExitFailure
-		}
-		cfg.Start, cfg.Initial = step, tensors
-		if a, err := strconv.Atoi(meta["applied"]); err == nil {
-			cfg.Applied = a
-		}
-		if sc, err := strconv.ParseFloat(meta["loss_scale"], 64); err == nil {
-			g := rt.NewGradScaler()
-			g.Scale = sc
-			g.Tracker, _ = strconv.Atoi(meta["growth_tracker"])
-			cfg.Scaler = g
-		}
 	}
 	saves := 0
 	save := func(s rt.StepInfo) (err error) {
@@ -174,6 +168,36 @@ func (e *env) train(args []string) int {
 }
 
 var errStop = errors.New("stop requested")
+
+// resume reads the checkpoint in dir into cfg: the step to continue after,
+// the tensors, and the optimizer's and loss scaler's counters.
+func resume(dir string, tr *ir.Train, cfg *rt.TrainConfig) error {
+	tensors, meta, err := rt.LoadCheckpoint(dir)
+	if err != nil {
+		return err
+	}
+	step, err := strconv.Atoi(meta["step"])
+	if err != nil || step < 0 {
+		return fmt.Errorf("the checkpoint has no valid step (%q)", meta["step"])
+	}
+	if step >= tr.Steps {
+		return fmt.Errorf("the checkpoint is at step %d and the program trains %d steps: nothing is left to train", step, tr.Steps)
+	}
+	if meta["optimizer"] != tr.Optimizer.Kind {
+		return fmt.Errorf("the checkpoint was trained with %s, the program uses %s", meta["optimizer"], tr.Optimizer.Kind)
+	}
+	cfg.Start, cfg.Initial = step, tensors
+	if a, err := strconv.Atoi(meta["applied"]); err == nil {
+		cfg.Applied = a
+	}
+	if sc, err := strconv.ParseFloat(meta["loss_scale"], 64); err == nil {
+		g := rt.NewGradScaler()
+		g.Scale = sc
+		g.Tracker, _ = strconv.Atoi(meta["growth_tracker"])
+		cfg.Scaler = g
+	}
+	return nil
+}
 
 // testStall lets the crash test stop a save between writing the temporary
 // file and renaming it: MESHRUN_TEST_SAVE_STALL=N stalls every save after
@@ -310,11 +334,26 @@ func (e *env) estimate(args []string) int {
 	psi := fs.Float64("params", 0, "model parameters (e.g. 7.5e9)")
 	nd := fs.Int("devices", 0, "data-parallel devices")
 	k := fs.Float64("k", 12, "optimizer-state bytes per parameter (mixed-precision Adam: 12)")
-	if _, err := parse(fs, args); err != nil {
+	pos, err := parse(fs, args)
+	if err != nil {
 		return flagExit(err)
 	}
-	if *psi <= 0 || *nd <= 0 || *k < 0 {
-		fs.Usage()
+	ck := newChecks(e, fs)
+	if len(pos) > 0 {
+		ck.fail("takes no FILE, got %s", strings.Join(pos, " "))
+	}
+	if !ck.set["params"] {
+		ck.fail("missing --params N, the model's parameter count (e.g. 7.5e9)")
+	} else {
+		ck.number("params", *psi, 0, true)
+	}
+	if !ck.set["devices"] {
+		ck.fail("missing --devices D, the data-parallel devices")
+	} else if *nd < 1 {
+		ck.fail("--devices %d: want at least 1", *nd)
+	}
+	ck.number("k", *k, 0, false)
+	if !e.report(ck) {
 		return ExitUsage
 	}
 	fmt.Fprintf(e.stdout, "memory per device and communication per step for Ψ = %.4g parameters on %d devices\n", *psi, *nd)
