@@ -63,7 +63,7 @@ func (k *checks) number(name string, v, lo float64, strict bool) {
 	}
 }
 
-// empty reports a path flag given as an empty string ("--out ”"), which
+// empty reports a path flag given as an empty string (--out ""), which
 // would otherwise mean "not given" and silently write nothing.
 func (k *checks) empty(name, v string) bool {
 	if k.set[name] && v == "" {
