@@ -58,6 +58,8 @@ type Checker struct {
 	onFinal map[*Value]func(g *Value) *Value
 	// grads caches the backward graph built for each differentiated scalar.
 	grads map[*Value]*ad.Adjoints
+	// undo takes back the last statement Stmt accepted (see Undo).
+	undo *undo
 	// Last is the value of the last bare expression statement (REPL).
 	Last *Value
 	// iterHook runs after each iteration of a train block's top-level for
@@ -142,6 +144,7 @@ func (c *Checker) File(f *File) error {
 // parameter's storage placement under ZeRO) get their old contents back.
 func (c *Checker) Stmt(s *Stmt, src []byte) error {
 	snap := c.snapshot()
+	c.undo = nil
 	c.errs = nil
 	c.Last = nil
 	if src != nil {
@@ -154,7 +157,26 @@ func (c *Checker) Stmt(s *Stmt, src []byte) error {
 		c.restore(snap)
 		return err
 	}
+	c.undo = &undo{snap, c.saved}
 	return nil
+}
+
+type undo struct {
+	snap  snapshot
+	saved map[*Value]Value
+}
+
+// Undo takes back the last statement Stmt accepted, as if it had failed to
+// check. The REPL calls it when the statement fails at run time (an index
+// out of range), so that later statements, which re-run the whole program,
+// are not run with it. A second call does nothing.
+func (c *Checker) Undo() {
+	if c.undo == nil {
+		return
+	}
+	c.saved = c.undo.saved
+	c.restore(c.undo.snap)
+	c.saved, c.undo, c.Last = nil, nil, nil
 }
 
 // touch is called before the checker changes a value in place. Within a

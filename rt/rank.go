@@ -124,6 +124,9 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		}
 	}
 	for i := range prog.Instrs {
+		if err := ctx.Err(); err != nil { // cancelled (Ctrl-C in the REPL), or another rank failed
+			return nil, err
+		}
 		in, b := &prog.Instrs[i], &w.Prog.Instrs[i]
 		if w.hook != nil {
 			w.hook(w.Prog.Rank, i)

@@ -332,17 +332,29 @@ func writeTrace(path string, p *lower.Plan, res *rt.Result) error {
 	return atomicfile.Write(path, func(w io.Writer) error { return rt.WriteChromeTrace(w, p.Exec.Mesh, res) }, nil)
 }
 
-// preview prints the first few elements.
+// preview prints the first few elements; integers as integers (an i64
+// such as 4611686018427387904 is not rounded through float64).
 func preview(t *rt.Tensor) string {
-	v := t.Float64s()
-	n := min(len(v), 6)
-	parts := make([]string, n)
-	for i := 0; i < n; i++ {
-		parts[i] = fmt.Sprintf("%.6g", v[i])
+	const shown = 6
+	var parts []string
+	switch d := t.Data.(type) {
+	case []int64:
+		for _, v := range d[:min(len(d), shown)] {
+			parts = append(parts, strconv.FormatInt(v, 10))
+		}
+	case []int32:
+		for _, v := range d[:min(len(d), shown)] {
+			parts = append(parts, strconv.FormatInt(int64(v), 10))
+		}
+	default:
+		v := t.Float64s()
+		for _, x := range v[:min(len(v), shown)] {
+			parts = append(parts, fmt.Sprintf("%.6g", x))
+		}
 	}
 	s := "[" + strings.Join(parts, " ")
-	if len(v) > n {
-		s += fmt.Sprintf(" … (%d values)", len(v))
+	if n := t.Numel(); n > shown {
+		s += fmt.Sprintf(" … (%d values)", n)
 	}
 	return s + "]"
 }

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
 
@@ -43,7 +45,12 @@ type session struct {
 	c       *common
 	checker *lang.Checker
 	n       int
+	// runContext gives the context of one run and a function to call
+	// after it; on a terminal Ctrl-C cancels the context (see interactive).
+	runContext func() (context.Context, func())
 }
+
+func backgroundRun() (context.Context, func()) { return context.Background(), func() {} }
 
 func (e *env) repl(args []string) int {
 	var c common
@@ -61,7 +68,7 @@ func (e *env) repl(args []string) int {
 	if !e.report(k) {
 		return ExitUsage
 	}
-	s := &session{c: &c}
+	s := &session{c: &c, runContext: backgroundRun}
 	s.reset()
 	if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		return s.interactive(f, e.stdout)
@@ -82,20 +89,39 @@ func (e *env) repl(args []string) int {
 }
 
 // interactive runs the REPL on a terminal with line editing and history
-// (golang.org/x/term).
+// (golang.org/x/term). As in a shell, Ctrl-C cancels the line being typed
+// (and the statement's earlier lines) or the run in progress, and Ctrl-D
+// on an empty line quits.
 func (s *session) interactive(f *os.File, w io.Writer) int {
-	old, err := term.MakeRaw(int(f.Fd()))
+	fd := int(f.Fd())
+	old, err := term.MakeRaw(fd)
 	if err != nil {
 		fmt.Fprintln(w, "meshrun: cannot use the terminal:", err)
 		return ExitFailure
 	}
-	defer term.Restore(int(f.Fd()), old)
+	defer term.Restore(fd, old)
+	// during a run the terminal is back in its normal mode, where Ctrl-C
+	// sends SIGINT, which cancels the run's context
+	s.runContext = func() (context.Context, func()) {
+		term.Restore(fd, old)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		return ctx, func() {
+			stop()
+			term.MakeRaw(fd)
+		}
+	}
+	in := &interruptReader{r: f}
 	t := term.NewTerminal(struct {
 		io.Reader
 		io.Writer
-	}{f, w}, "meshrun> ")
+	}{in, w}, "meshrun> ")
 	s.out = t
-	fmt.Fprintln(t, "meshrun REPL — :help for help, :quit to leave")
+	fmt.Fprintln(t, "meshrun REPL — :help for help, :quit or Ctrl-D to leave, Ctrl-C cancels a line or a run")
+	return s.lines(t, in)
+}
+
+// lines reads and evaluates lines until Ctrl-D or :quit.
+func (s *session) lines(t *term.Terminal, in *interruptReader) int {
 	var buf []string
 	for {
 		if len(buf) > 0 {
@@ -104,13 +130,57 @@ func (s *session) interactive(f *os.File, w io.Writer) int {
 			t.SetPrompt("meshrun> ")
 		}
 		line, err := t.ReadLine()
+		if in.interrupted {
+			in.interrupted = false
+			buf = nil // cancel the statement being typed
+			fmt.Fprintln(t, "^C")
+			continue
+		}
 		if err != nil {
-			return ExitOK
+			return ExitOK // Ctrl-D on an empty line, or the input ended
 		}
 		if s.feed(&buf, line) {
 			return ExitOK
 		}
 	}
+}
+
+// interruptReader turns Ctrl-C into the end of the line, and notes it.
+// x/term's ReadLine reports Ctrl-C like Ctrl-D (io.EOF) and cannot be
+// read again after it, so Ctrl-C never reaches it: the line ends, and the
+// REPL, seeing interrupted, throws the line away. Bytes before a Ctrl-C
+// are returned by one Read and the Ctrl-C by the next, so the flag is set
+// exactly when the interrupted line is the one being read.
+type interruptReader struct {
+	r           io.Reader
+	pending     []byte
+	interrupted bool
+}
+
+const ctrlC = 3
+
+func (ir *interruptReader) Read(p []byte) (int, error) {
+	if len(ir.pending) == 0 {
+		buf := make([]byte, len(p))
+		n, err := ir.r.Read(buf)
+		if n == 0 {
+			return 0, err
+		}
+		ir.pending = buf[:n]
+	}
+	if ir.pending[0] == ctrlC {
+		ir.pending = ir.pending[1:]
+		ir.interrupted = true
+		p[0] = '\r'
+		return 1, nil
+	}
+	end := bytes.IndexByte(ir.pending, ctrlC)
+	if end < 0 {
+		end = len(ir.pending)
+	}
+	n := copy(p, ir.pending[:end])
+	ir.pending = ir.pending[n:]
+	return n, nil
 }
 
 func (s *session) reset() {
@@ -156,12 +226,20 @@ func (s *session) eval(src string, final bool) bool {
 			fmt.Fprint(s.out, lang.Render(err, s.checker.Graph().Sources))
 			return true
 		}
-		s.show(st, name)
+		if !s.show(st, name) {
+			// every later statement re-runs the whole program: keeping a
+			// statement that fails to run would make each of them fail
+			s.checker.Undo()
+			fmt.Fprintln(s.out, "  (the statement is undone; everything before it is kept)")
+			return true
+		}
 	}
 	return true
 }
 
-func (s *session) show(st *lang.Stmt, file string) {
+// show prints what a statement defined, running it if it made a value; it
+// returns false when that value could not be lowered or run.
+func (s *session) show(st *lang.Stmt, file string) bool {
 	names := s.checker.Names()
 	switch {
 	case st.Mesh != nil:
@@ -174,12 +252,13 @@ func (s *session) show(st *lang.Stmt, file string) {
 	case st.Output != nil:
 		fmt.Fprintf(s.out, "%s marked as output\n", st.Output.Name)
 	case st.Tensor != nil:
-		s.showValue(names[st.Tensor.Name], st.Tensor.Name, file)
+		return s.showValue(names[st.Tensor.Name], st.Tensor.Name, file)
 	case st.Assign != nil:
-		s.showValue(names[st.Assign.Name], st.Assign.Name, file)
+		return s.showValue(names[st.Assign.Name], st.Assign.Name, file)
 	case st.Expr != nil:
-		s.showValue(s.checker.Last, "", file)
+		return s.showValue(s.checker.Last, "", file)
 	}
+	return true
 }
 
 // lowerWith lowers the program so far, with v as an extra output.
@@ -192,9 +271,9 @@ func (s *session) lowerWith(v *ir.Value) (*lower.Plan, error) {
 	return lower.Lower(&g, lower.Options{KeepDead: true})
 }
 
-func (s *session) showValue(v *ir.Value, name, file string) {
+func (s *session) showValue(v *ir.Value, name, file string) bool {
 	if v == nil {
-		return
+		return true
 	}
 	if name == "" {
 		name = v.Label()
@@ -202,7 +281,7 @@ func (s *session) showValue(v *ir.Value, name, file string) {
 	p, err := s.lowerWith(v)
 	if err != nil {
 		fmt.Fprint(s.out, lang.Render(err, s.checker.Graph().Sources))
-		return
+		return false
 	}
 	pl := p.Placement[v]
 	fmt.Fprintf(s.out, "%s : %s %s\n", name, v.Type, pl)
@@ -234,12 +313,20 @@ func (s *session) showValue(v *ir.Value, name, file string) {
 	if n == 0 && v.Op != "input" && v.Op != "param" {
 		fmt.Fprintln(s.out, "  inserted: no collectives")
 	}
-	res, err := rt.Run(context.Background(), p, rt.Options{Seed: s.c.seed, Timeout: s.c.timeout})
+	ctx, done := s.runContext()
+	res, err := rt.Run(ctx, p, rt.Options{Seed: s.c.seed, Timeout: s.c.timeout})
+	cancelled := ctx.Err() != nil // before done, which may cancel ctx itself
+	done()
+	if cancelled {
+		fmt.Fprintln(s.out, "  run cancelled")
+		return false
+	}
 	if err != nil {
 		fmt.Fprintf(s.out, "  run failed: %v\n", err)
-		return
+		return false
 	}
 	fmt.Fprintf(s.out, "  value: %s\n", preview(res.Outputs[0]))
+	return true
 }
 
 // command runs a ':' command; it returns true to end the session.
