@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -538,6 +539,7 @@ func (e *env) explain(args []string) int {
 	}
 	r := lower.Explain(p)
 	if *asJSON {
+		emptyNotNull(reflect.ValueOf(r))
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
