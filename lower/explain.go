@@ -21,6 +21,9 @@ type Report struct {
 	Memory      []MemoryReport     `json:"memory"`
 	Totals      TotalsReport       `json:"totals"`
 	Pipeline    *PipelineReport    `json:"pipeline,omitempty"`
+	// training: the program has a train block (the text report then
+	// splits memory into parameters, optimizer states, gradients).
+	training bool
 }
 
 type MeshReport struct {
@@ -126,7 +129,7 @@ func Formula(k sbp.Collective) string {
 // Explain builds the report of a lowered plan.
 func Explain(p *Plan) *Report {
 	m := p.Mesh
-	r := &Report{Mesh: MeshReport{Name: m.Name, Devices: m.Size()}, Totals: TotalsReport{ByKind: map[string]int{}}}
+	r := &Report{Mesh: MeshReport{Name: m.Name, Devices: m.Size()}, Totals: TotalsReport{ByKind: map[string]int{}}, training: p.Graph.Train != nil}
 	for i, a := range m.Axes {
 		l := p.Planner.Topo.Link(i)
 		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: round6(l.Alpha * 1e6), GBPerSec: round6(1 / l.Beta / 1e9), ReduceGBps: round6(1 / l.Gamma / 1e9)})
@@ -344,7 +347,7 @@ func (r *Report) Text() string {
 			}
 		}
 	}
-	if len(r.Memory) > 0 && (r.Memory[0].ParamBytes > 0 || r.Memory[0].OptimizerBytes > 0) {
+	if r.training && len(r.Memory) > 0 {
 		b.WriteString("\nmemory per device in a training step\n")
 		tw := newTable("devices", "parameters", "optimizer states", "gradients (reduced)", "activations and other", "peak")
 		seen := map[string][]int{}

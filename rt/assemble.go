@@ -38,7 +38,7 @@ func Assemble(m *mesh.Mesh, t ir.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor, 
 		b := sbp.Layout(m, t.Shape, pl, d)
 		part := parts[d]
 		if !sameShape(part.Shape, b.Len) {
-			return nil, fmt.Errorf("device %d holds %v, its block is %v", d, part.Shape, b.Len)
+			return nil, fmt.Errorf("device %d holds %s, its block is %s", d, ir.ShapeString(part.Shape), ir.ShapeString(b.Len))
 		}
 		if !sum && !mx {
 			CopyBlock(out, b.Off, part, make([]int, len(b.Len)), b.Len)

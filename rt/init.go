@@ -97,7 +97,7 @@ func materialise(src *plan.Tensor, m *mesh.Mesh, dev int, seed uint64, cache *np
 			return nil, fmt.Errorf("load(%q): %v", init.Src, err)
 		}
 		if full.DType != src.DType || !sameShape(full.Shape, src.Shape) {
-			return nil, fmt.Errorf("load(%q): file now holds %s%v, declared %s", init.Src, full.DType, full.Shape, ir.Type{DType: src.DType, Shape: src.Shape})
+			return nil, fmt.Errorf("load(%q): file now holds %s, declared %s", init.Src, ir.Type{DType: full.DType, Shape: full.Shape}, ir.Type{DType: src.DType, Shape: src.Shape})
 		}
 		CopyBlock(out, make([]int, len(b.Len)), full, b.Off, b.Len)
 		return out, nil

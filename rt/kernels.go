@@ -129,7 +129,7 @@ func init() {
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
 		a := call.Args
 		if a[0].Numel() != numel(call.Out.Len) {
-			return nil, fmt.Errorf("reshape: local block of %d elements cannot become %v", a[0].Numel(), call.Out.Len)
+			return nil, fmt.Errorf("reshape: local block of %d elements cannot become %s", a[0].Numel(), ir.ShapeString(call.Out.Len))
 		}
 		// a copy, not a view: every slot owns its storage, so the memory
 		// accounting counts what is really held
@@ -164,7 +164,7 @@ func where(cond, a, b *Tensor) (*Tensor, error) {
 		shape, ok = ops.Broadcast(shape, cond.Shape)
 	}
 	if !ok {
-		return nil, fmt.Errorf("local shapes %v, %v and %v do not broadcast", cond.Shape, a.Shape, b.Shape)
+		return nil, fmt.Errorf("local shapes %s, %s and %s do not broadcast", ir.ShapeString(cond.Shape), ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
 	}
 	cv := broadcastTo(cond, shape).Float64s()
 	av, bv := broadcastTo(a, shape).Float64s(), broadcastTo(b, shape).Float64s()
@@ -218,7 +218,7 @@ func floatsOf[R any](t *Tensor, f32 func([]float32) R, f64 func([]float64) R) R 
 func elementwise(op string, x, y *Tensor) (*Tensor, error) {
 	shape, ok := ops.Broadcast(x.Shape, y.Shape)
 	if !ok {
-		return nil, fmt.Errorf("local shapes %v and %v do not broadcast", x.Shape, y.Shape)
+		return nil, fmt.Errorf("local shapes %s and %s do not broadcast", ir.ShapeString(x.Shape), ir.ShapeString(y.Shape))
 	}
 	out := NewTensor(x.DType, shape)
 	switch d := out.Data.(type) {
@@ -464,12 +464,12 @@ func (c *CPU) matmul(a, b *Tensor) (*Tensor, error) {
 	ra, rb := len(a.Shape), len(b.Shape)
 	m, k, n := a.Shape[ra-2], a.Shape[ra-1], b.Shape[rb-1]
 	if b.Shape[rb-2] != k {
-		return nil, fmt.Errorf("local inner dims differ: %v @ %v", a.Shape, b.Shape)
+		return nil, fmt.Errorf("local inner dims differ: %s @ %s", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
 	}
 	ab, bb := a.Shape[:ra-2], b.Shape[:rb-2]
 	batch, ok := ops.Broadcast(ab, bb)
 	if !ok {
-		return nil, fmt.Errorf("local batch dims differ: %v @ %v", a.Shape, b.Shape)
+		return nil, fmt.Errorf("local batch dims differ: %s @ %s", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
 	}
 	out := NewTensor(a.DType, append(append([]int{}, batch...), m, n))
 	nb := numel(batch)

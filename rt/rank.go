@@ -135,7 +135,7 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		before := w.Comm.BytesSent()
 		out, err := x.exec(ctx, in, b)
 		if err == nil && out != nil && !slices.Equal(out.Dims(), b.Out.Len) {
-			err = fmt.Errorf("result has local shape %v, the plan says %v", out.Dims(), b.Out.Len)
+			err = fmt.Errorf("result has local shape %s, the plan says %s", ir.ShapeString(out.Dims()), ir.ShapeString(b.Out.Len))
 		}
 		if err != nil {
 			return nil, w.fault(in, b, err)

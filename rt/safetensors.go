@@ -122,7 +122,7 @@ func ReadSafetensors(path string) (map[string]*Tensor, map[string]string, error)
 		n := 1
 		for _, d := range e.Shape {
 			if d < 0 || n > math.MaxInt32 {
-				return nil, nil, fmt.Errorf("%s: %s has a bad shape %v", path, name, e.Shape)
+				return nil, nil, fmt.Errorf("%s: %s has a bad shape %s", path, name, ir.ShapeString(e.Shape))
 			}
 			n *= d
 		}

@@ -140,7 +140,7 @@ func (tr *trainer) start(initial map[string]*Tensor) error {
 			return fmt.Errorf("the checkpoint has no %s", src.Name)
 		}
 		if full.DType != src.DType || !sameShape(full.Shape, src.Shape) {
-			return fmt.Errorf("the checkpoint's %s is %s%v, the program declares %s", src.Name, full.DType, full.Shape, ir.Type{DType: src.DType, Shape: src.Shape})
+			return fmt.Errorf("the checkpoint's %s is %s, the program declares %s", src.Name, ir.Type{DType: full.DType, Shape: full.Shape}, ir.Type{DType: src.DType, Shape: src.Shape})
 		}
 		for k, r := range ranks {
 			if !ex.HeldBy(src, r) {

@@ -115,7 +115,7 @@ func Draw(m *mesh.Mesh, shape []int, p NdSBP) string {
 		return strings.Join(terms, " "+red+" ")
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "shape %v, placement %s on %s\n", shape, p, m)
+	fmt.Fprintf(&b, "shape %s, placement %s on %s\n", strings.ReplaceAll(fmt.Sprint(shape), " ", ", "), p, m) // as ir.ShapeString (ir imports sbp)
 	for _, l := range leadOrder {
 		if r > 2 {
 			fmt.Fprintf(&b, "[%s, :, :]\n", l)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/meshrun/meshrun/internal/atomicfile"
 	"github.com/meshrun/meshrun/internal/npy"
@@ -225,19 +226,36 @@ func samplesPerStep(g *ir.Graph) int {
 }
 
 // progress draws a one-line bar on a terminal; elsewhere it stays quiet.
+// The line is redrawn in place with \r, so it must never be wider than the
+// terminal: a wrapped line would leave one stale line per update.
 type progress struct {
 	w       io.Writer
 	tty     bool
+	cols    func() int // the terminal's width, asked at every update (it may change)
 	samples int
 	start   time.Time
 }
 
 func newProgress(w io.Writer, samples int) *progress {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
+	p := &progress{w: w, samples: samples, start: time.Now(), cols: func() int { return columns(-1) }}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.tty = true
+		p.cols = func() int { return columns(int(f.Fd())) }
 	}
-	return &progress{w: w, tty: tty, samples: samples, start: time.Now()}
+	return p
+}
+
+// columns is the width of the terminal fd, else $COLUMNS, else 80.
+func columns(fd int) int {
+	if fd >= 0 {
+		if w, _, err := term.GetSize(fd); err == nil && w > 0 {
+			return w
+		}
+	}
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	return 80
 }
 
 func (p *progress) step(s rt.StepInfo) {
@@ -247,10 +265,22 @@ func (p *progress) step(s rt.StepInfo) {
 	el := time.Since(p.start)
 	rate := float64(s.Step*p.samples) / el.Seconds()
 	eta := time.Duration(float64(el) / float64(s.Step) * float64(s.Steps-s.Step))
-	width := 30
-	filled := width * s.Step / s.Steps
-	fmt.Fprintf(p.w, "\r[%s%s] step %d/%d  loss %.5g  %.0f samples/s  ETA %v ", strings.Repeat("=", filled), strings.Repeat(" ", width-filled),
-		s.Step, s.Steps, s.Loss, rate, eta.Round(time.Second))
+	text := fmt.Sprintf(" step %d/%d  loss %.5g  %.0f samples/s  ETA %v ", s.Step, s.Steps, s.Loss, rate, eta.Round(time.Second))
+	fmt.Fprint(p.w, "\r"+progressLine(text, s.Step, s.Steps, p.cols())+"\x1b[K") // K: clear what a longer line left
+}
+
+// progressLine fits the bar and text into cols-1 characters (writing the
+// last column makes some terminals wrap): the bar takes what the text
+// leaves, up to 30 cells, and is dropped, then the text cut, when narrow.
+func progressLine(text string, step, steps, cols int) string {
+	room := cols - 1
+	width := min(30, room-utf8.RuneCountInString(text)-2)
+	if width < 5 {
+		r := []rune(strings.TrimLeft(text, " "))
+		return string(r[:max(0, min(len(r), room))])
+	}
+	filled := width * step / steps
+	return "[" + strings.Repeat("=", filled) + strings.Repeat(" ", width-filled) + "]" + text
 }
 
 func (p *progress) done() {

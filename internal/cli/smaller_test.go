@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/meshrun/meshrun/rt"
+	"github.com/stretchr/testify/require"
+)
+
+func TestExplainShowsTrainingMemoryOnlyForTraining(t *testing.T) {
+	code, out, errs := meshrun(t, "", "explain", "../../examples/megatron_mlp.mesh")
+	require.Equal(t, ExitOK, code, errs)
+	require.Contains(t, out, "peak memory per device")
+	require.NotContains(t, out, "in a training step")
+	code, out, errs = meshrun(t, "", "explain", "../../examples/train/mlp_dp.mesh")
+	require.Equal(t, ExitOK, code, errs)
+	require.Contains(t, out, "memory per device in a training step")
+}
+
+func TestHelpTexts(t *testing.T) {
+	code, _, errs := meshrun(t, "", "check", "--help")
+	require.Equal(t, ExitOK, code)
+	require.NotContains(t, errs, "default -1")
+	for _, want := range []string{"-rtol R", "-atol A", "f32 0.0001", "f64 1e-09", "f16 0.005", "bf16 0.02", "bf16 0.01", "integers exact"} {
+		require.Contains(t, errs, want)
+	}
+	code, _, errs = meshrun(t, "", "train", "--help")
+	require.Equal(t, ExitOK, code)
+	usage, _, _ := strings.Cut(errs, "\n")
+	for _, want := range []string{"--save DIR", "--save-every N", "--resume DIR", "--stop-at STEP"} {
+		require.Contains(t, usage, want)
+	}
+	code, out, errs := meshrun(t, "", "grammar", "--help")
+	require.Equal(t, ExitOK, code)
+	require.Empty(t, out, "grammar --help must not print the grammar")
+	require.Contains(t, errs, "usage: meshrun grammar")
+	code, out, _ = meshrun(t, "", "grammar")
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out, "Stmt")
+}
+
+// The progress line never reaches the terminal's last column, however
+// narrow, so it is redrawn in place instead of wrapping.
+func TestProgressFitsTheTerminal(t *testing.T) {
+	for _, cols := range []int{200, 80, 60, 40, 12, 1} {
+		var b bytes.Buffer
+		p := &progress{w: &b, tty: true, cols: func() int { return cols }, samples: 32, start: time.Now().Add(-time.Second)}
+		for step := 1; step <= 3; step++ {
+			p.step(rt.StepInfo{Step: step, Steps: 3, Loss: 0.123456})
+		}
+		lines := strings.Split(b.String(), "\r")[1:]
+		require.Len(t, lines, 3)
+		for _, l := range lines {
+			l = strings.TrimSuffix(l, "\x1b[K")
+			require.LessOrEqual(t, utf8.RuneCountInString(l), max(cols-1, 0), "%d columns: %q", cols, l)
+			require.NotContains(t, l, "\n")
+		}
+		if cols >= 80 {
+			require.Contains(t, lines[2], "[=====")
+			require.Contains(t, lines[2], "step 3/3")
+		}
+	}
+	require.Equal(t, 80, columnsFromEnv(t, ""))
+	require.Equal(t, 57, columnsFromEnv(t, "57"))
+}
+
+func columnsFromEnv(t *testing.T, v string) int {
+	t.Setenv("COLUMNS", v)
+	return columns(-1)
+}
+
+func TestRunPrintsIntegersAsIntegers(t *testing.T) {
+	tt := &rt.Tensor{Shape: []int{8}, Data: []int64{4611686018427387904, -1, 2, 3, 4, 5, 6, 7}}
+	require.Equal(t, "[4611686018427387904 -1 2 3 4 5 … (8 values)]", preview(tt))
+}
