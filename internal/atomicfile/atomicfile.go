@@ -6,9 +6,12 @@
 package atomicfile
 
 import (
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Mode is the permission of every file written here, whatever the
@@ -62,17 +65,32 @@ func TempPattern(path string) string {
 }
 
 // CheckDir reports whether files can be created in dir, by creating and
-// removing a temporary file there. With create, a missing dir is made
-// first, as the writers of output directories do. Commands call it before
-// any work, so that a bad output path fails in a second rather than after
-// a long run.
-func CheckDir(dir string, create bool) error {
-	if create {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+// removing a temporary file there. A missing dir is fine if the writers
+// can make it (with os.MkdirAll): then its nearest existing ancestor must
+// be a writable directory. Nothing is left behind, and no directory is
+// made: commands call it before any work, so that a bad output path fails
+// in a second rather than after a long run, and a run that stops before
+// its work (a wrong process count) leaves no trace.
+func CheckDir(dir string) error {
+	probe := filepath.Clean(dir)
+	for {
+		st, err := os.Stat(probe)
+		if err == nil {
+			if !st.IsDir() {
+				return &os.PathError{Op: "mkdir", Path: probe, Err: syscall.ENOTDIR}
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) { // ENOTDIR: a file on the way up, found next
 			return err
 		}
+		up := filepath.Dir(probe)
+		if up == probe {
+			return err
+		}
+		probe = up
 	}
-	f, err := os.CreateTemp(dir, ".meshrun-probe-*")
+	f, err := os.CreateTemp(probe, ".meshrun-probe-*")
 	if err != nil {
 		return err
 	}

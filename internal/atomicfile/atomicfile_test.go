@@ -62,14 +62,18 @@ func TestFailedWriteRemovesOnlyItsOwnTemp(t *testing.T) {
 
 func TestCheckDir(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, CheckDir(filepath.Join(dir, "new", "sub"), true))
-	require.DirExists(t, filepath.Join(dir, "new", "sub"))
-	require.Error(t, CheckDir(filepath.Join(dir, "missing"), false))
+	require.NoError(t, CheckDir(filepath.Join(dir, "new", "sub")))
+	require.NoDirExists(t, filepath.Join(dir, "new"), "checking must not make the directory")
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	err := CheckDir(filepath.Join(file, "sub"))
+	require.ErrorContains(t, err, "not a directory")
+	require.Error(t, CheckDir(file))
 	ro := filepath.Join(dir, "ro")
 	require.NoError(t, os.Mkdir(ro, 0o555))
 	if os.Geteuid() != 0 { // root writes anywhere
-		require.Error(t, CheckDir(ro, false))
-		require.Error(t, CheckDir(filepath.Join(ro, "sub"), true))
+		require.Error(t, CheckDir(ro))
+		require.Error(t, CheckDir(filepath.Join(ro, "sub")))
 	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {

@@ -42,6 +42,7 @@ func TestHostileInputs(t *testing.T) {
 		{"run --out empty", []string{"run", fwd, "--out", ""}, ExitUsage, "--out: the path is empty"},
 		{"--save-every without --save", []string{"train", train, "--save-every", "2"}, ExitUsage, "--save-every 2: want a number of steps > 0, with --save DIR"},
 		{"--save-every negative", []string{"train", train, "--save", ck, "--save-every", "-1"}, ExitUsage, "--save-every -1"},
+		{"a bad flag makes no --out dir", []string{"train", train, "--out", filepath.Join(dir, "fresh", "out"), "--stop-at", "0"}, ExitUsage, "--stop-at 0"},
 		{"--stop-at 0", []string{"train", train, "--stop-at", "0"}, ExitUsage, "--stop-at 0: want a step from 1 to 20"},
 		{"--stop-at -1", []string{"train", train, "--stop-at", "-1"}, ExitUsage, "--stop-at -1: want a step from 1 to 20"},
 		{"--stop-at past the end", []string{"train", train, "--stop-at", "21"}, ExitUsage, "--stop-at 21: want a step from 1 to 20"},
@@ -82,6 +83,7 @@ func TestHostileInputs(t *testing.T) {
 		})
 	}
 	// the failed commands made nothing under dir but what the table set up
+	require.NoDirExists(t, filepath.Join(dir, "fresh"))
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	for _, e := range entries {

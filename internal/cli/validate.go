@@ -73,13 +73,13 @@ func (k *checks) empty(name, v string) bool {
 	return false
 }
 
-// outDir checks a directory flag that files are written into (created
-// when missing, as the writers do).
+// outDir checks a directory flag that files are written into (the
+// writers make it when missing).
 func (k *checks) outDir(name, dir string) {
 	if k.empty(name, dir) || dir == "" || k.noPaths {
 		return
 	}
-	if err := atomicfile.CheckDir(dir, true); err != nil {
+	if err := atomicfile.CheckDir(dir); err != nil {
 		k.fail("--%s %s: cannot write files there: %v", name, dir, unwrapPath(err))
 	}
 }
@@ -94,9 +94,22 @@ func (k *checks) outFile(name, path string) {
 		k.fail("--%s %s: is a directory, want a file name", name, path)
 		return
 	}
-	if err := atomicfile.CheckDir(filepath.Dir(path), false); err != nil {
+	if err := checkFileDir(filepath.Dir(path)); err != nil {
 		k.fail("--%s %s: cannot write the file: %v", name, path, unwrapPath(err))
 	}
+}
+
+// checkFileDir checks the directory of an output file, which the
+// writers do not make: it must exist and be writable.
+func checkFileDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return atomicfile.CheckDir(dir)
 }
 
 // unwrapPath drops the probe file's name from an error: the user needs
