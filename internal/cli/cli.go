@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,7 +195,8 @@ func (e *env) parseAndCompile(fs *flag.FlagSet, args []string, c *common, valida
 	if !e.report(k) {
 		return "", nil, ExitUsage
 	}
-	p, code := e.compile(pos[0], c)
+	var dump bytes.Buffer
+	p, code := e.compile(pos[0], c, &dump)
 	if p == nil {
 		return "", nil, code
 	}
@@ -204,11 +206,14 @@ func (e *env) parseAndCompile(fs *flag.FlagSet, args []string, c *common, valida
 			return "", nil, ExitUsage
 		}
 	}
+	e.stdout.Write(dump.Bytes()) // --dump-after: shown once the command line is known to be good
 	return pos[0], p, code
 }
 
-// compile checks and lowers a file, printing diagnostics on failure.
-func (e *env) compile(path string, c *common) (*lower.Plan, int) {
+// compile checks and lowers a file, printing diagnostics on failure. The
+// plan dumps of --dump-after go to dump, and to stdout when lowering fails
+// (they are then what the user asked them for).
+func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, int) {
 	g, sources, err := lang.CheckFile(path, lang.CheckOptions{Devices: c.devices})
 	if err != nil {
 		e.diag(err, sources)
@@ -221,10 +226,11 @@ func (e *env) compile(path string, c *common) (*lower.Plan, int) {
 	}
 	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter, Schedule: c.schedule}
 	if c.dumpAfter != "" {
-		opts.Dump = e.stdout
+		opts.Dump = dump
 	}
 	p, err := lower.Lower(g, opts)
 	if err != nil {
+		e.stdout.Write(dump.Bytes())
 		e.diag(err, g.Sources)
 		return nil, ExitUsage
 	}
@@ -533,7 +539,15 @@ func (e *env) explain(args []string) int {
 	fs := newFlags(e, "explain", "explain FILE [--json]")
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as one JSON document (schema in spec.md)")
-	_, p, code := e.parseAndCompile(fs, args, &c, nil)
+	validate := func(_ *lower.Plan, k *checks) {
+		if *asJSON && c.dumpAfter != "" {
+			k.fail("--dump-after with --json: the dump would make stdout invalid JSON; use one of them")
+		}
+		if k.set["launcher"] {
+			k.fail("--launcher %s: explain compiles the program but does not run it", c.launcher)
+		}
+	}
+	_, p, code := e.parseAndCompile(fs, args, &c, validate)
 	if p == nil {
 		return code
 	}

@@ -62,6 +62,11 @@ func (e *env) repl(args []string) int {
 	}
 	k := newChecks(e, fs)
 	c.validate(k)
+	for _, name := range []string{"dump-after", "launcher"} {
+		if k.set[name] {
+			k.fail("--%s: not used by the repl (it runs each statement on in-process devices; :explain shows the plan)", name)
+		}
+	}
 	if len(pos) > 0 {
 		k.fail("takes no FILE, got %s (type statements, or pipe them in)", strings.Join(pos, " "))
 	}
@@ -268,7 +273,15 @@ func (s *session) lowerWith(v *ir.Value) (*lower.Plan, error) {
 	if v != nil {
 		g.Outputs = []*ir.Output{{Name: "_", Value: v}}
 	}
-	return lower.Lower(&g, lower.Options{KeepDead: true})
+	opts := lower.Options{KeepDead: true, Verify: s.c.verify}
+	if g.Mesh != nil {
+		topo, err := s.c.topology(g.Mesh) // --alpha, --bandwidth, --link
+		if err != nil {
+			return nil, err
+		}
+		opts.Topo = topo
+	}
+	return lower.Lower(&g, opts)
 }
 
 func (s *session) showValue(v *ir.Value, name, file string) bool {

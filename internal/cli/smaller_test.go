@@ -77,3 +77,21 @@ func TestRunPrintsIntegersAsIntegers(t *testing.T) {
 	tt := &rt.Tensor{Shape: []int{8}, Data: []int64{4611686018427387904, -1, 2, 3, 4, 5, 6, 7}}
 	require.Equal(t, "[4611686018427387904 -1 2 3 4 5 … (8 values)]", preview(tt))
 }
+
+// --dump-after prints once the command line is known to be good (see the
+// hostile table for a bad one), and when lowering fails.
+func TestDumpAfterPrintsThePlan(t *testing.T) {
+	code, out, errs := meshrun(t, "", "run", "../../examples/megatron_mlp.mesh", "--dump-after", "spmd")
+	require.Equal(t, ExitOK, code, errs)
+	dump, report, ok := strings.Cut(out, "y : f32[64, 512]")
+	require.True(t, ok, out)
+	require.Contains(t, dump, "=== after spmd ===")
+	require.NotContains(t, report, "=== after")
+}
+
+// The REPL lowers with the links of --alpha, --bandwidth and --link.
+func TestREPLUsesTheLinkFlags(t *testing.T) {
+	code, out, errs := meshrun(t, "mesh M = [dp=2]\ninput x : f32[8, 4] {S(0)} = ones\n:explain\n", "repl", "--alpha", "1234")
+	require.Equal(t, ExitOK, code, errs)
+	require.Contains(t, out, "alpha 1234.0 us")
+}
