@@ -111,6 +111,9 @@ func (s *session) interactive(f *os.File, w io.Writer) int {
 		term.Restore(fd, old)
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		return ctx, func() {
+			if ctx.Err() != nil {
+				fmt.Fprintln(w) // end the line the terminal echoed ^C on
+			}
 			stop()
 			term.MakeRaw(fd)
 		}
