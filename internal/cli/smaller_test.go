@@ -2,6 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +97,18 @@ func TestREPLUsesTheLinkFlags(t *testing.T) {
 	code, out, errs := meshrun(t, "mesh M = [dp=2]\ninput x : f32[8, 4] {S(0)} = ones\n:explain\n", "repl", "--alpha", "1234")
 	require.Equal(t, ExitOK, code, errs)
 	require.Contains(t, out, "alpha 1234.0 us")
+}
+
+// trace -o writes its Chrome trace like every other output: whole, 0644.
+func TestTraceWritesItsFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.json")
+	code, out, errs := meshrun(t, "", "trace", "../../examples/megatron_mlp.mesh", "-o", path)
+	require.Equal(t, ExitOK, code, errs)
+	require.Contains(t, out, "no pipeline axis")
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o644), st.Mode().Perm())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.True(t, json.Valid(b))
 }

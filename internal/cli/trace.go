@@ -1,15 +1,16 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/meshrun/meshrun/internal/atomicfile"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/pipeline"
@@ -30,30 +31,33 @@ func (e *env) trace(args []string) int {
 	clock := fs.String("clock", "unit", "unit: a rank's forward, input- and weight-gradient take 1 unit each, B 2 (the textbook picture); model: actions take their modelled time (FLOPs at the cost model's rate, links as modelled); wall: measured")
 	width := fs.Int("width", 0, "chart width in columns (0: fit the schedule)")
 	compare := fs.String("schedules", "", "compare schedules on this program, e.g. 'naive,gpipe,1f1b,interleaved(2),zb1p,zbv': each one's measured bubble, step and kept activations beside its formula")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return flagExit(err)
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return ExitUsage
-	}
-	if *clock != "model" && *clock != "unit" && *clock != "wall" {
-		fmt.Fprintf(e.stderr, "meshrun: --clock %q: want model, unit or wall\n", *clock)
-		return ExitUsage
-	}
-	for _, path := range []string{*out, *svg} {
-		if err := writable(path); err != nil {
-			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
-			return ExitUsage
+	validate := func(_ *lower.Plan, k *checks) {
+		if *clock != "model" && *clock != "unit" && *clock != "wall" {
+			k.fail("--clock %q: want model, unit or wall", *clock)
+		}
+		if *width < 0 {
+			k.fail("--width %d: want a number of columns, or 0 to fit the schedule", *width)
+		}
+		k.outFile("o", *out)
+		k.outFile("svg", *svg)
+		if *compare == "" {
+			return
+		}
+		for _, spec := range strings.Split(*compare, ",") {
+			if _, _, err := pipeline.ParseSpec(spec); err != nil {
+				k.fail("--schedules: %v", err)
+			}
+		}
+		if *out != "" || *svg != "" || *asJSON {
+			k.fail("--schedules prints a comparison table: -o, --svg and --json apply to one schedule's trace")
 		}
 	}
-	if *compare != "" {
-		return e.compareSchedules(pos[0], &c, *clock, strings.Split(*compare, ","))
-	}
-	p, code := e.compile(pos[0], &c)
+	file, p, code := e.parseAndCompile(fs, args, &c, validate)
 	if p == nil {
 		return code
+	}
+	if *compare != "" {
+		return e.compareSchedules(file, &c, *clock, strings.Split(*compare, ","))
 	}
 	res, err := e.traceRun(p, &c, *clock)
 	if err != nil {
@@ -61,13 +65,13 @@ func (e *env) trace(args []string) int {
 		return ExitFailure
 	}
 	if *out != "" {
-		if err := writeAtomically(*out, func(f *os.File) error { return rt.WriteChromeTrace(f, p.Exec.Mesh, res) }); err != nil {
+		if err := writeTrace(*out, p, res); err != nil {
 			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
 			return ExitFailure
 		}
 	}
 	if p.Pipe == nil {
-		fmt.Fprintf(e.stdout, "%s on %s: no pipeline axis, so no schedule to draw", pos[0], p.Exec.Mesh)
+		fmt.Fprintf(e.stdout, "%s on %s: no pipeline axis, so no schedule to draw", file, p.Exec.Mesh)
 		if *out != "" {
 			fmt.Fprintf(e.stdout, "; the timeline of every device is in %s", *out)
 		}
@@ -76,7 +80,8 @@ func (e *env) trace(args []string) int {
 	}
 	events := rt.PipelineEvents(p.Exec, res.Devices)
 	if *svg != "" {
-		if err := writeAtomically(*svg, func(f *os.File) error { _, err := f.Write(pipeline.SVG(events, p.Pipe.Schedule.Ranks)); return err }); err != nil {
+		write := func(w io.Writer) error { _, err := w.Write(pipeline.SVG(events, p.Pipe.Schedule.Ranks)); return err }
+		if err := atomicfile.Write(*svg, write, nil); err != nil {
 			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)
 			return ExitFailure
 		}
@@ -90,7 +95,7 @@ func (e *env) trace(args []string) int {
 		}
 		return ExitOK
 	}
-	e.printSchedule(pos[0], p, res, events, *clock, *width)
+	e.printSchedule(file, p, res, events, *clock, *width)
 	return ExitOK
 }
 
@@ -206,60 +211,18 @@ func leadOfStage(p *plan.Plan, r int) bool {
 	return true
 }
 
-// writable checks, before any work, that path can be created (empty: no
-// file asked for).
-func writable(path string) error {
-	if path == "" {
-		return nil
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".meshrun-check-*")
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %v", path, strings.TrimPrefix(err.Error(), "open "))
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
-}
-
-// writeAtomically writes path through a temporary file in its directory, renamed
-// into place when complete.
-func writeAtomically(path string, write func(*os.File) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
 // compareSchedules traces the program once per schedule and tabulates
 // what each measured beside its textbook bubble.
 func (e *env) compareSchedules(file string, c *common, clock string, specs []string) int {
-	for _, spec := range specs {
-		if _, _, err := pipeline.ParseSpec(spec); err != nil {
-			fmt.Fprintf(e.stderr, "meshrun: --schedules: %v\n", err)
-			return ExitUsage
-		}
-	}
 	var rows [][]string
 	for _, spec := range specs {
 		c.schedule = strings.TrimSpace(spec)
-		p, code := e.compile(file, c)
+		var dump bytes.Buffer
+		p, code := e.compile(file, c, &dump)
 		if p == nil {
 			return code
 		}
+		e.stdout.Write(dump.Bytes())
 		if p.Pipe == nil {
 			fmt.Fprintf(e.stderr, "meshrun: %s has no pipeline axis: nothing to compare\n", file)
 			return ExitUsage

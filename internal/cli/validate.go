@@ -35,6 +35,14 @@ func newChecks(e *env, fs *flag.FlagSet) *checks {
 	return k
 }
 
+// flagName writes a flag as its help does: -o, --out.
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
 func (k *checks) fail(format string, a ...any) {
 	k.errs = append(k.errs, fmt.Sprintf(format, a...))
 }
@@ -55,11 +63,11 @@ func (e *env) report(k *checks) bool {
 func (k *checks) number(name string, v, lo float64, strict bool) {
 	switch {
 	case math.IsNaN(v) || math.IsInf(v, 0):
-		k.fail("--%s %g: want a finite number", name, v)
+		k.fail("%s %g: want a finite number", flagName(name), v)
 	case strict && v <= lo:
-		k.fail("--%s %g: want a number above %g", name, v, lo)
+		k.fail("%s %g: want a number above %g", flagName(name), v, lo)
 	case v < lo:
-		k.fail("--%s %g: want a number of at least %g", name, v, lo)
+		k.fail("%s %g: want a number of at least %g", flagName(name), v, lo)
 	}
 }
 
@@ -67,7 +75,7 @@ func (k *checks) number(name string, v, lo float64, strict bool) {
 // would otherwise mean "not given" and silently write nothing.
 func (k *checks) empty(name, v string) bool {
 	if k.set[name] && v == "" {
-		k.fail("--%s: the path is empty", name)
+		k.fail("%s: the path is empty", flagName(name))
 		return true
 	}
 	return false
@@ -80,7 +88,7 @@ func (k *checks) outDir(name, dir string) {
 		return
 	}
 	if err := atomicfile.CheckDir(dir); err != nil {
-		k.fail("--%s %s: cannot write files there: %v", name, dir, unwrapPath(err))
+		k.fail("%s %s: cannot write files there: %v", flagName(name), dir, unwrapPath(err))
 	}
 }
 
@@ -91,11 +99,11 @@ func (k *checks) outFile(name, path string) {
 		return
 	}
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		k.fail("--%s %s: is a directory, want a file name", name, path)
+		k.fail("%s %s: is a directory, want a file name", flagName(name), path)
 		return
 	}
 	if err := checkFileDir(filepath.Dir(path)); err != nil {
-		k.fail("--%s %s: cannot write the file: %v", name, path, unwrapPath(err))
+		k.fail("%s %s: cannot write the file: %v", flagName(name), path, unwrapPath(err))
 	}
 }
 
