@@ -19,6 +19,7 @@ func TestHostileInputs(t *testing.T) {
 	under := func(name string) string { return filepath.Join(blocker, name) }
 	train := mustAbs(t, "../../examples/train/mlp_dp.mesh")
 	fwd := mustAbs(t, "../../examples/megatron_mlp.mesh")
+	pipe := mustAbs(t, "../../examples/train/pipeline_schedules.mesh")
 	ck := filepath.Join(dir, "ck")
 	code, _, errs := meshrun(t, "", "train", train, "--save", ck, "--stop-at", "9")
 	require.Equal(t, ExitOK, code, errs)
@@ -69,6 +70,8 @@ func TestHostileInputs(t *testing.T) {
 		{"trace -o unwritable", []string{"trace", fwd, "-o", under("t.json")}, ExitUsage, "-o " + under("t.json") + ": cannot write the file"},
 		{"trace --svg a directory", []string{"trace", fwd, "--svg", dir}, ExitUsage, "--svg " + dir + ": is a directory"},
 		{"trace --width negative", []string{"trace", fwd, "--width", "-3"}, ExitUsage, "--width -3"},
+		{"trace --schedules unknown", []string{"trace", pipe, "--schedules", "gpipe,bogus"}, ExitUsage, `--schedules: schedule "bogus": unknown schedule`},
+		{"trace --schedules with --json", []string{"trace", pipe, "--schedules", "1f1b", "--json"}, ExitUsage, "--schedules prints a comparison table"},
 		{"trace without FILE", []string{"trace"}, ExitUsage, "missing FILE, the program to trace"},
 		{"run without FILE", []string{"run"}, ExitUsage, "missing FILE, the program to run"},
 		{"run with two FILEs", []string{"run", fwd, fwd}, ExitUsage, "want one FILE, got 2"},
