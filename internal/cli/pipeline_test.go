@@ -91,7 +91,7 @@ func TestTraceChecksItsFlagsFirst(t *testing.T) {
 	ex := "../../examples/train/pipeline_schedules.mesh"
 	code, _, errs := meshrun(t, "", "trace", ex, "-o", "/nonexistent-dir/t.json")
 	require.Equal(t, ExitUsage, code)
-	require.Contains(t, errs, "cannot write /nonexistent-dir/t.json")
+	require.Contains(t, errs, "-o /nonexistent-dir/t.json: cannot write the file")
 	code, _, errs = meshrun(t, "", "trace", ex, "--clock", "sundial")
 	require.Equal(t, ExitUsage, code)
 	require.Contains(t, errs, `--clock "sundial": want model, unit or wall`)
