@@ -16,8 +16,9 @@ type Builder = ops.Builder
 type Adjoints struct {
 	Of map[*ir.Value]*ir.Value
 	// For maps each value the backward built to the forward value whose
-	// backward it belongs to (a vjp's ops, a recomputed activation, a
-	// repeated gather): a pipeline runs it on that value's stage.
+	// backward it belongs to: a vjp's ops, and what that vjp needed
+	// again (a recomputed activation, a repeated ZeRO-3 gather). A
+	// pipeline runs it on that forward value's stage.
 	For      map[*ir.Value]*ir.Value
 	regather map[*ir.Value]*ir.Value // ZeRO-3 gathers repeated for the backward
 	remat    map[*ir.Value]*ir.Value // checkpointed activations, recomputed
@@ -138,7 +139,7 @@ func (b *vjp) val(x *ir.Value) *ir.Value {
 	}
 	r := b.b.Add(&ir.Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true, Attrs: ir.Attrs{Regather: true}})
 	b.adj.regather[x] = r
-	b.adj.For[r] = x
+	b.adj.For[r] = b.v // made for this backward: a pipeline runs it on b.v's stage
 	return r
 }
 
@@ -164,7 +165,7 @@ func (b *vjp) recompute(x *ir.Value) *ir.Value {
 	out := b.b.Add(&r)
 	out.Calls = x.Calls
 	b.adj.remat[x] = out
-	b.adj.For[out] = x
+	b.adj.For[out] = b.v // recomputed for this backward, on its stage
 	return out
 }
 

@@ -40,7 +40,7 @@ type MeshDecl struct {
 // AxisDef: tp=4, or pipeline pp=4 for the axis that carries pipeline stages
 type AxisDef struct {
 	Pos  lexer.Position
-	Pipe bool   `parser:"@\"pipeline\"?"`
+	Pipe bool   `parser:"(@\"pipeline\" (?= Ident))?"`
 	Name string `parser:"@Ident \"=\""`
 	Size int    `parser:"@Int"`
 }

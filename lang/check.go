@@ -24,6 +24,10 @@ type CheckOptions struct {
 	Dir string
 	// AllowExprStmt accepts bare expressions as statements (the REPL).
 	AllowExprStmt bool
+	// Pipeline, if set, replaces the train block's pipeline schedule, e.g.
+	// "interleaved(2)" (meshrun trace --schedules compares them); naive
+	// then runs the whole batch as one micro-batch.
+	Pipeline string
 }
 
 // Checker turns statements into a typed Graph. It keeps its environment

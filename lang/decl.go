@@ -1,6 +1,7 @@
 package lang
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,7 +82,11 @@ func (c *Checker) placement(lit *PlacementLit, t Type) (sbp.NdSBP, bool) {
 	out := sbp.Broadcasts(m.NumAxes())
 	named := len(lit.Entries) > 0 && lit.Entries[0].Axis != ""
 	if !named && len(lit.Entries) != m.NumAxes() {
-		c.errorf(lit.Pos, "placement has %d entries but mesh %s has %d axes %s", len(lit.Entries), m.Name, m.NumAxes(), m)
+		hint := ""
+		if pp := c.g.Pipeline; pp != nil {
+			hint = fmt.Sprintf(" (placements leave out the pipeline axis %s)", pp.Full.Axes[pp.Axis].Name)
+		}
+		c.errorf(lit.Pos, "placement has %d entries but mesh %s has %d axes %s%s", len(lit.Entries), m.Name, m.NumAxes(), m, hint)
 		return nil, false
 	}
 	seen := map[int]bool{}

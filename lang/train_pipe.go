@@ -3,6 +3,8 @@ package lang
 import (
 	"math"
 
+	"github.com/meshrun/meshrun/pipeline"
+
 	"github.com/meshrun/meshrun/ir"
 )
 
@@ -59,14 +61,29 @@ func (c *Checker) pipelineSetting(a *Assign, tr *Train) {
 	tr.Pipe = &ir.PipeTrain{Pos: a.Pos, Schedule: name, V: v}
 }
 
-// pipelineDefaults completes a train block's pipeline: 1F1B unless named;
-// naive means a single micro-batch.
+// pipelineDefaults completes a train block's pipeline: 1F1B unless named
+// (or overridden by CheckOptions.Pipeline); naive means a single
+// micro-batch.
 func (c *Checker) pipelineDefaults(tb *TrainBlock, tr *Train, microSet bool) {
 	if c.g.Pipeline == nil {
 		return
 	}
 	if tr.Pipe == nil {
 		tr.Pipe = &ir.PipeTrain{Pos: tb.Pos, Schedule: "1f1b", V: 1}
+	}
+	if spec := c.opts.Pipeline; spec != "" {
+		name, v, err := pipeline.ParseSpec(spec)
+		if err != nil {
+			c.errorf(tr.Pipe.Pos, "%v", err)
+			return
+		}
+		if v == 0 {
+			v = max(1, pipeSchedules[name])
+		}
+		tr.Pipe.Schedule, tr.Pipe.V = name, v
+		if name == "naive" {
+			tr.Accumulate, microSet = 1, true // the whole batch at once
+		}
 	}
 	if tr.Pipe.Schedule == "naive" && tr.Accumulate > 1 {
 		c.errorf(tr.Pipe.Pos, "pipeline = naive runs the whole batch at once: it takes no micro-batches (found %d)", tr.Accumulate)

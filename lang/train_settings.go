@@ -29,7 +29,7 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 				c.errorf(a.Pos, "give either accumulate or microbatches (they are the same setting)")
 			}
 			microSet = true
-			c.numberSetting(&Assign{Pos: a.Pos, Name: "accumulate", Value: a.Value}, tr)
+			c.numberSetting(a, tr)
 		case "pipeline":
 			c.pipelineSetting(a, tr)
 		case "optimizer":
@@ -104,11 +104,11 @@ func (c *Checker) numberSetting(a *Assign, tr *Train) {
 			c.errorf(a.Value.Pos, "clip must be a positive gradient norm")
 		}
 		tr.Clip = f
-	case "accumulate", "batch":
+	case "accumulate", "batch", "microbatches":
 		if f < 1 || f != math.Trunc(f) || f > 1<<30 {
 			c.errorf(a.Value.Pos, "%s must be a positive integer", a.Name)
 		}
-		if a.Name == "accumulate" {
+		if a.Name != "batch" {
 			tr.Accumulate = int(f)
 		} else {
 			tr.Batch = int(f)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/pipeline"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -24,7 +25,7 @@ type PipelineReport struct {
 	BubbleText   string           `json:"bubble_formula"`
 	StageReports []StageReport    `json:"stage_reports"`
 	Transfers    []TransferReport `json:"transfers"`
-	Actions      [][]string       `json:"actions"` // per pipeline rank, the schedule in its text form
+	Actions      [][]string       `json:"actions"` // per pipeline rank: its actions and the communication lowering inserted
 	Notes        []string         `json:"notes"`
 }
 
@@ -83,16 +84,12 @@ func explainPipeline(p *Plan) *PipelineReport {
 		r.Transfers = append(r.Transfers, TransferReport{Value: t.Label, Kind: t.Kind, From: t.From, To: t.To, Micro: t.Micro,
 			Bytes: t.Bytes, Where: t.Where, Source: src})
 	}
-	withComm := s
-	if c, err := s.WithComm(); err == nil {
-		withComm = c // the schedule's own view of the sends lowering inserts
+	kinds := map[int]string{}
+	for _, t := range pp.Transfers {
+		kinds[t.Tag] = t.Kind
 	}
-	for _, acts := range withComm.Actions {
-		var line []string
-		for _, a := range acts {
-			line = append(line, a.String())
-		}
-		r.Actions = append(r.Actions, line)
+	for rank, prog := range p.Exec.Programs {
+		r.Actions = append(r.Actions, actionsOf(prog, rank, kinds))
 	}
 	if z := g.Train.Zero; z >= 2 && s.Micro > 1 {
 		what := "gradients are reduce-scattered once per micro-batch"
@@ -212,4 +209,44 @@ func dropDirs(where string) string {
 		parts[i] = w[:len(w)-len(lead)] + shortWhere(lead)
 	}
 	return strings.Join(parts, " ")
+}
+
+// actionsOf is a pipeline rank's program as schedule actions with the
+// communication lowering inserted: each action at its mark, a receive
+// before the action that waits for it and a send after the action that
+// made it (SEND_F/RECV_F for activations, SEND_B/RECV_B for gradients);
+// other values (a parameter several stages read, the pieces of a global
+// norm) are written SEND(value→rank), RECV(value←rank). kinds gives each
+// tag's transfer kind.
+func actionsOf(prog *plan.Program, rank int, kinds map[int]string) []string {
+	out := []string{}
+	add := func(tok string) {
+		if len(out) == 0 || out[len(out)-1] != tok {
+			out = append(out, tok)
+		}
+	}
+	for _, in := range prog.Instrs {
+		switch {
+		case in.Kind == plan.Mark:
+			add(in.Act.String())
+		case in.Kind != plan.Send && in.Kind != plan.Recv:
+		case kinds[in.Tag] != "activation" && kinds[in.Tag] != "gradient" && in.Kind == plan.Send:
+			add(fmt.Sprintf("SEND(%s→%d)", in.Label, rank+in.Peer.Shift[0]))
+		case kinds[in.Tag] != "activation" && kinds[in.Tag] != "gradient":
+			add(fmt.Sprintf("RECV(%s←%d)", in.Label, rank+in.Peer.Shift[0]))
+		default:
+			dir := "F"
+			if kinds[in.Tag] == "gradient" {
+				dir = "B"
+			}
+			kind := pipeline.Kind(0)
+			if in.Kind == plan.Send {
+				kind = map[string]pipeline.Kind{"F": pipeline.SendF, "B": pipeline.SendB}[dir]
+			} else {
+				kind = map[string]pipeline.Kind{"F": pipeline.RecvF, "B": pipeline.RecvB}[dir]
+			}
+			add(pipeline.Action{Stage: in.Act.Stage, Micro: in.Act.Micro, Kind: kind, Peer: -1}.String())
+		}
+	}
+	return out
 }

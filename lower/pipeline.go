@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/meshrun/meshrun/ir"
@@ -79,14 +80,7 @@ func buildPipeline(p *Plan) error {
 		return &ir.Error{Pos: g.Pipeline.Pos, Msg: "the mesh has a pipeline axis but the program has no train block (stages are cut from its body)"}
 	}
 	pipe := g.Train.Pipe
-	name, v := pipe.Schedule, pipe.V
-	if p.Opts.Schedule != "" {
-		var err error
-		if name, v, err = pipeline.ParseSpec(p.Opts.Schedule); err != nil {
-			return err
-		}
-	}
-	sched, err := pipeline.Generate(name, g.Pipeline.Size(), len(pipe.Micro), v)
+	sched, err := pipeline.Generate(pipe.Schedule, g.Pipeline.Size(), len(pipe.Micro), pipe.V)
 	if err != nil {
 		return &ir.Error{Pos: pipe.Pos, Msg: err.Error()}
 	}
@@ -99,6 +93,9 @@ func buildPipeline(p *Plan) error {
 		xfer: map[[3]int]*Transfer{}, sends: map[int][]*Transfer{}}
 	b.classify()
 	b.findTransfers()
+	if n := len(b.xfer); n > plan.MaxTag {
+		return &ir.Error{Pos: pipe.Pos, Msg: fmt.Sprintf("this pipeline sends %d values between stages per step (%d micro-batches); tags allow %d: use fewer micro-batches or fewer values crossing a cut", n, len(pipe.Micro), plan.MaxTag)}
+	}
 	full := g.Pipeline.Full
 	ex := &plan.Plan{Mesh: full, Sources: p.Exec.Sources, Outputs: p.Exec.Outputs, Carry: p.Exec.Carry,
 		Pipe: &plan.Pipe{Axis: g.Pipeline.Axis, Schedule: sched.String()}}
@@ -189,13 +186,14 @@ func (b *pipeBuild) splitsBackward() bool {
 // gradient sent to the previous stage needs, and W, the rest (the weight
 // gradients, which nobody downstream waits for).
 func (b *pipeBuild) splitIW() {
+	readers := b.readerStages()
 	needI := make([]bool, len(b.act))
 	for i := len(b.act) - 1; i >= 0; i-- {
 		a := b.act[i]
 		if a == nil || a.Kind != pipeline.B {
 			continue
 		}
-		if out := b.src.Instrs[i].Out; out >= 0 && b.readElsewhere(i, out) {
+		if out := b.src.Instrs[i].Out; out >= 0 && readsElsewhere(readers[out], b.stage[i]) {
 			needI[i] = true
 		}
 		if !needI[i] {
@@ -219,11 +217,27 @@ func (b *pipeBuild) splitIW() {
 	}
 }
 
-// readElsewhere reports whether slot out of instruction i is read by an
-// instruction of another stage.
-func (b *pipeBuild) readElsewhere(i, out int) bool {
+// readerStages lists, per slot, the stages of the instructions that read
+// it.
+func (b *pipeBuild) readerStages() [][]int {
+	out := make([][]int, b.src.NumSlots())
 	for j, in := range b.src.Instrs {
-		if b.stage[j] >= 0 && b.stage[j] != b.stage[i] && slices.Contains(in.Args, out) {
+		if b.stage[j] < 0 {
+			continue
+		}
+		for _, a := range in.Args {
+			if !slices.Contains(out[a], b.stage[j]) {
+				out[a] = append(out[a], b.stage[j])
+			}
+		}
+	}
+	return out
+}
+
+// readsElsewhere reports whether a stage other than st is among readers.
+func readsElsewhere(readers []int, st int) bool {
+	for _, r := range readers {
+		if r != st {
 			return true
 		}
 	}
@@ -288,13 +302,14 @@ func (b *pipeBuild) transfer(j, slot, to int) *Transfer {
 		Kind: kind, Bytes: bytes, Slot: slot}
 }
 
-// stageTimes is the modelled time of each stage's units per micro-batch.
+// stageTimes is the modelled time of each stage's units per micro-batch
+// on one of its devices.
 func (b *pipeBuild) stageTimes(g *ir.Graph) []float64 {
 	out := make([]float64, b.sched.Stages)
 	cost := unitCosts(g, func(float64) float64 { return 0 })
 	for u, s := range b.st.UnitStage {
 		c, _ := cost(u)
-		out[s] += c
+		out[s] += c / float64(b.p.Mesh.Size()) // the stage's devices share its work
 	}
 	return out
 }

@@ -109,7 +109,8 @@ func TestPipelineStageErrors(t *testing.T) {
 		msg  string
 	}{
 		{layers(2, 3, 2, "1f1b", []int{0, 1, 0}), 14, "stage = 0 after stage 1: stages run forward in order"},
-		{layers(4, 1, 4, "1f1b", nil), 5, "4 pipeline stages need at least as many units in the train block (statements, loop iterations); it has 3"},
+		{layers(4, 1, 4, "1f1b", nil), 5, "4 pipeline stages need at least as many units in the train block that compute (statements, loop iterations); it has 2"},
+		{layers(2, 2, 2, "1f1b", []int{0, 0}), 6, "the stage = marks give stage 1 no work: each of the 2 stages needs a unit that computes"},
 		{"mesh M = [pipeline pp=2]\ninput x : f32[4] = normal(0, 1)\ny = x * 2\noutput y\n", 1,
 			"the mesh has a pipeline axis but the program has no train block (stages are cut from its body)"},
 	}
@@ -180,7 +181,46 @@ func forEachCut(n, k int, f func([]int)) {
 	rec(0, 0)
 }
 
-var _ = plan.Mark
+// A parameter two stages read, with ZeRO-3: the backward's repeated
+// gather runs on the stage whose backward needs it (on the parameter's
+// own stage it would wait for a gradient that needs it: a deadlock), for
+// every schedule (rt's TestSharedParamTrainsLikeOneDevice trains it).
+func TestSharedParamWithZeRO3Verifies(t *testing.T) {
+	for _, sched := range []string{"gpipe", "1f1b", "zb1p", "zbv", "interleaved(2)"} {
+		v := 1
+		if sched == "zbv" || strings.HasPrefix(sched, "interleaved") {
+			v = 2
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "mesh M = [dp=2, pipeline pp=2]\ninput x : f32[8, 4] {S(0)} = normal(0, 1)\nparam W : f32[4, 4] = normal(0, 0.5)\ntrain {\n    pipeline = %s\n    microbatches = 2\n    h = x\n", sched)
+		for st := range 2 * v {
+			fmt.Fprintf(&b, "    stage = %d\n    h = tanh(h @ W)\n", st)
+		}
+		b.WriteString("    loss = sum(h * h)\n    optimizer = sgd(lr=0.1)\n    zero = 3\n}\n")
+		p, err := lowerSource(b.String())
+		require.NoError(t, err, sched)
+		require.NoError(t, p.Exec.Verify(), sched)
+	}
+}
+
+// A schedule chosen at check time (meshrun trace --schedules) replaces
+// the block's: naive runs the whole batch as one micro-batch, and marks
+// past the new schedule's stages are refused at the mark.
+func TestScheduleOverride(t *testing.T) {
+	src := layers(2, 2, 4, "1f1b", nil)
+	g, err := lang.CheckSource("p.mesh", []byte(src), lang.CheckOptions{Pipeline: "naive"})
+	require.NoError(t, err)
+	require.Len(t, g.Train.Pipe.Micro, 1)
+	p, err := Lower(g, Options{Verify: true})
+	require.NoError(t, err)
+	require.Equal(t, "naive", p.Pipe.Schedule.Name)
+
+	marked := layers(2, 4, 4, "interleaved(2)", []int{0, 1, 2, 3})
+	_, err = lang.CheckSource("p.mesh", []byte(marked), lang.CheckOptions{Pipeline: "1f1b"})
+	var list lang.ErrorList
+	require.True(t, errors.As(err, &list), "%v", err)
+	require.Contains(t, list[0].Msg, "stage = 2: want an integer from 0 to 1")
+}
 
 // ZeRO-2 on a pipeline reduce-scatters every gradient once per
 // micro-batch (M times a step); ZeRO-3 also gathers again, in every

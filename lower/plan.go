@@ -53,9 +53,6 @@ type Options struct {
 	// Force fixes the placement of source values by name, overriding the
 	// declaration (the brute-force validator uses it).
 	Force map[string]sbp.NdSBP
-	// Schedule overrides the train block's pipeline schedule, e.g.
-	// "interleaved(2)" (meshrun trace --schedules compares them).
-	Schedule string
 }
 
 // Plan is a lowered program.

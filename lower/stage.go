@@ -86,7 +86,7 @@ func assignStages(g *ir.Graph, stages int, unitCost func(u int) (compute, sent f
 		s.Stage[v] = st
 	}
 	// an optimizer state lives where its update is computed (its first
-	// reader, whose stage its other arguments decide)
+	// reader that has a stage, which its other arguments decide)
 	for _, v := range g.Values {
 		for _, a := range v.Args {
 			if a.Op == "state" && s.Stage[a] < 0 {
@@ -141,17 +141,24 @@ func (s *stageOf) earliest(args []*ir.Value) int {
 	return st
 }
 
-// largest is the stage of the biggest staged argument (ties: the latest).
+// largest is the stage of the biggest staged argument (ties: the
+// latest). Scalars from different stages (a global norm's partial sums)
+// meet on the last stage, so every stage sends its share there at once
+// rather than along a chain.
 func (s *stageOf) largest(args []*ir.Value) int {
-	st, size := -1, -1
+	st, size, mixed := -1, -1, false
 	for _, a := range args {
 		t := s.Stage[a]
 		if t < 0 {
 			continue
 		}
+		mixed = mixed || st >= 0 && t != st
 		if n := a.Type.Numel(); n > size || n == size && t > st {
 			st, size = t, n
 		}
+	}
+	if mixed && size <= 1 {
+		return s.stages - 1
 	}
 	return st
 }
@@ -195,13 +202,19 @@ func (s *stageOf) paramStages() map[*ir.Value]int {
 func (s *stageOf) cutUnits(cost func(u int) (float64, float64)) error {
 	pipe := s.pipe
 	n := len(pipe.UnitStage)
+	computes := 0 // units with work
+	for u := range n {
+		if c, _ := cost(u); c > 0 {
+			computes++
+		}
+	}
 	marked := false
 	for _, m := range pipe.UnitStage {
 		marked = marked || m >= 0
 	}
 	if !marked {
-		if n < s.stages {
-			return &ir.Error{Pos: pipe.Pos, Msg: fmt.Sprintf("%d pipeline stages need at least as many units in the train block (statements, loop iterations); it has %d", s.stages, n)}
+		if computes < s.stages {
+			return &ir.Error{Pos: pipe.Pos, Msg: fmt.Sprintf("%d pipeline stages need at least as many units in the train block that compute (statements, loop iterations); it has %d", s.stages, computes)}
 		}
 		s.Auto = true
 		s.UnitStage = balance(n, s.stages, cost)
@@ -210,6 +223,9 @@ func (s *stageOf) cutUnits(cost func(u int) (float64, float64)) error {
 	s.UnitStage = make([]int, n)
 	cur := 0
 	for u, m := range pipe.UnitStage {
+		if m >= s.stages {
+			return &ir.Error{Pos: pipe.UnitPos[u], Msg: fmt.Sprintf("stage = %d, but %s on %d pipeline ranks has stages 0 to %d", m, pipe.Schedule, s.stages/max(1, pipe.V), s.stages-1)}
+		}
 		if m >= 0 {
 			if m < cur {
 				return &ir.Error{Pos: pipe.UnitPos[u], Msg: fmt.Sprintf("stage = %d after stage %d: stages run forward in order", m, cur)}
@@ -217,6 +233,17 @@ func (s *stageOf) cutUnits(cost func(u int) (float64, float64)) error {
 			cur = m
 		}
 		s.UnitStage[u] = cur
+	}
+	work := make([]bool, s.stages)
+	for u, st := range s.UnitStage {
+		if c, _ := cost(u); c > 0 {
+			work[st] = true
+		}
+	}
+	for st, ok := range work {
+		if !ok {
+			return &ir.Error{Pos: pipe.Pos, Msg: fmt.Sprintf("the stage = marks give stage %d no work: each of the %d stages needs a unit that computes", st, s.stages)}
+		}
 	}
 	return nil
 }
@@ -249,8 +276,8 @@ func balance(n, k int, cost func(u int) (float64, float64)) []int {
 	inf := score{math.Inf(1), math.Inf(1)}
 	stage := func(i, j int) score { // units [i, j)
 		c := prefix[j] - prefix[i]
-		if c <= 0 && n >= k {
-			return inf // a stage that computes nothing is no stage
+		if c <= 0 {
+			return inf // a stage that computes nothing is no stage (cutUnits made sure one exists)
 		}
 		t := c
 		if j < n {
@@ -313,11 +340,21 @@ func unitCosts(g *ir.Graph, linkTime func(bytes float64) float64) func(u int) (f
 		}
 		return len(units)
 	}
+	// values made from inputs and constants alone have no stage: every
+	// rank makes its own, nothing is sent
+	data := map[*ir.Value]bool{}
+	for _, v := range g.Values[:units[len(units)-1].End] {
+		d := v.Op != "param" && v.Op != "state"
+		for _, a := range v.Args {
+			d = d && data[a]
+		}
+		data[v] = d
+	}
 	lastRead := map[*ir.Value]int{}
 	for u, r := range units {
 		for id := r.Start; id < r.End; id++ {
 			for _, a := range g.Values[id].Args {
-				if a.ID >= first && !a.IsSource() {
+				if a.ID >= first && !data[a] {
 					lastRead[a] = max(lastRead[a], u)
 				}
 			}

@@ -7,9 +7,11 @@ import (
 	"github.com/meshrun/meshrun/plan"
 )
 
-// ActionSpan is when a rank ran one pipeline action: from its first
-// instruction that is not a receive, or the end of its last receive if
-// that is later (the action waited for its input), to its mark.
+// ActionSpan is when a rank ran one pipeline action. On the simulated
+// clock, which charges an action's whole cost at its mark, it is the
+// mark's own interval; on the wall clock it runs from the action's first
+// instruction that is not a send or receive to its mark (a receive the
+// action waits for midway counts as busy).
 type ActionSpan struct {
 	Act        pipeline.Action
 	Start, End time.Duration
@@ -19,14 +21,14 @@ type ActionSpan struct {
 // accounting of activations: the buffers a forward action made (or
 // received) that are still alive, per stage and micro-batch.
 type pipeStats struct {
-	spans    []ActionSpan
-	started  bool
-	start    time.Duration
-	received time.Duration              // end of the current action's last receive
-	owner    map[Buffer]pipeline.Action // activation → the forward that made it
-	slots    map[Buffer]int             // activation → slots holding it
-	live     map[pipeline.Action]int    // forward → its live activations
-	bytes    map[int]int64              // stage → live activation bytes
+	spans     []ActionSpan
+	simulated bool // times come from a SimClock
+	started   bool
+	start     time.Duration
+	owner     map[Buffer]pipeline.Action // activation → the forward that made it
+	slots     map[Buffer]int             // activation → slots holding it
+	live      map[pipeline.Action]int    // forward → its live activations
+	bytes     map[int]int64              // stage → live activation bytes
 	// PeakLive and PeakBytes are, per stage, the most micro-batches with
 	// live activations and the most activation bytes at any moment;
 	// PeakKept the most bytes kept between actions (at their marks, when
@@ -36,8 +38,8 @@ type pipeStats struct {
 	PeakKept  map[int]int64
 }
 
-func newPipeStats() *pipeStats {
-	return &pipeStats{owner: map[Buffer]pipeline.Action{}, slots: map[Buffer]int{}, live: map[pipeline.Action]int{},
+func newPipeStats(simulated bool) *pipeStats {
+	return &pipeStats{simulated: simulated, owner: map[Buffer]pipeline.Action{}, slots: map[Buffer]int{}, live: map[pipeline.Action]int{},
 		bytes: map[int]int64{}, PeakLive: map[int]int{}, PeakBytes: map[int]int64{}, PeakKept: map[int]int64{}}
 }
 
@@ -46,17 +48,19 @@ func (p *pipeStats) step(in *plan.Instr, t0, t1 time.Duration) {
 	if in.Act == nil {
 		return
 	}
-	if in.Kind == plan.Recv {
-		p.received = t1
-	} else if !p.started {
+	if in.Kind != plan.Send && in.Kind != plan.Recv && !p.started {
 		p.started, p.start = true, t0
 	}
 	if in.Kind == plan.Mark {
 		for st, b := range p.bytes {
 			p.PeakKept[st] = max(p.PeakKept[st], b)
 		}
-		p.spans = append(p.spans, ActionSpan{Act: *in.Act, Start: max(p.start, p.received), End: t1})
-		p.started, p.received = false, 0
+		start := p.start
+		if p.simulated {
+			start = t0
+		}
+		p.spans = append(p.spans, ActionSpan{Act: *in.Act, Start: start, End: t1})
+		p.started = false
 	}
 }
 

@@ -94,3 +94,35 @@ func withoutPipeline(src string) string {
 	src = regexp.MustCompile(`(?m)^\s*pipeline = .*$`).ReplaceAllString(src, "")
 	return src
 }
+
+// A parameter read by both stages (sent to the second every step, its
+// gradient contributions summed on its own stage), with ZeRO-3 and
+// clipping, trains like one device under every schedule.
+func TestSharedParamTrainsLikeOneDevice(t *testing.T) {
+	for _, sched := range []string{"gpipe", "1f1b", "zb1p"} {
+		src := fmt.Sprintf(`mesh M = [dp=2, pipeline pp=2]
+input x : f32[8, 4] {S(0)} = normal(0, 1)
+input t : f32[8, 4] {S(0)} = normal(0, 1)
+param W : f32[4, 4] = normal(0, 0.5)
+train {
+    pipeline = %s
+    microbatches = 2
+    h = tanh(x @ W)
+    stage = 1
+    h = tanh(h @ W)
+    loss = mse(h, t)
+    optimizer = adam(lr=0.05)
+    zero = 3
+    clip = 0.5
+    steps = 3
+}
+`, sched)
+		p, res := trainPlan(t, src, false)
+		single, err := lower.Lower(p.Graph, lower.Options{Mesh: p.Mesh.Single()})
+		require.NoError(t, err)
+		ref, err := Train(context.Background(), single, Options{}, TrainConfig{})
+		require.NoError(t, err)
+		d := CompareTensors(res.Param("W"), ref.Final[0], 1e-5, 1e-6)
+		require.True(t, d.OK, "%s: W off by %g", sched, d.MaxAbs)
+	}
+}

@@ -36,6 +36,9 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	if err != nil {
 		return nil, err
 	}
+	if _, local := c.(*InProc); opts.Clock != nil && !local {
+		return nil, fmt.Errorf("a simulated clock needs the in-process launcher (its timestamps travel beside the data in this process)")
+	}
 	w := &Worker{Plan: p, Prog: rp, Backend: be, Comm: c, Timeout: opts.Timeout, Seed: opts.Seed, hook: opts.Hook, clock: opts.Clock, files: opts.files}
 	if w.Timeout == 0 {
 		w.Timeout = 60 * time.Second
@@ -78,6 +81,9 @@ type PipeStats struct {
 	PeakLive  map[int]int
 	PeakBytes map[int]int64
 	PeakKept  map[int]int64
+	// End is when the rank finished its program, optimizer step
+	// included (on the run's clock).
+	End time.Duration
 }
 
 // execution is one run of a worker's program: its slots and accounting.
@@ -113,7 +119,7 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		x.clk = newClockState(w.clock, w.Prog.Rank)
 	}
 	if w.Plan.Pipe != nil {
-		x.pipe = newPipeStats()
+		x.pipe = newPipeStats(x.clk != nil)
 	}
 	sent0 := w.Comm.BytesSent()
 	if x.clk == nil {
@@ -161,6 +167,7 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	if err := w.Backend.Sync(ctx); err != nil {
 		return nil, fmt.Errorf("rank %d: %v", w.Prog.Rank, err)
 	}
+	end := x.now()
 	fctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
 	if err := w.Comm.Flush(fctx); err != nil {
@@ -172,7 +179,7 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
 		BytesSent: w.Comm.BytesSent() - sent0}}
 	if x.pipe != nil {
-		res.Stats.Pipe = &PipeStats{Actions: x.pipe.spans, PeakLive: x.pipe.PeakLive, PeakBytes: x.pipe.PeakBytes, PeakKept: x.pipe.PeakKept}
+		res.Stats.Pipe = &PipeStats{Actions: x.pipe.spans, PeakLive: x.pipe.PeakLive, PeakBytes: x.pipe.PeakBytes, PeakKept: x.pipe.PeakKept, End: end}
 	}
 	held := func(s int) Buffer { // -1: another pipeline rank holds it
 		if s < 0 {

@@ -214,7 +214,7 @@ func (e *env) parseAndCompile(fs *flag.FlagSet, args []string, c *common, valida
 // plan dumps of --dump-after go to dump, and to stdout when lowering fails
 // (they are then what the user asked them for).
 func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, int) {
-	g, sources, err := lang.CheckFile(path, lang.CheckOptions{Devices: c.devices})
+	g, sources, err := lang.CheckFile(path, lang.CheckOptions{Devices: c.devices, Pipeline: c.schedule})
 	if err != nil {
 		e.diag(err, sources)
 		return nil, ExitUsage
@@ -224,7 +224,7 @@ func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, 
 		fmt.Fprintln(e.stderr, "meshrun:", err)
 		return nil, ExitUsage
 	}
-	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter, Schedule: c.schedule}
+	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter}
 	if c.dumpAfter != "" {
 		opts.Dump = dump
 	}
