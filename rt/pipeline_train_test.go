@@ -28,7 +28,11 @@ func pipe3D(schedule, extra string, checkpoint bool) string {
 		b.WriteString("checkpoint ")
 	}
 	b.WriteString("def layer(h, A, C) {\n    return h + gelu(h @ A) @ C\n}\n")
-	fmt.Fprintf(&b, "train {\n    pipeline = %s\n    microbatches = 4\n    h = x\n", schedule)
+	micro := 4
+	if schedule == "naive" {
+		micro = 1 // the whole batch at once
+	}
+	fmt.Fprintf(&b, "train {\n    pipeline = %s\n    microbatches = %d\n    h = x\n", schedule, micro)
 	stages := 2
 	if schedule == "zbv" || strings.HasPrefix(schedule, "interleaved") {
 		stages = 4
@@ -55,9 +59,10 @@ func TestPipelineSchedulesTrainLikeOneDevice(t *testing.T) {
 		{"zero3", "    zero = 3\n", false, 1e-5},
 		{"bf16", "    precision = bf16\n", false, 0},
 		{"clip", "    clip = 0.5\n", false, 1e-5},
+		{"f16", "    precision = f16\n", false, 0},
 		{"checkpoint", "", true, 1e-5},
 	}
-	for _, sched := range []string{"gpipe", "1f1b", "interleaved(2)", "zb1p", "zbv"} {
+	for _, sched := range []string{"naive", "gpipe", "1f1b", "interleaved(2)", "zb1p", "zbv"} {
 		for _, v := range variants {
 			t.Run(sched+"/"+v.name, func(t *testing.T) {
 				src := pipe3D(sched, v.extra, v.checkpoint)
