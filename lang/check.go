@@ -40,7 +40,12 @@ type Checker struct {
 	globals map[string]*Value
 	funcs   map[string]*FuncDef
 	modules map[string]map[string]*FuncDef
-	broken  map[string]bool // names whose definition failed
+	// broken holds the names whose definition failed, and brokenMesh or
+	// brokenUse+module when a mesh or use statement did: the error was
+	// reported there, so their uses report nothing (as go/types does with
+	// an invalid type). Keeping them in one map lets the REPL's snapshot
+	// restore them together.
+	broken map[string]bool
 	// override replaces top-level names inside a train block (ZeRO-3
 	// params are seen through their all-gather).
 	override map[string]operand
@@ -66,6 +71,12 @@ type Checker struct {
 	// loop (a pipeline unit ends there); nested loops do not see it.
 	iterHook func()
 }
+
+// Keys of Checker.broken that are not names (a name has no space).
+const (
+	brokenMesh = " mesh"
+	brokenUse  = " use "
+)
 
 // maxCallDepth bounds function expansion, which is also how recursion is
 // caught; maxExpansions bounds its total work, which nesting alone does not
@@ -333,6 +344,22 @@ func (c *Checker) stmt(s *Stmt) {
 const maxLoop = 10000
 
 func (c *Checker) forStmt(f *ForStmt) {
+	if !c.loopCount(f) {
+		// the body never runs: what it assigns is undefined, and its
+		// uses are followers of the error reported here
+		if c.scope == nil {
+			for _, s := range f.Body {
+				if s.Assign != nil && c.globals[s.Assign.Name] == nil {
+					c.broken[s.Assign.Name] = true
+				}
+			}
+		}
+	}
+}
+
+// loopCount checks a for loop's header and, when it is valid, runs the
+// body; false when the header was rejected.
+func (c *Checker) loopCount(f *ForStmt) bool {
 	count := 0
 	if f.Count != nil {
 		count = *f.Count
@@ -342,21 +369,21 @@ func (c *Checker) forStmt(f *ForStmt) {
 			if !op.bad {
 				c.errorf(f.Pos, "for: range(%s) needs an integer", f.Name)
 			}
-			return
+			return false
 		}
 		count = int(*op.num)
 	}
 	if count < 0 || count > maxLoop {
 		c.errorf(f.Pos, "for: range(%d) out of bounds (0 to %d)", count, maxLoop)
-		return
+		return false
 	}
 	if keywords[f.Var] {
 		c.errorf(f.Pos, "%q is a keyword and cannot name a loop counter", f.Var)
-		return
+		return false
 	}
 	if _, clash := c.loopVars[f.Var]; clash {
 		c.errorf(f.Pos, "loop counter %s is already in use by an enclosing loop", f.Var)
-		return
+		return false
 	}
 	if c.loopVars == nil {
 		c.loopVars = map[string]int{}
@@ -381,13 +408,14 @@ func (c *Checker) forStmt(f *ForStmt) {
 			}
 			c.stmt(s)
 			if c.ret != nil {
-				return
+				return true
 			}
 		}
 		if len(c.errs) > nerr {
-			return // report a body's errors once, not once per iteration
+			return true // report a body's errors once, not once per iteration
 		}
 	}
+	return true
 }
 
 func (c *Checker) meshDecl(d *MeshDecl) {
@@ -395,6 +423,7 @@ func (c *Checker) meshDecl(d *MeshDecl) {
 		c.errorf(d.Pos, "mesh %s is already declared at %s (one mesh per program)", c.g.Mesh.Name, FormatPos(c.g.MeshPos))
 		return
 	}
+	c.broken[brokenMesh] = true // until the mesh is accepted below
 	if len(d.Axes) > 4 {
 		c.errorf(d.Pos, "mesh %s has %d axes; at most 4 are supported", d.Name, len(d.Axes))
 		return
@@ -442,6 +471,7 @@ func (c *Checker) meshDecl(d *MeshDecl) {
 		}
 		c.g.Mesh = stages
 	}
+	delete(c.broken, brokenMesh)
 }
 
 func (c *Checker) use(u *UseStmt) {
@@ -451,6 +481,7 @@ func (c *Checker) use(u *UseStmt) {
 	src, ok := stdlib.Source(u.Module)
 	if !ok {
 		c.errorf(u.Pos, "unknown module %q%s", u.Module, didYouMean(u.Module, stdlib.Modules()))
+		c.broken[brokenUse+u.Module] = true
 		return
 	}
 	name := "stdlib/" + u.Module + ".mesh"
@@ -478,7 +509,9 @@ func (c *Checker) output(o *OutputStmt) {
 	}
 	v, ok := c.globals[o.Name]
 	if !ok {
-		c.errorf(o.Pos, "unknown name %q%s", o.Name, didYouMean(o.Name, c.names()))
+		if !c.broken[o.Name] {
+			c.errorf(o.Pos, "unknown name %q%s", o.Name, didYouMean(o.Name, c.names()))
+		}
 		return
 	}
 	out := &Output{Name: o.Name, Value: v, Pos: o.Pos}
@@ -532,6 +565,13 @@ func (c *Checker) add(v *Value) *Value {
 			v.ID = -1
 			return v
 		}
+	}
+	if !v.Type.Sized() {
+		// a program error, not a checker bug: broadcasting, matmul or
+		// reshape of in-range operands can build an uncountable result
+		c.errorf(v.Pos, "%s: result of shape %s is too large (more than 2^40 elements)", v.Op, ShapeString(v.Type.Shape))
+		v.ID = -1
+		return v
 	}
 	if _, err := c.b.Add(v); err != nil {
 		c.internal(v.Pos, err)

@@ -156,6 +156,9 @@ func (c *Checker) call(call *Call) operand {
 	}
 	if call.Module != "" {
 		mod, ok := c.modules[call.Module]
+		if !ok && c.broken[brokenUse+call.Module] {
+			return operand{bad: true}
+		}
 		if !ok {
 			c.errorf(call.Pos, "unknown module %q (add `use %s`)", call.Module, call.Module)
 			return operand{bad: true}
