@@ -50,6 +50,9 @@ type Options struct {
 	Dump      io.Writer      // where dumps go
 	// KeepDead keeps values no output needs (the REPL shows every name).
 	KeepDead bool
+	// Memory is the budget of bytes a device may hold at once; a plan
+	// whose peak (memory pass) exceeds it fails to lower. 0: no budget.
+	Memory int64
 	// Force fixes the placement of source values by name, overriding the
 	// declaration (the brute-force validator uses it).
 	Force map[string]sbp.NdSBP
