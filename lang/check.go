@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 
 	"github.com/meshrun/meshrun/ad"
+	"github.com/meshrun/meshrun/internal/regular"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/stdlib"
@@ -118,9 +118,13 @@ func CheckSource(filename string, src []byte, opts CheckOptions) (*Graph, error)
 	return Check(f, src, opts)
 }
 
+// MaxSourceBytes bounds a program file: a path naming a device such as
+// /dev/zero must fail, not be read until memory runs out.
+const MaxSourceBytes = 16 << 20
+
 // CheckFile reads, parses and checks a file; load paths are relative to it.
 func CheckFile(path string, opts CheckOptions) (*Graph, map[string][]byte, error) {
-	src, err := os.ReadFile(path)
+	src, err := regular.ReadLimited(path, MaxSourceBytes)
 	if err != nil {
 		return nil, nil, err
 	}

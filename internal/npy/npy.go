@@ -80,7 +80,7 @@ func ReadHeader(r io.Reader) (*Header, error) {
 		return nil, fmt.Errorf("unsupported .npy dtype %q (want little-endian f4, f8, i4 or i8)", hd.Descr)
 	}
 	if _, ok := size.Elements(hd.Shape); !ok {
-		return nil, fmt.Errorf(".npy shape %v is too large (more than 2^40 elements)", hd.Shape)
+		return nil, fmt.Errorf(".npy shape %s is too large (more than 2^40 elements)", shapeString(hd.Shape))
 	}
 	hd.dataOff = int64(8 + lenBytes + hlen)
 	return hd, nil
@@ -122,9 +122,18 @@ func (h *Header) itemSize() int {
 func (h *Header) checkLength(total int64) error {
 	need, _ := size.Bytes(h.Shape, h.itemSize())
 	if have := total - h.dataOff; have < int64(need) {
-		return fmt.Errorf("truncated .npy data: shape %v of %s needs %d bytes, the file holds %d", h.Shape, h.DType(), need, max(have, 0))
+		return fmt.Errorf("truncated .npy data: shape %s of %s needs %d bytes, the file holds %d", shapeString(h.Shape), h.DType(), need, max(have, 0))
 	}
 	return nil
+}
+
+// shapeString renders a shape as meshrun's messages do: [3, 4].
+func shapeString(s []int) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = strconv.Itoa(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // ReadFileHeader reads only the header of a file, and checks that the

@@ -13,7 +13,6 @@
 package regular
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -59,27 +58,22 @@ func notRegular(path string, m os.FileMode) error {
 	return fmt.Errorf("%s is %s, not a regular file", path, kind)
 }
 
-// ErrTooLarge is wrapped by ReadLimited's error for input past its limit.
-var ErrTooLarge = errors.New("too large")
-
 // ReadLimited reads a whole file of at most limit bytes. Unlike Open it
 // accepts a pipe (a program may come from one), but stops at the limit
-// instead of reading an endless device until memory runs out.
+// instead of reading an endless device until memory runs out. Its errors
+// are *os.PathError, like os.ReadFile's.
 func ReadLimited(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.IsDir() {
-		return nil, fmt.Errorf("%s is a directory", path)
-	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: %w: more than %d bytes", path, ErrTooLarge, limit)
+		return nil, &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("larger than %d bytes", limit)}
 	}
 	return b, nil
 }
