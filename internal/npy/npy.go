@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"github.com/meshrun/meshrun/internal/atomicfile"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
