@@ -57,8 +57,11 @@ type Checker struct {
 	loopVars map[string]int
 	// remat > 0 while a checkpointed function is being expanded.
 	remat int
-	// expansions counts inlined calls since the checker was made.
-	expansions int
+	// work counts the statements checked and the values built since the
+	// checker was made, loops, calls and micro-batches unrolled; tooLarge
+	// is set once it passes MaxWork (see spend).
+	work     int
+	tooLarge bool
 	// onFinal hooks run when a watched value's adjoint is complete.
 	onFinal map[*Value]func(g *Value) *Value
 	// grads caches the backward graph built for each differentiated scalar.
@@ -78,13 +81,33 @@ const (
 	brokenUse  = " use "
 )
 
-// maxCallDepth bounds function expansion, which is also how recursion is
-// caught; maxExpansions bounds its total work, which nesting alone does not
-// (f(f(x)) inside f doubles at every level).
-const (
-	maxCallDepth  = 64
-	maxExpansions = 10000
-)
+// maxCallDepth bounds function nesting, which is also how recursion is
+// caught.
+const maxCallDepth = 64
+
+// MaxWork is the expansion budget: the statements the checker may check
+// and the values it may build for one program, with every loop iteration,
+// function call and micro-batch counted each time it is unrolled. One
+// budget for all of them, because they multiply: loops nest, f(f(x))
+// inside f doubles at every level, a train block repeats per micro-batch,
+// and no bound on one of them bounds the product.
+const MaxWork = 1_000_000
+
+// spend counts one unit of work at pos. Past the budget it reports the
+// line that crossed it, once, and returns false; the checker then stops
+// checking (stmt and add refuse), and loops, which stop at a body's first
+// error, unwind.
+func (c *Checker) spend(pos Pos) bool {
+	if c.tooLarge {
+		return false
+	}
+	if c.work++; c.work > MaxWork {
+		c.tooLarge = true
+		c.errorf(pos, "the program is too large: checking it unrolls more than %d statements and values (loops, function calls and micro-batches repeated); this line crossed the limit", MaxWork)
+		return false
+	}
+	return true
+}
 
 // NewChecker starts an empty program named file.
 func NewChecker(file string, src []byte, opts CheckOptions) *Checker {
@@ -219,12 +242,13 @@ type snapshot struct {
 	meshPos         Pos
 	train           *Train
 	pipeline        *ir.Pipeline
+	work            int
 }
 
 func (c *Checker) snapshot() snapshot {
 	c.base = len(c.g.Values)
 	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.grads), maps.Clone(c.globals), maps.Clone(c.funcs),
-		maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh, c.g.MeshPos, c.g.Train, c.g.Pipeline}
+		maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh, c.g.MeshPos, c.g.Train, c.g.Pipeline, c.work}
 }
 
 func (c *Checker) restore(s snapshot) {
@@ -233,6 +257,7 @@ func (c *Checker) restore(s snapshot) {
 	c.grads = s.grads
 	c.globals, c.funcs, c.modules, c.broken = s.globals, s.funcs, s.modules, s.broken
 	c.g.Mesh, c.g.MeshPos, c.g.Train, c.g.Pipeline = s.mesh, s.meshPos, s.train, s.pipeline
+	c.work, c.tooLarge = s.work, false // a REPL statement that ran out gives its budget back
 	for v, old := range c.saved {
 		*v = old
 	}
@@ -267,6 +292,9 @@ func (c *Checker) checkNewName(pos Pos, name string) bool {
 }
 
 func (c *Checker) stmt(s *Stmt) {
+	if !c.spend(s.Pos) {
+		return
+	}
 	switch {
 	case s.Mesh != nil:
 		c.meshDecl(s.Mesh)
@@ -569,6 +597,10 @@ func (c *Checker) add(v *Value) *Value {
 			v.ID = -1
 			return v
 		}
+	}
+	if !c.spend(v.Pos) {
+		v.ID = -1
+		return v
 	}
 	if !v.Type.Sized() {
 		// a program error, not a checker bug: broadcasting, matmul or

@@ -204,12 +204,6 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 		c.errorf(call.Pos, "calls nested deeper than %d (recursion is not supported)", maxCallDepth)
 		return operand{bad: true}
 	}
-	if c.expansions++; c.expansions > maxExpansions {
-		if c.expansions == maxExpansions+1 {
-			c.errorf(call.Pos, "more than %d function calls to expand; the program is too large", maxExpansions)
-		}
-		return operand{bad: true}
-	}
 	saveScope, saveFn, saveRet := c.scope, c.fn, c.ret
 	c.scope = map[string]operand{}
 	for i, p := range def.Params {
