@@ -88,3 +88,11 @@ output y
 	require.Equal(t, ExitUsage, code)
 	require.Contains(t, errs, "out of memory: y")
 }
+
+func TestREPLAppliesTheMemoryBudget(t *testing.T) {
+	// a: 1024 f32 on each of 2 devices (B) is 4 KiB; b = a * 2 another 4 KiB
+	code, out, errs := meshrun(t, "mesh M = [dp=2]\ninput a : f32[1024] = ones\nb = a * 2\n", "repl", "--memory", "6KiB")
+	require.Equal(t, ExitOK, code, errs)
+	require.Contains(t, out, "a : f32[1024]")
+	require.Contains(t, out, "out of memory: b brings the memory held on device 0 of 2 to 8.0 KiB")
+}
