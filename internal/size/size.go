@@ -68,3 +68,12 @@ func Bytes(shape []int, elem int) (int, bool) {
 	}
 	return Mul(n, elem, math.MaxInt)
 }
+
+// AddBytes is a+b for byte counts a, b >= 0, saturating at math.MaxInt64:
+// a sum that large is past any memory budget, and must not wrap below one.
+func AddBytes(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

@@ -56,3 +56,12 @@ func TestMul(t *testing.T) {
 		t.Error("Mul of a negative accepted")
 	}
 }
+
+func TestAddBytesSaturates(t *testing.T) {
+	if got := AddBytes(1<<62, 1<<62); got != math.MaxInt64 {
+		t.Errorf("AddBytes(2^62, 2^62) = %d", got)
+	}
+	if got := AddBytes(3, 4); got != 7 {
+		t.Errorf("AddBytes(3, 4) = %d", got)
+	}
+}
