@@ -35,7 +35,9 @@ func (c *Checker) tensorDecl(d *TensorDecl) {
 	}()
 	if c.g.Mesh == nil {
 		if !c.broken[brokenMesh] {
+			// once: the later declarations lack the same mesh
 			c.errorf(d.Pos, "declare a mesh before %s %s", d.Kind, d.Name)
+			c.broken[brokenMesh] = true
 		}
 		return
 	}
