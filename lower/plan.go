@@ -21,7 +21,9 @@
 //	pipeline  with a pipeline axis: give every value a stage and each
 //	        pipeline rank its program (its stages' work in the schedule's
 //	        order, send/recv between stages; see pipeline.go)
-//	memory  simulate each rank's allocations: per-device peak bytes
+//	memory  simulate each rank's allocations: per-device peak bytes; a
+//	        peak over Options.Memory is an error at the value whose
+//	        allocation first crosses it
 //
 // Results live in side tables on the Plan (placements, choices,
 // conversions), never on the graph. With Options.Verify a verifier checks
