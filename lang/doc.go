@@ -23,5 +23,5 @@
 // checked and every value built, loops, calls and micro-batches unrolled;
 // the line that crosses it is the error, and checking stops there. Work
 // per unit is constant — autodiff walks only the loss's cone, never the
-// whole graph — so checking time is linear in the expanded program.
+// whole graph — so checking time grows linearly with the expanded program.
 package lang
