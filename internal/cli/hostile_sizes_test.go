@@ -97,7 +97,7 @@ func TestResumeRefusesOverlappingCheckpoint(t *testing.T) {
 	copy(b[8:], h)
 	require.NoError(t, os.WriteFile(path, b, 0o644))
 	code, _, errs = meshrun(t, "", "train", ex, "--resume", ck)
-	require.Equal(t, ExitFailure, code)
-	require.Contains(t, errs, "meshrun: --resume: "+path+": ")
+	require.Equal(t, ExitUsage, code, errs) // flags, --resume included, are checked before any work
+	require.Contains(t, errs, path+": ")
 	require.Contains(t, errs, "overlaps")
 }
