@@ -148,7 +148,10 @@ func ReadFileHeader(path string) (*Header, error) {
 	if err != nil {
 		return nil, err
 	}
-	return h, h.checkLength(n)
+	if err := h.checkLength(n); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
 // ReadFile reads a whole array from a regular file. data is []float32,
