@@ -28,21 +28,21 @@ type Adjoints struct {
 // float source to the scalar y. onFinal hooks run when a watched value's
 // adjoint is complete (nil: none); a hook returns the adjoint to keep.
 func Backward(b Builder, y *ir.Value, onFinal map[*ir.Value]func(g *ir.Value) *ir.Value) (*Adjoints, error) {
-	values := b.Graph().Values[:y.ID+1]
-	active, needed := activeValues(values), neededValues(values, y)
+	values := cone(y)
+	active := activeValues(values)
 	adj := &Adjoints{Of: map[*ir.Value]*ir.Value{}, For: map[*ir.Value]*ir.Value{}, regather: map[*ir.Value]*ir.Value{}, remat: map[*ir.Value]*ir.Value{}}
 	adj.Of[y] = b.Const(1, y.Type.DType, y.Pos)
-	finalAt := finalPoints(values, onFinal, func(v *ir.Value) bool { return needed[v] && active[v] })
-	for i := y.ID; i >= 0; i-- {
+	finalAt := finalPoints(values, onFinal, func(v *ir.Value) bool { return active[v] })
+	for i := len(values) - 1; i >= 0; i-- {
 		v := values[i]
 		g := adj.Of[v]
-		if g != nil && needed[v] && active[v] && !v.IsSource() {
+		if g != nil && active[v] && !v.IsSource() {
 			bw := &vjp{b: b, v: v, g: g, adj: adj, active: active}
 			if err := bw.run(); err != nil {
 				return nil, err
 			}
 		}
-		for _, w := range finalAt[i] {
+		for _, w := range finalAt[v.ID] {
 			if g := adj.Of[w]; g != nil {
 				adj.Of[w] = onFinal[w](g)
 			}
@@ -69,17 +69,26 @@ func activeValues(values []*ir.Value) map[*ir.Value]bool {
 	return active
 }
 
-// neededValues are the values y depends on.
-func neededValues(values []*ir.Value, y *ir.Value) map[*ir.Value]bool {
-	needed := map[*ir.Value]bool{y: true}
-	for i := y.ID; i >= 0; i-- {
-		if v := values[i]; needed[v] {
-			for _, a := range v.Args {
-				needed[a] = true
+// cone is the values y depends on, y included, in program order. It is
+// found from y through the arguments, so it costs the size of the cone,
+// not of the graph: a training step differentiates each micro-batch's
+// loss in a graph that already holds every earlier micro-batch, and a
+// walk over the whole graph would make checking quadratic in their number.
+// The arguments of a value in the cone are in it, so activeValues over the
+// cone is exact.
+func cone(y *ir.Value) []*ir.Value {
+	seen := map[*ir.Value]bool{y: true}
+	out := []*ir.Value{y}
+	for i := 0; i < len(out); i++ {
+		for _, a := range out[i].Args {
+			if !seen[a] {
+				seen[a] = true
+				out = append(out, a)
 			}
 		}
 	}
-	return needed
+	slices.SortFunc(out, func(a, b *ir.Value) int { return a.ID - b.ID })
+	return out
 }
 
 // finalPoints says where each watched value's adjoint is complete: once
@@ -90,8 +99,8 @@ func finalPoints(values []*ir.Value, watched map[*ir.Value]func(*ir.Value) *ir.V
 	at := map[int][]*ir.Value{}
 	for w := range watched {
 		first := -1
-		for _, v := range values[w.ID+1:] {
-			if takesPart(v) && first < 0 && slices.Contains(v.Args, w) {
+		for _, v := range values {
+			if v.ID > w.ID && takesPart(v) && first < 0 && slices.Contains(v.Args, w) {
 				first = v.ID
 			}
 		}

@@ -63,6 +63,9 @@ func checkValue(g *Graph, v *Value) error {
 			return fail("negative dim in shape %s", ShapeString(v.Type.Shape))
 		}
 	}
+	if !v.Type.Sized() {
+		return fail("shape %s has more than 2^40 elements", ShapeString(v.Type.Shape))
+	}
 	if v.Declared != nil {
 		if g.Mesh != nil && len(v.Declared) != g.Mesh.NumAxes() {
 			return fail("placement %s has %d entries for a mesh of %d axes", v.Declared, len(v.Declared), g.Mesh.NumAxes())

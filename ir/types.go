@@ -3,6 +3,8 @@ package ir
 import (
 	"fmt"
 	"strings"
+
+	"github.com/meshrun/meshrun/internal/size"
 )
 
 // DType is an element type.
@@ -63,17 +65,32 @@ type Type struct {
 // Rank is the number of dims.
 func (t Type) Rank() int { return len(t.Shape) }
 
-// Numel is the number of elements.
+// Numel is the number of elements, or -1 for a shape too large to count
+// (see package size). The Builder admits no value of such a type, so in a
+// graph Numel is always the true count.
 func (t Type) Numel() int {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
+	n, ok := size.Elements(t.Shape)
+	if !ok {
+		return -1
 	}
 	return n
 }
 
-// Bytes is the size of the whole tensor.
-func (t Type) Bytes() int { return t.Numel() * t.DType.Size() }
+// Sized reports whether the shape has no negative dim and at most
+// size.MaxElements elements.
+func (t Type) Sized() bool {
+	_, ok := size.Elements(t.Shape)
+	return ok
+}
+
+// Bytes is the size of the whole tensor (-1 when Numel is).
+func (t Type) Bytes() int {
+	n := t.Numel()
+	if n < 0 {
+		return -1
+	}
+	return n * t.DType.Size()
+}
 
 func (t Type) String() string { return t.DType.String() + ShapeString(t.Shape) }
 

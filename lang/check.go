@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 
 	"github.com/meshrun/meshrun/ad"
+	"github.com/meshrun/meshrun/internal/regular"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/stdlib"
@@ -44,7 +44,12 @@ type Checker struct {
 	globals map[string]*Value
 	funcs   map[string]*FuncDef
 	modules map[string]map[string]*FuncDef
-	broken  map[string]bool // names whose definition failed
+	// broken holds the names whose definition failed, and brokenMesh or
+	// brokenUse+module when a mesh or use statement did: the error was
+	// reported there, so their uses report nothing (as go/types does with
+	// an invalid type). Keeping them in one map lets the REPL's snapshot
+	// restore them together.
+	broken map[string]bool
 	// override replaces top-level names inside a train block (ZeRO-3
 	// params are seen through their all-gather).
 	override map[string]operand
@@ -56,8 +61,11 @@ type Checker struct {
 	loopVars map[string]int
 	// remat > 0 while a checkpointed function is being expanded.
 	remat int
-	// expansions counts inlined calls since the checker was made.
-	expansions int
+	// work counts the statements checked and the values built since the
+	// checker was made, loops, calls and micro-batches unrolled; tooLarge
+	// is set once it passes MaxWork (see spend).
+	work     int
+	tooLarge bool
 	// onFinal hooks run when a watched value's adjoint is complete.
 	onFinal map[*Value]func(g *Value) *Value
 	// grads caches the backward graph built for each differentiated scalar.
@@ -71,13 +79,39 @@ type Checker struct {
 	iterHook func()
 }
 
-// maxCallDepth bounds function expansion, which is also how recursion is
-// caught; maxExpansions bounds its total work, which nesting alone does not
-// (f(f(x)) inside f doubles at every level).
+// Keys of Checker.broken that are not names (a name has no space).
 const (
-	maxCallDepth  = 64
-	maxExpansions = 10000
+	brokenMesh = " mesh"
+	brokenUse  = " use "
 )
+
+// maxCallDepth bounds function nesting, which is also how recursion is
+// caught.
+const maxCallDepth = 64
+
+// MaxWork is the expansion budget: the statements the checker may check
+// and the values it may build for one program, with every loop iteration,
+// function call and micro-batch counted each time it is unrolled. One
+// budget for all of them, because they multiply: loops nest, f(f(x))
+// inside f doubles at every level, a train block repeats per micro-batch,
+// and no bound on one of them bounds the product.
+const MaxWork = 1_000_000
+
+// spend counts one unit of work at pos. Past the budget it reports the
+// line that crossed it, once, and returns false; the checker then stops
+// checking (stmt and add refuse), and loops, which stop at a body's first
+// error, unwind.
+func (c *Checker) spend(pos Pos) bool {
+	if c.tooLarge {
+		return false
+	}
+	if c.work++; c.work > MaxWork {
+		c.tooLarge = true
+		c.errorf(pos, "the program is too large: checking it unrolls more than %d statements and values (loops, function calls and micro-batches repeated); this line crossed the limit", MaxWork)
+		return false
+	}
+	return true
+}
 
 // NewChecker starts an empty program named file.
 func NewChecker(file string, src []byte, opts CheckOptions) *Checker {
@@ -111,9 +145,13 @@ func CheckSource(filename string, src []byte, opts CheckOptions) (*Graph, error)
 	return Check(f, src, opts)
 }
 
+// MaxSourceBytes bounds a program file: a path naming a device such as
+// /dev/zero must fail, not be read until memory runs out.
+const MaxSourceBytes = 16 << 20
+
 // CheckFile reads, parses and checks a file; load paths are relative to it.
 func CheckFile(path string, opts CheckOptions) (*Graph, map[string][]byte, error) {
-	src, err := os.ReadFile(path)
+	src, err := regular.ReadLimited(path, MaxSourceBytes)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -208,12 +246,13 @@ type snapshot struct {
 	meshPos         Pos
 	train           *Train
 	pipeline        *ir.Pipeline
+	work            int
 }
 
 func (c *Checker) snapshot() snapshot {
 	c.base = len(c.g.Values)
 	return snapshot{len(c.g.Values), len(c.g.Outputs), maps.Clone(c.grads), maps.Clone(c.globals), maps.Clone(c.funcs),
-		maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh, c.g.MeshPos, c.g.Train, c.g.Pipeline}
+		maps.Clone(c.modules), maps.Clone(c.broken), c.g.Mesh, c.g.MeshPos, c.g.Train, c.g.Pipeline, c.work}
 }
 
 func (c *Checker) restore(s snapshot) {
@@ -222,6 +261,7 @@ func (c *Checker) restore(s snapshot) {
 	c.grads = s.grads
 	c.globals, c.funcs, c.modules, c.broken = s.globals, s.funcs, s.modules, s.broken
 	c.g.Mesh, c.g.MeshPos, c.g.Train, c.g.Pipeline = s.mesh, s.meshPos, s.train, s.pipeline
+	c.work, c.tooLarge = s.work, false // a REPL statement that ran out gives its budget back
 	for v, old := range c.saved {
 		*v = old
 	}
@@ -256,6 +296,9 @@ func (c *Checker) checkNewName(pos Pos, name string) bool {
 }
 
 func (c *Checker) stmt(s *Stmt) {
+	if !c.spend(s.Pos) {
+		return
+	}
 	switch {
 	case s.Mesh != nil:
 		c.meshDecl(s.Mesh)
@@ -337,6 +380,22 @@ func (c *Checker) stmt(s *Stmt) {
 const maxLoop = 10000
 
 func (c *Checker) forStmt(f *ForStmt) {
+	if !c.loopCount(f) {
+		// the body never runs: what it assigns is undefined, and its
+		// uses are followers of the error reported here
+		if c.scope == nil {
+			for _, s := range f.Body {
+				if s.Assign != nil && c.globals[s.Assign.Name] == nil {
+					c.broken[s.Assign.Name] = true
+				}
+			}
+		}
+	}
+}
+
+// loopCount checks a for loop's header and, when it is valid, runs the
+// body; false when the header was rejected.
+func (c *Checker) loopCount(f *ForStmt) bool {
 	count := 0
 	if f.Count != nil {
 		count = *f.Count
@@ -346,21 +405,21 @@ func (c *Checker) forStmt(f *ForStmt) {
 			if !op.bad {
 				c.errorf(f.Pos, "for: range(%s) needs an integer", f.Name)
 			}
-			return
+			return false
 		}
 		count = int(*op.num)
 	}
 	if count < 0 || count > maxLoop {
 		c.errorf(f.Pos, "for: range(%d) out of bounds (0 to %d)", count, maxLoop)
-		return
+		return false
 	}
 	if keywords[f.Var] {
 		c.errorf(f.Pos, "%q is a keyword and cannot name a loop counter", f.Var)
-		return
+		return false
 	}
 	if _, clash := c.loopVars[f.Var]; clash {
 		c.errorf(f.Pos, "loop counter %s is already in use by an enclosing loop", f.Var)
-		return
+		return false
 	}
 	if c.loopVars == nil {
 		c.loopVars = map[string]int{}
@@ -385,13 +444,14 @@ func (c *Checker) forStmt(f *ForStmt) {
 			}
 			c.stmt(s)
 			if c.ret != nil {
-				return
+				return true
 			}
 		}
 		if len(c.errs) > nerr {
-			return // report a body's errors once, not once per iteration
+			return true // report a body's errors once, not once per iteration
 		}
 	}
+	return true
 }
 
 func (c *Checker) meshDecl(d *MeshDecl) {
@@ -399,6 +459,7 @@ func (c *Checker) meshDecl(d *MeshDecl) {
 		c.errorf(d.Pos, "mesh %s is already declared at %s (one mesh per program)", c.g.Mesh.Name, FormatPos(c.g.MeshPos))
 		return
 	}
+	c.broken[brokenMesh] = true // until the mesh is accepted below
 	if len(d.Axes) > 4 {
 		c.errorf(d.Pos, "mesh %s has %d axes; at most 4 are supported", d.Name, len(d.Axes))
 		return
@@ -446,6 +507,7 @@ func (c *Checker) meshDecl(d *MeshDecl) {
 		}
 		c.g.Mesh = stages
 	}
+	delete(c.broken, brokenMesh)
 }
 
 func (c *Checker) use(u *UseStmt) {
@@ -455,6 +517,7 @@ func (c *Checker) use(u *UseStmt) {
 	src, ok := stdlib.Source(u.Module)
 	if !ok {
 		c.errorf(u.Pos, "unknown module %q%s", u.Module, didYouMean(u.Module, stdlib.Modules()))
+		c.broken[brokenUse+u.Module] = true
 		return
 	}
 	name := "stdlib/" + u.Module + ".mesh"
@@ -482,7 +545,9 @@ func (c *Checker) output(o *OutputStmt) {
 	}
 	v, ok := c.globals[o.Name]
 	if !ok {
-		c.errorf(o.Pos, "unknown name %q%s", o.Name, didYouMean(o.Name, c.names()))
+		if !c.broken[o.Name] {
+			c.errorf(o.Pos, "unknown name %q%s", o.Name, didYouMean(o.Name, c.names()))
+		}
 		return
 	}
 	out := &Output{Name: o.Name, Value: v, Pos: o.Pos}
@@ -536,6 +601,17 @@ func (c *Checker) add(v *Value) *Value {
 			v.ID = -1
 			return v
 		}
+	}
+	if !c.spend(v.Pos) {
+		v.ID = -1
+		return v
+	}
+	if !v.Type.Sized() {
+		// a program error, not a checker bug: broadcasting, matmul or
+		// reshape of in-range operands can build an uncountable result
+		c.errorf(v.Pos, "%s: result of shape %s is too large (more than 2^40 elements)", v.Op, ShapeString(v.Type.Shape))
+		v.ID = -1
+		return v
 	}
 	if _, err := c.b.Add(v); err != nil {
 		c.internal(v.Pos, err)

@@ -19,15 +19,27 @@ func (c *Checker) tensorDecl(d *TensorDecl) {
 		c.errorf(d.Pos, "%s declarations belong at top level", d.Kind)
 		return
 	}
-	if c.g.Mesh == nil {
-		c.errorf(d.Pos, "declare a mesh before %s %s", d.Kind, d.Name)
-		return
-	}
 	if !c.checkNewName(d.Pos, d.Name) {
 		return
 	}
 	if old, ok := c.globals[d.Name]; ok {
 		c.errorf(d.Pos, "%s is already defined at %s", d.Name, FormatPos(old.Pos))
+		return
+	}
+	// From here a failure leaves the name undefined: its uses are followers
+	// of the error reported here and stay quiet.
+	done := false
+	defer func() {
+		if !done {
+			c.broken[d.Name] = true
+		}
+	}()
+	if c.g.Mesh == nil {
+		if !c.broken[brokenMesh] {
+			// once: the later declarations lack the same mesh
+			c.errorf(d.Pos, "declare a mesh before %s %s", d.Kind, d.Name)
+			c.broken[brokenMesh] = true
+		}
 		return
 	}
 	t, ok := c.typeExpr(d.Type)
@@ -48,8 +60,12 @@ func (c *Checker) tensorDecl(d *TensorDecl) {
 		return
 	}
 	v.Attrs.Init = init
-	c.add(v)
+	if invalid(c.add(v)) {
+		return
+	}
 	c.globals[d.Name] = v
+	delete(c.broken, d.Name)
+	done = true
 }
 
 func (c *Checker) typeExpr(te *TypeExpr) (Type, bool) {
@@ -65,8 +81,8 @@ func (c *Checker) typeExpr(te *TypeExpr) (Type, bool) {
 		}
 	}
 	t := Type{DType: dt, Shape: append([]int{}, te.Dims...)}
-	if t.Numel() > 1<<31 || t.Numel() < 0 {
-		c.errorf(te.Pos, "tensor of shape %s is too large", ShapeString(t.Shape))
+	if !t.Sized() {
+		c.errorf(te.Pos, "tensor of shape %s is too large (more than 2^40 elements)", ShapeString(t.Shape))
 		return Type{}, false
 	}
 	return t, true
@@ -76,7 +92,9 @@ func (c *Checker) typeExpr(te *TypeExpr) (Type, bool) {
 func (c *Checker) placement(lit *PlacementLit, t Type) (sbp.NdSBP, bool) {
 	m := c.g.Mesh
 	if m == nil {
-		c.errorf(lit.Pos, "a placement needs a mesh; declare one first")
+		if !c.broken[brokenMesh] {
+			c.errorf(lit.Pos, "a placement needs a mesh; declare one first")
+		}
 		return nil, false
 	}
 	out := sbp.Broadcasts(m.NumAxes())

@@ -156,6 +156,9 @@ func (c *Checker) call(call *Call) operand {
 	}
 	if call.Module != "" {
 		mod, ok := c.modules[call.Module]
+		if !ok && c.broken[brokenUse+call.Module] {
+			return operand{bad: true}
+		}
 		if !ok {
 			c.errorf(call.Pos, "unknown module %q (add `use %s`)", call.Module, call.Module)
 			return operand{bad: true}
@@ -199,12 +202,6 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 	}
 	if len(c.calls) >= maxCallDepth {
 		c.errorf(call.Pos, "calls nested deeper than %d (recursion is not supported)", maxCallDepth)
-		return operand{bad: true}
-	}
-	if c.expansions++; c.expansions > maxExpansions {
-		if c.expansions == maxExpansions+1 {
-			c.errorf(call.Pos, "more than %d function calls to expand; the program is too large", maxExpansions)
-		}
 		return operand{bad: true}
 	}
 	saveScope, saveFn, saveRet := c.scope, c.fn, c.ret

@@ -68,8 +68,8 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	}
 	for micro := 0; micro < tr.Accumulate; micro++ {
 		loss, ok := c.microStep(tb, tr, inputs, seenBy, micro)
-		if !ok {
-			return
+		if !ok || len(c.errs) > nerr {
+			return // the budget (spend) may run out inside the backward
 		}
 		if tr.Loss == nil {
 			tr.Loss = loss
@@ -207,10 +207,15 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 		}
 		maps.Copy(tr.Pipe.BackwardOf, adj.For)
 	}
-	for _, v := range c.g.Values[:loss.ID] {
-		if v.Op != "param" || !v.Type.DType.IsFloat() {
+	// the float params the loss can depend on, in program order; from the
+	// names, not a walk of the graph, which holds the earlier micro-batches
+	seenParam := map[*Value]bool{}
+	for _, name := range c.globalsInOrder() {
+		v := c.globals[name]
+		if v.Op != "param" || !v.Type.DType.IsFloat() || v.ID >= loss.ID || seenParam[v] {
 			continue
 		}
+		seenParam[v] = true
 		g := adj.Of[v]
 		if seen := seenBy[v]; seen != v && tr.Zero >= 2 {
 			g = adj.Of[seen] // reduced in the backward (reduceWhenFinal)

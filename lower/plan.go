@@ -21,7 +21,9 @@
 //	pipeline  with a pipeline axis: give every value a stage and each
 //	        pipeline rank its program (its stages' work in the schedule's
 //	        order, send/recv between stages; see pipeline.go)
-//	memory  simulate each rank's allocations: per-device peak bytes
+//	memory  simulate each rank's allocations: per-device peak bytes; a
+//	        peak over Options.Memory is an error at the value whose
+//	        allocation first crosses it
 //
 // Results live in side tables on the Plan (placements, choices,
 // conversions), never on the graph. With Options.Verify a verifier checks
@@ -50,6 +52,9 @@ type Options struct {
 	Dump      io.Writer      // where dumps go
 	// KeepDead keeps values no output needs (the REPL shows every name).
 	KeepDead bool
+	// Memory is the budget of bytes a device may hold at once; a plan
+	// whose peak (memory pass) exceeds it fails to lower. 0: no budget.
+	Memory int64
 	// Force fixes the placement of source values by name, overriding the
 	// declaration (the brute-force validator uses it).
 	Force map[string]sbp.NdSBP

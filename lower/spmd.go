@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -187,11 +188,31 @@ func KernelOf(v *ir.Value) *plan.Kernel {
 	return k
 }
 
-// simulateMemory replays each rank's allocations (plan.Peak).
+// simulateMemory replays each rank's allocations (plan.Peak). With a
+// memory budget, a plan whose largest peak exceeds it is an error at the
+// value whose allocation first crosses the budget on that device: the
+// program would not fit, and finding out at run time costs the work done
+// until then (or the process, to the kernel's out-of-memory killer).
 func simulateMemory(p *Plan) error {
 	p.Peak = make([]int64, p.Exec.Mesh.Size())
+	worst := 0
 	for r := range p.Peak {
 		p.Peak[r] = p.Exec.Peak(r)
+		if p.Peak[r] > p.Peak[worst] {
+			worst = r
+		}
 	}
-	return nil
+	budget := p.Opts.Memory
+	if budget <= 0 || p.Peak[worst] <= budget {
+		return nil
+	}
+	i, held, _ := p.Exec.FirstOver(worst, budget)
+	in := &p.Exec.ProgramOf(worst).Instrs[i]
+	where := ""
+	if n := p.Exec.Mesh.Size(); n > 1 {
+		where = fmt.Sprintf(" on device %d of %d", worst, n)
+	}
+	return lang.ErrorList{&ir.Error{Pos: in.Pos, Msg: fmt.Sprintf(
+		"out of memory: %s brings the memory held%s to %s (peak %s per device), over the budget of %s (--memory)",
+		in.Label, where, HumanBytes(float64(held)), HumanBytes(float64(p.Peak[worst])), HumanBytes(float64(budget)))}}
 }

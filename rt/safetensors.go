@@ -1,16 +1,19 @@
 package rt
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"github.com/meshrun/meshrun/internal/atomicfile"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/meshrun/meshrun/internal/regular"
+	"github.com/meshrun/meshrun/internal/size"
 	"github.com/meshrun/meshrun/ir"
 )
 
@@ -71,72 +74,161 @@ func WriteSafetensors(w io.Writer, tensors map[string]*Tensor, meta map[string]s
 	return nil
 }
 
-// ReadSafetensors reads a whole file.
+// ReadSafetensors reads a whole file, which must be a regular file.
 func ReadSafetensors(path string) (map[string]*Tensor, map[string]string, error) {
-	f, err := os.Open(path)
+	f, n, err := regular.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	var hlen uint64
-	if err := binary.Read(f, binary.LittleEndian, &hlen); err != nil {
-		return nil, nil, fmt.Errorf("%s: not a safetensors file (too short)", path)
+	ts, meta, err := DecodeSafetensors(bufio.NewReader(f), n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if hlen > 100<<20 {
-		return nil, nil, fmt.Errorf("%s: safetensors header of %d bytes is too large", path, hlen)
+	return ts, meta, nil
+}
+
+// maxSafeHeader bounds the JSON header.
+const maxSafeHeader = 100 << 20
+
+// DecodeSafetensors reads a safetensors stream of total bytes. It holds
+// the file to the format's rules before it allocates a tensor: each name
+// once, each dtype known, each shape countable (package size) and its
+// byte range exactly the shape's size, and the ranges tiling the data
+// section — in order of their starts, each begins where the previous one
+// ends, and the last ends at the end of the file — so that no two tensors
+// share bytes and none reads past the end.
+func DecodeSafetensors(r io.Reader, total int64) (map[string]*Tensor, map[string]string, error) {
+	var hlen uint64
+	if err := binary.Read(r, binary.LittleEndian, &hlen); err != nil {
+		return nil, nil, fmt.Errorf("not a safetensors file (too short)")
+	}
+	if hlen > maxSafeHeader || int64(hlen) > total-8 {
+		return nil, nil, fmt.Errorf("safetensors header of %d bytes does not fit in a file of %d bytes (or is over %d)", hlen, total, maxSafeHeader)
 	}
 	hb := make([]byte, hlen)
-	if _, err := io.ReadFull(f, hb); err != nil {
-		return nil, nil, fmt.Errorf("%s: truncated safetensors header", path)
+	if _, err := io.ReadFull(r, hb); err != nil {
+		return nil, nil, fmt.Errorf("truncated safetensors header")
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(hb, &raw); err != nil {
-		return nil, nil, fmt.Errorf("%s: bad safetensors header: %v", path, err)
-	}
-	data, err := io.ReadAll(f)
+	meta, entries, err := parseSafeHeader(hb)
 	if err != nil {
 		return nil, nil, err
 	}
-	meta := map[string]string{}
+	dataLen := total - 8 - int64(hlen)
+	if err := checkSafeRanges(entries, dataLen); err != nil {
+		return nil, nil, err
+	}
+	data := make([]byte, dataLen)
+	if _, err := io.ReadFull(r, data); err != nil {
+		return nil, nil, fmt.Errorf("truncated safetensors data")
+	}
 	out := map[string]*Tensor{}
-	for name, msg := range raw {
+	for _, e := range entries {
+		t := NewTensor(e.dtype, e.Shape)
+		if err := binary.Read(bytesReader(data[e.Offsets[0]:e.Offsets[1]]), binary.LittleEndian, t.Data); err != nil {
+			return nil, nil, err
+		}
+		out[e.name] = t
+	}
+	return out, meta, nil
+}
+
+// namedEntry is a header entry with its name and resolved dtype.
+type namedEntry struct {
+	safeEntry
+	name  string
+	dtype ir.DType
+}
+
+// parseSafeHeader reads the header's JSON object. encoding/json keeps the
+// last of repeated keys; the object is walked token by token instead, so
+// that a name given twice — two readers could take different tensors for
+// it — is an error.
+func parseSafeHeader(hb []byte) (map[string]string, []namedEntry, error) {
+	dec := json.NewDecoder(bytes.NewReader(hb))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, nil, fmt.Errorf("bad safetensors header: not a JSON object")
+	}
+	meta := map[string]string{}
+	var entries []namedEntry
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, fmt.Errorf("bad safetensors header: %v", err)
+		}
+		name := tok.(string) // object keys are strings
+		if seen[name] {
+			return nil, nil, fmt.Errorf("bad safetensors header: %q appears twice", name)
+		}
+		seen[name] = true
 		if name == "__metadata__" {
-			if err := json.Unmarshal(msg, &meta); err != nil {
-				return nil, nil, fmt.Errorf("%s: bad metadata: %v", path, err)
+			if err := dec.Decode(&meta); err != nil {
+				return nil, nil, fmt.Errorf("bad metadata: %v", err)
 			}
 			continue
 		}
-		var e safeEntry
-		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, nil, fmt.Errorf("%s: bad entry %s: %v", path, name, err)
+		e := namedEntry{name: name}
+		if err := dec.Decode(&e.safeEntry); err != nil {
+			return nil, nil, fmt.Errorf("bad entry %s: %v", name, err)
 		}
-		var dt ir.DType
-		for k, v := range safeDTypes {
-			if v == e.DType {
-				dt = k
-			}
+		if e.dtype, err = e.check(); err != nil {
+			return nil, nil, fmt.Errorf("%s %v", name, err)
 		}
-		if dt == ir.Invalid {
-			return nil, nil, fmt.Errorf("%s: %s has unsupported dtype %s", path, name, e.DType)
-		}
-		n := 1
-		for _, d := range e.Shape {
-			if d < 0 || n > math.MaxInt32 {
-				return nil, nil, fmt.Errorf("%s: %s has a bad shape %s", path, name, ir.ShapeString(e.Shape))
-			}
-			n *= d
-		}
-		lo, hi := e.Offsets[0], e.Offsets[1]
-		if lo < 0 || hi > len(data) || hi-lo != n*dt.Size() {
-			return nil, nil, fmt.Errorf("%s: %s's data range [%d, %d) does not fit", path, name, lo, hi)
-		}
-		t := NewTensor(dt, e.Shape)
-		if err := binary.Read(bytesReader(data[lo:hi]), binary.LittleEndian, t.Data); err != nil {
-			return nil, nil, err
-		}
-		out[name] = t
+		entries = append(entries, e)
 	}
-	return out, meta, nil
+	if _, err := dec.Token(); err != nil {
+		return nil, nil, fmt.Errorf("bad safetensors header: %v", err)
+	}
+	return meta, entries, nil
+}
+
+// check resolves an entry's dtype and checks its shape against its range.
+func (e *safeEntry) check() (ir.DType, error) {
+	var dt ir.DType
+	for k, v := range safeDTypes {
+		if v == e.DType {
+			dt = k
+		}
+	}
+	if dt == ir.Invalid {
+		return dt, fmt.Errorf("has unsupported dtype %s", e.DType)
+	}
+	n, ok := size.Bytes(e.Shape, dt.Size())
+	if !ok {
+		return dt, fmt.Errorf("has a bad shape %s", ir.ShapeString(e.Shape))
+	}
+	lo, hi := e.Offsets[0], e.Offsets[1]
+	if lo < 0 || hi < lo || hi-lo != n {
+		return dt, fmt.Errorf("has data range [%d, %d), which does not hold its %d bytes", lo, hi, n)
+	}
+	return dt, nil
+}
+
+// checkSafeRanges requires the entries' byte ranges to tile [0, dataLen).
+func checkSafeRanges(entries []namedEntry, dataLen int64) error {
+	// by start, and empty ranges before a range starting at the same byte
+	sort.Slice(entries, func(i, j int) bool {
+		a, b := entries[i].Offsets, entries[j].Offsets
+		return a[0] < b[0] || a[0] == b[0] && a[1] < b[1]
+	})
+	end, prev := 0, ""
+	for _, e := range entries {
+		lo, hi := e.Offsets[0], e.Offsets[1]
+		switch {
+		case lo < end:
+			return fmt.Errorf("%s's data range [%d, %d) overlaps %s's", e.name, lo, hi, prev)
+		case lo > end:
+			return fmt.Errorf("%s's data range [%d, %d) leaves bytes [%d, %d) unused", e.name, lo, hi, end, lo)
+		case int64(hi) > dataLen:
+			return fmt.Errorf("%s's data range [%d, %d) does not fit in %d bytes of data", e.name, lo, hi, dataLen)
+		}
+		end, prev = hi, e.name
+	}
+	if int64(end) != dataLen {
+		return fmt.Errorf("%d bytes of data after the last tensor", dataLen-int64(end))
+	}
+	return nil
 }
 
 type sliceReader struct{ b []byte }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/meshrun/meshrun/internal/size"
 	"github.com/meshrun/meshrun/ir"
 )
 
@@ -26,10 +27,15 @@ type Float interface {
 	~float32 | ~float64
 }
 
+// numel is a shape's element count. Every shape the runtime allocates
+// comes from a checked graph (ir.Builder admits no uncountable type) or a
+// file reader that sized it through package size, so an uncountable one
+// here is a bug: it stops the program rather than wrapping into a small
+// count and computing on an array of the wrong size.
 func numel(shape []int) int {
-	n := 1
-	for _, d := range shape {
-		n *= d
+	n, ok := size.Elements(shape)
+	if !ok {
+		panic(fmt.Sprintf("rt: shape %v has no valid element count", shape))
 	}
 	return n
 }

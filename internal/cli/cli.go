@@ -108,6 +108,9 @@ type common struct {
 	dumpAfter string
 	launcher  string
 	schedule  string // overrides the train block's pipeline schedule (trace --schedules)
+	memory    memoryFlag
+	// judgeMemoryOnlyIfSet: apply --memory but no default budget (explain)
+	judgeMemoryOnlyIfSet bool
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -120,6 +123,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.verify, "verify", false, "run the plan verifier after every lowering pass")
 	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass (infer, boxing, spmd, memory, all)")
 	fs.StringVar(&c.launcher, "launcher", "auto", "local (every device a goroutine here), mpi (one process per device under mpirun/srun), or auto")
+	fs.Var(&c.memory, "memory", "memory budget per device, e.g. 16GiB; a plan whose peak exceeds it is an error (0: none)")
 }
 
 // topology builds the link model of a mesh from the flags.
@@ -224,7 +228,8 @@ func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, 
 		fmt.Fprintln(e.stderr, "meshrun:", err)
 		return nil, ExitUsage
 	}
-	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter}
+	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter,
+		Memory: c.memoryBudget(deviceCount(g), c.judgeMemoryOnlyIfSet)}
 	if c.dumpAfter != "" {
 		opts.Dump = dump
 	}
@@ -248,7 +253,7 @@ func (e *env) diag(err error, sources map[string][]byte) {
 
 // reference lowers the same graph onto one device.
 func reference(p *lower.Plan) (*lower.Plan, error) {
-	return lower.Lower(p.Graph, lower.Options{Mesh: p.Mesh.Single()})
+	return lower.Lower(p.Graph, lower.Options{Mesh: p.Mesh.Single(), Memory: referenceBudget(p)})
 }
 
 // execute runs a plan on its launcher. Under MPI only rank 0's process
@@ -539,6 +544,7 @@ func (e *env) explain(args []string) int {
 	fs := newFlags(e, "explain", "explain FILE [--json]")
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as one JSON document (schema in spec.md)")
+	c.judgeMemoryOnlyIfSet = true
 	validate := func(_ *lower.Plan, k *checks) {
 		if *asJSON && c.dumpAfter != "" {
 			k.fail("--dump-after with --json: the dump would make stdout invalid JSON; use one of them")

@@ -276,13 +276,14 @@ func (s *session) lowerWith(v *ir.Value) (*lower.Plan, error) {
 	if v != nil {
 		g.Outputs = []*ir.Output{{Name: "_", Value: v}}
 	}
-	opts := lower.Options{KeepDead: true, Verify: s.c.verify}
+	opts := lower.Options{KeepDead: true, Verify: s.c.verify, Memory: s.c.memoryBudget(1, false)}
 	if g.Mesh != nil {
 		topo, err := s.c.topology(g.Mesh) // --alpha, --bandwidth, --link
 		if err != nil {
 			return nil, err
 		}
 		opts.Topo = topo
+		opts.Memory = s.c.memoryBudget(deviceCount(&g), false)
 	}
 	return lower.Lower(&g, opts)
 }

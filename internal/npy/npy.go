@@ -4,7 +4,10 @@
 //
 // The header is a magic string, a version, a header length and a Python
 // dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
-// padded so that the data starts on a 64-byte boundary.
+// padded so that the data starts on a 64-byte boundary. The dict is parsed
+// as the literal it is (dict.go), with exactly NumPy's three keys, each
+// once; the shape's size is checked (package size) and compared with the
+// file's length before any array is allocated.
 package npy
 
 import (
@@ -14,11 +17,11 @@ import (
 	"fmt"
 	"github.com/meshrun/meshrun/internal/atomicfile"
 	"io"
-
-	"os"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/meshrun/meshrun/internal/regular"
+	"github.com/meshrun/meshrun/internal/size"
 )
 
 // Header is what a .npy file says about its array.
@@ -26,15 +29,11 @@ type Header struct {
 	Descr   string // '<f4', '<f8', '<i4', '<i8'
 	Shape   []int
 	Fortran bool // column-major data; ReadFile returns it in C order
+	// dataOff is where the data starts: the bytes ReadHeader consumed.
+	dataOff int64
 }
 
 var magic = []byte("\x93NUMPY")
-
-var (
-	descrRe   = regexp.MustCompile(`'descr'\s*:\s*'([^']*)'`)
-	fortranRe = regexp.MustCompile(`'fortran_order'\s*:\s*(True|False)`)
-	shapeRe   = regexp.MustCompile(`'shape'\s*:\s*\(([^)]*)\)`)
-)
 
 // ReadHeader parses the header and leaves r at the first data byte.
 func ReadHeader(r io.Reader) (*Header, error) {
@@ -45,22 +44,23 @@ func ReadHeader(r io.Reader) (*Header, error) {
 	if !bytes.Equal(pre[:6], magic) {
 		return nil, fmt.Errorf("not a .npy file (bad magic)")
 	}
-	var hlen int
+	var hlen, lenBytes int
 	switch pre[6] {
 	case 1:
-		b := make([]byte, 2)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, fmt.Errorf("truncated .npy header")
-		}
-		hlen = int(binary.LittleEndian.Uint16(b))
+		lenBytes = 2
 	case 2, 3:
-		b := make([]byte, 4)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, fmt.Errorf("truncated .npy header")
-		}
-		hlen = int(binary.LittleEndian.Uint32(b))
+		lenBytes = 4
 	default:
 		return nil, fmt.Errorf("unsupported .npy version %d.%d", pre[6], pre[7])
+	}
+	b := make([]byte, lenBytes)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("truncated .npy header")
+	}
+	if lenBytes == 2 {
+		hlen = int(binary.LittleEndian.Uint16(b))
+	} else {
+		hlen = int(binary.LittleEndian.Uint32(b))
 	}
 	if hlen > 1<<20 {
 		return nil, fmt.Errorf(".npy header too long (%d bytes)", hlen)
@@ -69,30 +69,19 @@ func ReadHeader(r io.Reader) (*Header, error) {
 	if _, err := io.ReadFull(r, h); err != nil {
 		return nil, fmt.Errorf("truncated .npy header")
 	}
-	s := string(h)
-	d := descrRe.FindStringSubmatch(s)
-	f := fortranRe.FindStringSubmatch(s)
-	sh := shapeRe.FindStringSubmatch(s)
-	if d == nil || f == nil || sh == nil {
-		return nil, fmt.Errorf("malformed .npy header %q", strings.TrimSpace(s))
-	}
-	hd := &Header{Descr: d[1], Shape: []int{}, Fortran: f[1] == "True"}
-	for _, p := range strings.Split(sh[1], ",") {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
-		}
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("malformed .npy shape (%s)", sh[1])
-		}
-		hd.Shape = append(hd.Shape, n)
+	hd, err := parseDict(string(h))
+	if err != nil {
+		return nil, err
 	}
 	switch hd.Descr {
 	case "<f4", "<f8", "<i4", "<i8":
 	default:
 		return nil, fmt.Errorf("unsupported .npy dtype %q (want little-endian f4, f8, i4 or i8)", hd.Descr)
 	}
+	if _, ok := size.Elements(hd.Shape); !ok {
+		return nil, fmt.Errorf(".npy shape %s is too large (more than 2^40 elements)", shapeString(hd.Shape))
+	}
+	hd.dataOff = int64(8 + lenBytes + hlen)
 	return hd, nil
 }
 
@@ -111,36 +100,78 @@ func (h *Header) DType() string {
 	return h.Descr
 }
 
-// Numel is the number of elements.
+// Numel is the number of elements (ReadHeader has checked that it is
+// countable).
 func (h *Header) Numel() int {
-	n := 1
-	for _, d := range h.Shape {
-		n *= d
-	}
+	n, _ := size.Elements(h.Shape)
 	return n
 }
 
-// ReadFileHeader reads only the header of a file.
+// itemSize is the bytes per element of a supported descr.
+func (h *Header) itemSize() int {
+	if h.Descr == "<f4" || h.Descr == "<i4" {
+		return 4
+	}
+	return 8
+}
+
+// checkLength compares the data the header promises with the bytes after
+// it, so that a header claiming a large array is caught before the array
+// is allocated. Extra bytes after the data are accepted, as NumPy does.
+func (h *Header) checkLength(total int64) error {
+	need, _ := size.Bytes(h.Shape, h.itemSize())
+	if have := total - h.dataOff; have < int64(need) {
+		return fmt.Errorf("truncated .npy data: shape %s of %s needs %d bytes, the file holds %d", shapeString(h.Shape), h.DType(), need, max(have, 0))
+	}
+	return nil
+}
+
+// shapeString renders a shape as meshrun's messages do: [3, 4].
+func shapeString(s []int) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = strconv.Itoa(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// ReadFileHeader reads only the header of a file, and checks that the
+// file is long enough for the array it describes. Only a regular file is
+// opened (see package regular).
 func ReadFileHeader(path string) (*Header, error) {
-	f, err := os.Open(path)
+	f, n, err := regular.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return ReadHeader(bufio.NewReader(f))
+	h, err := ReadHeader(bufio.NewReader(f))
+	if err != nil {
+		return nil, err
+	}
+	if err := h.checkLength(n); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
-// ReadFile reads a whole array. data is []float32, []float64, []int32 or
-// []int64 according to the header.
+// ReadFile reads a whole array from a regular file. data is []float32,
+// []float64, []int32 or []int64 according to the header.
 func ReadFile(path string) (*Header, any, error) {
-	f, err := os.Open(path)
+	f, n, err := regular.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	r := bufio.NewReader(f)
+	return Read(bufio.NewReader(f), n)
+}
+
+// Read reads a whole array from a stream of total bytes.
+func Read(r io.Reader, total int64) (*Header, any, error) {
 	h, err := ReadHeader(r)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := h.checkLength(total); err != nil {
 		return nil, nil, err
 	}
 	n := h.Numel()
@@ -158,7 +189,7 @@ func ReadFile(path string) (*Header, any, error) {
 		return nil, nil, fmt.Errorf("unsupported .npy dtype %q", h.Descr)
 	}
 	if err := binary.Read(r, binary.LittleEndian, data); err != nil {
-		return nil, nil, fmt.Errorf("%s: truncated data: %v", path, err)
+		return nil, nil, fmt.Errorf("truncated .npy data: %v", err)
 	}
 	if h.Fortran {
 		switch d := data.(type) {

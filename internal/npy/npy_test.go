@@ -40,7 +40,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, data := range []any{[]float32{1, 2, 3, 4, 5, 6}, []float64{1, 2, 3, 4, 5, 6}, []int32{1, 2, 3, 4, 5, 6}, []int64{1, 2, 3, 4, 5, 6}} {
 		var b bytes.Buffer
 		require.NoError(t, Write(&b, []int{2, 3}, data))
-		require.Zero(t, (b.Len()-6*size(data))%64, "data starts on a 64-byte boundary")
+		require.Zero(t, (b.Len()-6*elemSize(data))%64, "data starts on a 64-byte boundary")
 		path := filepath.Join(t.TempDir(), "a.npy")
 		require.NoError(t, os.WriteFile(path, b.Bytes(), 0o644))
 		h, got, err := ReadFile(path)
@@ -50,7 +50,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func size(data any) int {
+func elemSize(data any) int {
 	switch data.(type) {
 	case []float32, []int32:
 		return 4
