@@ -22,6 +22,9 @@ type PipeTrain struct {
 	Pos      Pos
 	Schedule string // naive, gpipe, 1f1b, interleaved, zb1p, zbv
 	V        int    // stages per pipeline rank (interleaved(v); 2 for zbv; else 1)
+	// DefaultMicro says the micro-batch count is the default (one per
+	// pipeline rank), not the block's.
+	DefaultMicro bool
 	// Micro holds, per micro-batch, the value IDs of its forward
 	// [Start, Backward) and of its backward and gradient accumulation
 	// [Backward, End).

@@ -91,6 +91,7 @@ func (c *Checker) pipelineDefaults(tb *TrainBlock, tr *Train, microSet bool) {
 	if !microSet && tr.Pipe.Schedule != "naive" {
 		// as many micro-batches as pipeline ranks: the least that fills the pipe
 		tr.Accumulate = c.g.Pipeline.Size()
+		tr.Pipe.DefaultMicro = true
 	}
 }
 

@@ -42,7 +42,11 @@ func (c *Checker) trainInputs(tb *TrainBlock, tr *Train) map[string]*Value {
 			continue
 		}
 		if tr.Accumulate > 1 && (x.Type.Rank() == 0 || x.Type.Shape[0]%tr.Accumulate != 0) {
-			c.errorf(tb.Pos, "%d micro-batches (accumulate) need every input's rows to divide evenly; %s has shape %s", tr.Accumulate, name, ShapeString(x.Type.Shape))
+			hint := ""
+			if tr.Pipe != nil && tr.Pipe.DefaultMicro {
+				hint = " (a pipeline takes as many micro-batches as pipeline ranks unless microbatches = says otherwise)"
+			}
+			c.errorf(tb.Pos, "%d micro-batches (accumulate) need every input's rows to divide evenly; %s has shape %s%s", tr.Accumulate, name, ShapeString(x.Type.Shape), hint)
 			continue
 		}
 		out[name] = x
