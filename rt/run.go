@@ -15,6 +15,11 @@
 // waits at most Options.Timeout, and a fault names the rank, its
 // coordinate, the op and the source line.
 //
+// On a pipelined plan each rank runs its own program (its stages' actions
+// in the schedule's order); the worker records each action's span and the
+// activations each stage keeps alive, and with Options.Clock a SimClock
+// replaces wall time so schedules' bubbles can be read off exactly.
+//
 // Launchers: Local runs every rank as a goroutine of this process over the
 // in-process ring collectives (the default); package rt/mpi and the CLI run
 // one rank per process under mpirun.
