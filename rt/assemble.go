@@ -28,6 +28,16 @@ func Assemble(m *mesh.Mesh, t ir.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor, 
 	if sum && mx {
 		return nil, fmt.Errorf("cannot assemble a tensor partial by both sum and max (%s)", pl)
 	}
+	if sum && isHalf(t.DType) {
+		// half-precision partials are added in f32 and rounded once, as
+		// the collectives do: rounding after every partial would not be
+		// the value a reduction gives
+		wide, err := Assemble(m, ir.Type{DType: ir.F32, Shape: t.Shape}, pl, widenAll(parts))
+		if err != nil {
+			return nil, err
+		}
+		return narrow(wide, t.DType), nil
+	}
 	if mx {
 		fillNegInf(out)
 	}
@@ -55,6 +65,18 @@ func Assemble(m *mesh.Mesh, t ir.Type, pl sbp.NdSBP, parts []*Tensor) (*Tensor, 
 		CopyBlock(out, b.Off, region, make([]int, len(b.Len)), b.Len)
 	}
 	return out, nil
+}
+
+// widenAll widens each half-precision part to f32 (nil parts stay nil:
+// replicas Assemble does not read).
+func widenAll(parts []*Tensor) []*Tensor {
+	out := make([]*Tensor, len(parts))
+	for i, p := range parts {
+		if p != nil {
+			out[i] = widen(p)
+		}
+	}
+	return out
 }
 
 // ReadsBlock reports whether Assemble reads device dev's block under pl:

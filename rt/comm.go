@@ -282,6 +282,9 @@ func (g *Ring) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int,
 }
 
 func (g *Ring) reduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (*Tensor, error) {
+	if isHalf(t.DType) && op == OpSum {
+		return g.reduceScatterHalf(ctx, t, dim, lens)
+	}
 	p := g.Size()
 	chunks := SplitDim(t, dim, lens)
 	for k := 0; k < p-1; k++ {
@@ -299,6 +302,45 @@ func (g *Ring) reduceScatter(ctx context.Context, t *Tensor, dim int, lens []int
 		g.stepDone("reduce_scatter", k, chunks[mod(g.Rank-k-1, p)], start)
 	}
 	return chunks[g.Rank], nil
+}
+
+// reduceScatterHalf sums half-precision partials in f32 and rounds once.
+// A ring would round its running sum to the half dtype at every hop (the
+// result then depends on the ring order and differs per chunk), so each
+// member instead sends chunk j straight to member j — the same (p-1)/p of
+// the data a ring sends — and adds the p chunks it holds in f32, in member
+// order, so every chunk is reduced the same way wherever it lands.
+func (g *Ring) reduceScatterHalf(ctx context.Context, t *Tensor, dim int, lens []int) (*Tensor, error) {
+	p := g.Size()
+	chunks := SplitDim(t, dim, lens)
+	got := make([]*Tensor, p)
+	got[g.Rank] = chunks[g.Rank]
+	for k := 1; k < p; k++ {
+		if err := g.send(ctx, g.at(g.Rank+k), chunks[mod(g.Rank+k, p)]); err != nil {
+			return nil, err
+		}
+		x, err := g.recv(ctx, g.at(g.Rank-k))
+		if err != nil {
+			return nil, err
+		}
+		got[mod(g.Rank-k, p)] = x
+	}
+	return sumHalf(got)
+}
+
+// sumHalf adds half-precision tensors of one shape in f32, in order, and
+// rounds the total once.
+func sumHalf(parts []*Tensor) (*Tensor, error) {
+	acc := widen(parts[0])
+	for _, x := range parts[1:] {
+		if x.DType != parts[0].DType {
+			return nil, fmt.Errorf("reduce: received %s%v, expected %s%v", x.DType, x.Shape, parts[0].DType, parts[0].Shape)
+		}
+		if err := accumulate(acc, widen(x), OpSum); err != nil {
+			return nil, err
+		}
+	}
+	return narrow(acc, parts[0].DType), nil
 }
 
 // AllReduce implements Group: ring reduce-scatter of the flattened tensor
@@ -422,7 +464,8 @@ func accumulate(dst, src *Tensor, op ReduceOp) error {
 		fold(d, src.Data.([]int32), op)
 	case []int64:
 		fold(d, src.Data.([]int64), op)
-	case []uint16: // half precision: add in f32, round once
+	case []uint16: // half precision, two values: add in f32, round once
+		// (a sum of more than two must use sumHalf, which rounds once)
 		w := widen(dst)
 		fold(w.Data.([]float32), widen(src).Data.([]float32), op)
 		copy(d, narrow(w, dst.DType).Data.([]uint16))

@@ -1,0 +1,78 @@
+package rt
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/stretchr/testify/require"
+)
+
+// runWithFiles compiles src next to the given .npy files (name → shape,
+// values) and runs it on its mesh.
+func runWithFiles(t *testing.T, src string, files map[string]npyFile) *Result {
+	t.Helper()
+	dir := t.TempDir()
+	for name, f := range files {
+		require.NoError(t, npy.WriteFile(filepath.Join(dir, name), f.shape, f.data))
+	}
+	g, err := lang.CheckSource(filepath.Join(dir, "t.mesh"), []byte(src), lang.CheckOptions{Dir: dir})
+	require.NoError(t, err)
+	p, err := lower.Lower(g, lower.Options{Verify: true})
+	require.NoError(t, err)
+	res, err := Run(t.Context(), p, Options{Backend: &CPU{BLAS: GonumBLAS{}}})
+	require.NoError(t, err)
+	return res
+}
+
+type npyFile struct {
+	shape []int
+	data  []float32
+}
+
+// Half-precision partials are added in f32 and rounded once, by the
+// collectives and by Assemble. 1000.5, -999.5 and 0.25 are exact in f16
+// and so is their sum 1.25; rounding a running sum to f16 after each
+// partial gives 1.5 (f16's spacing at 1000 is 0.5: 1000.75 is a tie that
+// rounds to 1001). y is assembled from partials, b all-reduced, s
+// reduce-scattered.
+func TestHalfPartialsRoundOnce(t *testing.T) {
+	src := `mesh M = [x=3]
+input a : f32[2, 3] {S(1)} = load("a.npy")
+y = sum(cast(a, "f16"), axis=1)
+output y
+b = to(y, {B})
+output b
+s = to(y, {S(0)})
+output s
+`
+	rows := []float32{1000.5, -999.5, 0.25, 0.25, 1000.5, -999.5} // two orders
+	res := runWithFiles(t, src, map[string]npyFile{"a.npy": {[]int{2, 3}, rows}})
+	for _, name := range []string{"y", "b", "s"} {
+		require.Equal(t, []float64{1.25, 1.25}, res.Output(name).Float64s(), "%s", name)
+	}
+}
+
+// A bf16 matmul whose contracting dim is split over 3 devices: every row
+// of x is ones, so every row of y must be the same. The partial sums of
+// each column are 256, 1.5 and -255 (exact in bf16); their exact sum 2.5
+// is too. A ring reduction rounds 256+1.5 to 258 or -255+1.5 to -254
+// depending on where a row's chunk starts, so rows came out 3 or 2.
+func TestHalfMatmulSplitContractingRowsAgree(t *testing.T) {
+	src := `mesh M = [x=3]
+input x : bf16[4, 6] {S(1)} = ones
+input w32 : f32[6, 2] {S(0)} = load("w.npy")
+w = cast(w32, "bf16")
+y = x @ w
+output y {B}
+z = x @ w
+output z
+`
+	w := []float32{128, 128, 128, 128, 1, 1, 0.5, 0.5, -127, -127, -128, -128}
+	res := runWithFiles(t, src, map[string]npyFile{"w.npy": {[]int{6, 2}, w}})
+	for _, name := range []string{"y", "z"} {
+		require.Equal(t, []float64{2.5, 2.5, 2.5, 2.5, 2.5, 2.5, 2.5, 2.5}, res.Output(name).Float64s(), "%s", name)
+	}
+}
