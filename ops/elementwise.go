@@ -9,7 +9,8 @@ import (
 // Elementwise ops. A split passes through when every input that has the
 // split dim (not broadcast) is split the same way; inputs that broadcast
 // along it are B. Partial values pass only through linear maps: neg, add and
-// sub of partials, mul and div by a broadcast factor.
+// sub of partials, mul and div by a broadcast factor. Never through cast:
+// rounding is not linear.
 
 func init() {
 	Register(Op{Name: "add", Family: "binary", Type: binaryOp, Placement: Rule{Sigs: binarySigs}, Grad: addVJP,
@@ -33,7 +34,7 @@ func init() {
 			Examples: []Example{{"Y[m,n] = -A[m,n]", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}})
 	Register(Op{Name: "exp", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: expVJP,
 		Doc: Doc{RowsWith: "neg",
-			Examples: []Example{{"Y = f(A[m,n]) for exp log sqrt tanh relu gelu sigmoid", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}})
+			Examples: []Example{{"Y = f(A[m,n]) for exp log sqrt tanh relu gelu sigmoid cast", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}})
 	Register(Op{Name: "log", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: logVJP,
 		Doc: Doc{RowsWith: "neg", RulesWith: "exp"}})
 	Register(Op{Name: "sqrt", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: sqrtVJP,
@@ -47,9 +48,12 @@ func init() {
 			RulesWith: "exp"}})
 	Register(Op{Name: "sigmoid", Family: "unary", Type: unaryOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: sigmoidVJP,
 		Doc: Doc{RowsWith: "neg", RulesWith: "exp"}})
-	Register(Op{Name: "cast", Family: "unary", Type: castOp, Placement: Rule{Sigs: unarySigs(true)}, Grad: castVJP,
+	// cast rounds, and a rounding of partial values is not the rounding of
+	// their sum (cast(1000.3 + -1000, "bf16") is 0.30078125, cast of each
+	// then summed is 0): a partial input is reduced first.
+	Register(Op{Name: "cast", Family: "unary", Type: castOp, Placement: Rule{Sigs: unarySigs(false)}, Grad: castVJP,
 		Doc: Doc{Rows: []Row{{"`cast(x, \"bf16\")`", "same shape", "to another float dtype (`\"f32\"`, `\"f64\"`, `\"bf16\"`, `\"f16\"`), rounded to nearest even"}},
-			RulesWith: "neg"}})
+			RulesWith: "exp"}})
 	Register(Op{Name: "where", Family: "binary", Type: whereOp, Placement: Rule{Sigs: binarySigs}, Grad: whereVJP,
 		Doc: Doc{Rows: []Row{{"`where(c, a, b)`", "NumPy broadcast", "`a` where `c ≠ 0`, else `b`; differentiable in `a` and `b`"}},
 			Examples: []Example{{"Y[m,n] = where(C[m,1], A[m,n], B[n])", OpDesc{In: [][]int{{4, 1}, {4, 4}, {4}}, Out: []int{4, 4}}}}}})

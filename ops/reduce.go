@@ -42,7 +42,11 @@ func reduceSigs(d *OpDesc) []Sig {
 		}
 	}
 	out = append(out, Sig{In: []SBP{B}, Out: B, Why: "replicated in, replicated out"})
-	out = append(out, Sig{In: []SBP{part}, Out: part, Why: d.Op + " of partial " + part.Reduce.String() + "s is a partial " + part.Reduce.String()})
+	if d.Op != "nonfinite" {
+		// nonfinite is no reduction of its input's partials: a P(max)
+		// device holds -inf where it owns nothing, which is not an overflow
+		out = append(out, Sig{In: []SBP{part}, Out: part, Why: d.Op + " of partial " + part.Reduce.String() + "s is a partial " + part.Reduce.String()})
+	}
 	return out
 }
 

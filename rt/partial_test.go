@@ -29,7 +29,7 @@ func runWithFiles(t *testing.T, src string, files map[string]npyFile) *Result {
 
 type npyFile struct {
 	shape []int
-	data  []float32
+	data  any // []float32 or []float64
 }
 
 // Half-precision partials are added in f32 and rounded once, by the
@@ -74,5 +74,49 @@ output z
 	res := runWithFiles(t, src, map[string]npyFile{"w.npy": {[]int{6, 2}, w}})
 	for _, name := range []string{"y", "z"} {
 		require.Equal(t, []float64{2.5, 2.5, 2.5, 2.5, 2.5, 2.5, 2.5, 2.5}, res.Output(name).Float64s(), "%s", name)
+	}
+}
+
+// cast rounds, so it must not run on partial values: with the contracting
+// dim split, x @ w is held as 1000.3 on one device and -1000 on the other,
+// which cast separately to bf16 (1000 and -1000) sum to 0. The sum is
+// 0.29998779296875 in f32 (1000.3 is 1000.29998779296875), whose bf16 is
+// 0.30078125; in f64 the sum 0.3 - 4.5e-14 casts to f32 0.3.
+func TestCastOfPartialRoundsTheSum(t *testing.T) {
+	src := `mesh M = [x=2]
+input x : f32[1, 2] {S(1)} = load("x.npy")
+input w : f32[2, 1] {S(0)} = ones
+y = cast(x @ w, "bf16")
+output y
+input x64 : f64[1, 2] {S(1)} = load("x64.npy")
+input w64 : f64[2, 1] {S(0)} = ones
+z = cast(x64 @ w64, "f32")
+output z
+`
+	res := runWithFiles(t, src, map[string]npyFile{
+		"x.npy":   {[]int{1, 2}, []float32{1000.3, -1000}},
+		"x64.npy": {[]int{1, 2}, []float64{1000.3, -1000}},
+	})
+	require.Equal(t, []float64{0.30078125}, res.Output("y").Float64s())
+	require.Equal(t, []float32{0.3}, res.Output("z").Data)
+}
+
+// nonfinite must not see the -inf a P(max) device holds where it owns
+// nothing: max over an axis split 2, 1, 0 ways leaves the third device
+// an empty shard, whose max is -inf; S -> P(max) fills with -inf.
+func TestNonfiniteIgnoresMaxPlaceholders(t *testing.T) {
+	p := compile(t, `mesh M = [x=3]
+input x : f64[2, 3] {S(0)} = normal(0, 1)
+a = nonfinite(max(x, axis=0))
+output a
+b = nonfinite(max(x))
+output b
+c = nonfinite(to(x, {P(max)}))
+output c
+`)
+	res, err := Run(t.Context(), p, Options{Backend: &CPU{BLAS: GonumBLAS{}}})
+	require.NoError(t, err)
+	for _, name := range []string{"a", "b", "c"} {
+		require.Equal(t, []float64{0}, res.Output(name).Float64s(), "%s", name)
 	}
 }

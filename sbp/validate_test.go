@@ -16,6 +16,7 @@ package sbp_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
 	"strings"
 	"testing"
@@ -49,7 +50,9 @@ var opCases = []opCase{
 	{"div_broadcast", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = uniform(1, 2)\ny = a / b"},
 	{"minimum", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = normal(0, 1)\ny = minimum(a, b)"},
 	{"maximum", "input a : f64[3, 5] = normal(0, 1)\ninput b : f64[3, 5] = normal(0, 1)\ny = maximum(a, b)"},
-	{"cast", "input a : f64[3, 5] = normal(0, 1)\ny = cast(cast(a, \"f32\"), \"f64\")"},
+	{"cast", "input a : f64[3, 5] = normal(0, 1)\ny = cast(a, \"f32\")"},
+	{"cast_widen", "input a : f64[3, 5] = normal(0, 1)\ny = cast(cast(a, \"f32\"), \"f64\")"},
+	{"cast_bf16", "input a : f64[3, 5] = normal(0, 1)\ny = cast(cast(a, \"f32\"), \"bf16\")"},
 	{"where", "input c : f64[3, 1] = uniform(0, 2)\ninput a : f64[3, 5] = normal(0, 1)\ninput b : f64[5] = normal(0, 1)\ny = where(c - 1, a, b)"},
 	{"nonfinite", "input a : f64[3, 5] = normal(0, 1)\ny = nonfinite(a / (a - a))"},
 	{"neg", "input a : f64[3, 5] = normal(0, 1)\ny = -a"},
@@ -168,10 +171,11 @@ func logical(t *testing.T, v *ir.Value, seed int64) []*rt.Tensor {
 				default:
 					d[i] = r.NormFloat64()
 				}
+				d[i] = quantize(d[i], 40)
 			}
 		case []float32:
 			for i := range d {
-				d[i] = float32(r.NormFloat64())
+				d[i] = float32(quantize(r.NormFloat64(), 12))
 			}
 		case []int64:
 			for i := range d {
@@ -214,7 +218,7 @@ func TestRulesAgainstReference(t *testing.T) {
 				for d := 0; d < m.Size(); d++ {
 					local := make([]*rt.Tensor, len(args))
 					for i := range args {
-						local[i] = rt.Scatter(m, args[i], s.In[i], d)
+						local[i] = scatterPartial(t, m, args[i], s.In[i], d)
 					}
 					out, err := cpu.Compute(&rt.OpCall{Kernel: lower.KernelOf(v), Args: local, In: blocksFor(m, v, s, d), Out: sbp.Layout(m, v.Type.Shape, s.Out, d)})
 					require.NoError(t, err, name)
@@ -226,6 +230,97 @@ func TestRulesAgainstReference(t *testing.T) {
 				checked++
 				require.True(t, diff.OK, "wrong rule: %s (why: %v): max abs err %g", name, s.Why, diff.MaxAbs)
 			}
+		}
+	}
+}
+
+// quantize rounds x to a multiple of 2^-bits: then x plus the validator's
+// integer offsets (below 2^10) is exact in the tensor's dtype (f64: 40
+// fraction bits, f32: 12), while x still has more precision than a
+// narrower dtype keeps, so a cast of partial values rounds differently
+// from a cast of their sum.
+func quantize(x float64, bits int) float64 {
+	return math.Round(math.Ldexp(x, bits)) / math.Ldexp(1, bits)
+}
+
+// partialOffset is the validator's offset at global element e: an integer
+// multiple of 64 in [-128, 128], fixed per element.
+func partialOffset(e int) float64 {
+	return float64(64 * (int(splitmix(uint64(e))%5) - 2))
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// scatterPartial cuts a logical tensor into device dev's block under pl
+// like rt.Scatter, but gives partial blocks values on which a wrong rule
+// shows: P(sum) partials are the value plus large offsets that cancel
+// exactly across the group (not the value on one device and zeros on the
+// others, which every op maps to a correct-looking partial), and P(max)
+// partials hold the value on one device per element and smaller values or
+// -inf, the runtime's placeholder, on the others.
+func scatterPartial(t *testing.T, m *mesh.Mesh, full *rt.Tensor, pl sbp.NdSBP, dev int) *rt.Tensor {
+	b := sbp.Layout(m, full.Shape, pl, dev)
+	blk := rt.Extract(full, b.Off, b.Len)
+	if len(b.Partial) == 0 {
+		return blk
+	}
+	coord := m.Coord(dev)
+	q, size, reduce := 0, 1, pl[b.Partial[0]].Reduce
+	for _, a := range b.Partial {
+		require.Equal(t, reduce, pl[a].Reduce, "the validator cannot scatter %s", pl)
+		q, size = q*m.Axes[a].Size+coord[a], size*m.Axes[a].Size
+	}
+	d, ok := blk.Data.([]float64)
+	if !ok {
+		f := blk.Float64s()
+		d = f
+		defer func() { fill(blk, f) }()
+	}
+	for i := range d {
+		e := globalIndex(full.Shape, b, i)
+		o := partialOffset(e)
+		switch {
+		case reduce == sbp.Sum && q == 0:
+			d[i] += float64(size-1) * o
+		case reduce == sbp.Sum:
+			d[i] = -o
+		case int(splitmix(uint64(e)+7)%uint64(size)) == q:
+			// the owner keeps the value
+		case o == 0:
+			d[i] = math.Inf(-1)
+		default:
+			d[i] -= math.Abs(o)
+		}
+	}
+	return blk
+}
+
+// globalIndex is the flat index in the logical tensor of element i of
+// block b.
+func globalIndex(shape []int, b sbp.Block, i int) int {
+	idx := make([]int, len(shape))
+	for k := len(shape) - 1; k >= 0; k-- {
+		idx[k] = b.Off[k] + i%b.Len[k]
+		i /= b.Len[k]
+	}
+	e := 0
+	for k := range shape {
+		e = e*shape[k] + idx[k]
+	}
+	return e
+}
+
+// fill writes float64 values back into a float32 tensor (exactly: the
+// values are quantized, see quantize).
+func fill(x *rt.Tensor, v []float64) {
+	if d, ok := x.Data.([]float32); ok {
+		for i := range d {
+			d[i] = float32(v[i])
 		}
 	}
 }
