@@ -136,6 +136,10 @@ func (c *Checker) placement(lit *PlacementLit, t Type) (sbp.NdSBP, bool) {
 		}
 		out[axis] = s
 	}
+	if out.MixedPartial() {
+		c.errorf(lit.Pos, "%s mixes P(sum) and P(max): a value partial by both has no defined meaning (reduce one first, e.g. to(x, {B, P}))", out)
+		return nil, false
+	}
 	return out, true
 }
 

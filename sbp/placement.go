@@ -127,6 +127,21 @@ func (n NdSBP) HasPartial() bool {
 	return false
 }
 
+// MixedPartial reports whether n is partial by sum on one axis and by max
+// on another. Such a value would need an order of reductions (the sum of
+// maxima is not the maximum of sums); no op produces one, and programs may
+// not declare one.
+func (n NdSBP) MixedPartial() bool {
+	sum, mx := false, false
+	for _, s := range n {
+		if s.IsP() {
+			sum = sum || s.Reduce == Sum
+			mx = mx || s.Reduce == Max
+		}
+	}
+	return sum && mx
+}
+
 // SplitsDim reports whether any axis splits tensor dim d.
 func (n NdSBP) SplitsDim(d int) bool {
 	for _, s := range n {
