@@ -3,15 +3,98 @@ package rt
 import (
 	"fmt"
 	"math"
+
+	"github.com/meshrun/meshrun/ir"
 )
 
 // Diff is how far one output of a sharded run is from the reference.
 type Diff struct {
 	Name   string
 	MaxAbs float64
-	MaxRel float64 // normwise: MaxAbs / max|want|
-	At     int     // flat index of the worst element
+	// MaxRel is normwise: MaxAbs / max|want|; +Inf when want is all zero
+	// and got is not (no scale to be relative to).
+	MaxRel float64
+	At     int // flat index of the worst element
 	OK     bool
+}
+
+// RelErr prints MaxRel as check reports it; with an all-zero reference
+// there is nothing to be relative to.
+func (d Diff) RelErr() string {
+	if math.IsInf(d.MaxRel, 1) {
+		return "n/a (expected all zeros)"
+	}
+	return fmt.Sprintf("%.3g (normwise)", d.MaxRel)
+}
+
+// Tolerance is how far an element of a sharded run may be from the
+// single-device run: |got − want| ≤ Atol + Rtol·|want| + Norm·max|want|.
+// The normwise term is for half precision, whose partial values are
+// rounded before they are summed (see DefaultTolerance).
+type Tolerance struct{ Rtol, Atol, Norm float64 }
+
+// UnitRoundoff is half the spacing of a dtype's floats at 1: the largest
+// relative error of one rounding to nearest (0 for integers).
+func UnitRoundoff(dt ir.DType) float64 {
+	switch dt {
+	case ir.F64:
+		return 0x1p-53
+	case ir.F32:
+		return 0x1p-24
+	case ir.BF16:
+		return 0x1p-8
+	case ir.F16:
+		return 0x1p-11
+	}
+	return 0
+}
+
+// DefaultTolerance is check's tolerance for an output of dtype dt from a
+// run on devices devices. f32 and f64 round partial values at a precision
+// far finer than their tolerance, so fixed bounds serve. A half-precision
+// output is rounded once on one device (relative error ≤ u) but, where its
+// computation reduced partial values across devices, each of up to n
+// partials was rounded to the half dtype first (error ≤ u·|partial|) before
+// the f32 sum; a partial is not bounded by the result (1000.5 − 999.5), so
+// the bound is normwise, with the output's largest magnitude standing for
+// the partials': Rtol = 4u (both runs round once, with a margin of 2) and
+// Norm = n·u, n the reduction length across devices — the number of
+// devices, the most partials one element can be the sum of.
+func DefaultTolerance(dt ir.DType, devices int) Tolerance {
+	switch dt {
+	case ir.F64:
+		return Tolerance{Rtol: 1e-9, Atol: 1e-12}
+	case ir.F32:
+		return Tolerance{Rtol: 1e-4, Atol: 1e-5}
+	case ir.BF16, ir.F16:
+		u := UnitRoundoff(dt)
+		return Tolerance{Rtol: 4 * u, Norm: float64(max(devices, 1)) * u}
+	}
+	return Tolerance{} // integers: exact
+}
+
+// Override replaces the relative and absolute bounds the user gave
+// (negative: not given). An absolute bound given replaces the normwise
+// term as well: it is the whole allowance for elements near zero.
+func (t Tolerance) Override(rtol, atol float64) Tolerance {
+	if rtol >= 0 {
+		t.Rtol = rtol
+	}
+	if atol >= 0 {
+		t.Atol, t.Norm = atol, 0
+	}
+	return t
+}
+
+// String says the bounds, as check prints them.
+func (t Tolerance) String() string {
+	if t.Norm == 0 {
+		return fmt.Sprintf("rtol %g, atol %g", t.Rtol, t.Atol)
+	}
+	if t.Atol == 0 {
+		return fmt.Sprintf("rtol %g, atol %g·max|want|", t.Rtol, t.Norm)
+	}
+	return fmt.Sprintf("rtol %g, atol %g + %g·max|want|", t.Rtol, t.Atol, t.Norm)
 }
 
 // Compare checks every output of got against want elementwise with
@@ -30,8 +113,13 @@ func Compare(got, want *Result, rtol, atol float64) ([]Diff, error) {
 	return out, nil
 }
 
-// CompareTensors compares two tensors of one shape.
+// CompareTensors compares two tensors of one shape with NumPy's allclose.
 func CompareTensors(got, want *Tensor, rtol, atol float64) Diff {
+	return CompareWithin(got, want, Tolerance{Rtol: rtol, Atol: atol})
+}
+
+// CompareWithin compares two tensors of one shape under a tolerance.
+func CompareWithin(got, want *Tensor, tol Tolerance) Diff {
 	d := Diff{OK: true, At: -1}
 	if !sameShape(got.Shape, want.Shape) {
 		d.OK = false
@@ -41,10 +129,11 @@ func CompareTensors(got, want *Tensor, rtol, atol float64) Diff {
 	gv, wv := got.Float64s(), want.Float64s()
 	scale := 0.0
 	for _, w := range wv {
-		if !math.IsNaN(w) {
+		if !math.IsNaN(w) && !math.IsInf(w, 0) {
 			scale = math.Max(scale, math.Abs(w))
 		}
 	}
+	atol := tol.Atol + tol.Norm*scale
 	for i := range gv {
 		diff := math.Abs(gv[i] - wv[i])
 		if math.IsNaN(gv[i]) != math.IsNaN(wv[i]) {
@@ -55,12 +144,16 @@ func CompareTensors(got, want *Tensor, rtol, atol float64) Diff {
 		if diff > d.MaxAbs {
 			d.MaxAbs, d.At = diff, i
 		}
-		if diff > atol+rtol*math.Abs(wv[i]) {
+		if diff > atol+tol.Rtol*math.Abs(wv[i]) {
 			d.OK = false
 		}
 	}
-	if d.MaxAbs > 0 {
-		d.MaxRel = d.MaxAbs / math.Max(scale, 1e-300)
+	switch {
+	case d.MaxAbs == 0:
+	case scale > 0:
+		d.MaxRel = d.MaxAbs / scale
+	default:
+		d.MaxRel = math.Inf(1)
 	}
 	return d
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/stretchr/testify/require"
@@ -119,4 +120,64 @@ output c
 	for _, name := range []string{"a", "b", "c"} {
 		require.Equal(t, []float64{0}, res.Output(name).Float64s(), "%s", name)
 	}
+}
+
+// check's half-precision tolerance allows for partials rounded before
+// their sum: an f16 matmul whose contracting dim is split 4 ways, on 64
+// random inputs, stays within it, while the fixed bounds it replaces
+// (rtol 5e-3, atol 1e-3) reject some of the same runs.
+func TestHalfToleranceCoversPartialRounding(t *testing.T) {
+	src := `mesh M = [x=4]
+input a : f16[8, 64] {S(1)} = normal(0, 1)
+input b : f16[64, 8] {S(0)} = normal(0, 1)
+y = a @ b
+output y
+`
+	g, err := lang.CheckSource("t.mesh", []byte(src), lang.CheckOptions{})
+	require.NoError(t, err)
+	p, err := lower.Lower(g, lower.Options{})
+	require.NoError(t, err)
+	ref, err := lower.Lower(g, lower.Options{Mesh: p.Mesh.Single()})
+	require.NoError(t, err)
+	tol := DefaultTolerance(ir.F16, p.Mesh.Size())
+	oldFails := 0
+	for seed := uint64(0); seed < 64; seed++ {
+		opts := Options{Seed: seed, Backend: &CPU{BLAS: GonumBLAS{}}}
+		got, err := Run(t.Context(), p, opts)
+		require.NoError(t, err)
+		want, err := Run(t.Context(), ref, opts)
+		require.NoError(t, err)
+		d := CompareWithin(got.Outputs[0], want.Outputs[0], tol)
+		require.True(t, d.OK, "seed %d: max abs err %g, rel %g (%s)", seed, d.MaxAbs, d.MaxRel, tol)
+		if !CompareTensors(got.Outputs[0], want.Outputs[0], 5e-3, 1e-3).OK {
+			oldFails++
+		}
+	}
+	require.Positive(t, oldFails, "the partials' rounding shows in some of these runs")
+	t.Logf("fixed f16 bounds rejected %d of 64 runs", oldFails)
+}
+
+func TestDefaultTolerance(t *testing.T) {
+	// u is 2^-11 for f16, 2^-8 for bf16
+	require.Equal(t, Tolerance{Rtol: 4.0 / 2048, Norm: 8.0 / 2048}, DefaultTolerance(ir.F16, 8))
+	require.Equal(t, Tolerance{Rtol: 4.0 / 256, Norm: 1.0 / 256}, DefaultTolerance(ir.BF16, 1))
+	require.Equal(t, Tolerance{Rtol: 1e-4, Atol: 1e-5}, DefaultTolerance(ir.F32, 8))
+	require.Equal(t, Tolerance{}, DefaultTolerance(ir.I64, 8))
+	require.Equal(t, Tolerance{Rtol: 0.5, Atol: 0.25}, DefaultTolerance(ir.F16, 8).Override(0.5, 0.25))
+	require.Equal(t, Tolerance{Rtol: 0.5, Norm: 8.0 / 2048}, DefaultTolerance(ir.F16, 8).Override(0.5, -1))
+	// the normwise term: 0.004 = 8/2048 · max|want| (1.024) allows 0.004
+	want := FromSlice([]int{2}, []float64{1.024, 0})
+	require.True(t, CompareWithin(FromSlice([]int{2}, []float64{1.024, 0.004}), want, Tolerance{Norm: 8.0 / 2048}).OK)
+	require.False(t, CompareWithin(FromSlice([]int{2}, []float64{1.024, 0.0041}), want, Tolerance{Norm: 8.0 / 2048}).OK)
+}
+
+// With an all-zero reference the relative error has no scale: it is
+// reported as such, not as max abs err / 1e-300.
+func TestRelErrWithZeroReference(t *testing.T) {
+	d := CompareTensors(FromSlice([]int{2}, []float64{0, 1e-3}), FromSlice([]int{2}, []float64{0, 0}), 1e-4, 1e-5)
+	require.False(t, d.OK)
+	require.Equal(t, 1e-3, d.MaxAbs)
+	require.Equal(t, "n/a (expected all zeros)", d.RelErr())
+	d = CompareTensors(FromSlice([]int{2}, []float64{2, 1}), FromSlice([]int{2}, []float64{2, 0.5}), 0, 0)
+	require.Equal(t, "0.25 (normwise)", d.RelErr())
 }

@@ -410,13 +410,13 @@ func (e *env) check(args []string) int {
 	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", file, p.Exec.Mesh, p.Exec.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives inserted: %s\n", summary(lower.Explain(p)))
 	for i, name := range want.Names {
-		r, a := tolerances(want.Outputs[i].DType.String(), rtol, atol)
-		d := rt.CompareTensors(got.Output(name), want.Outputs[i], r, a)
+		tol := rt.DefaultTolerance(want.Outputs[i].DType, p.Exec.Mesh.Size()).Override(rtol, atol)
+		d := rt.CompareWithin(got.Output(name), want.Outputs[i], tol)
 		status := "ok"
 		if !d.OK {
 			status, ok = "MISMATCH", false
 		}
-		fmt.Fprintf(e.stdout, "  %-12s %-8s max abs err %.3g  rel err %.3g (normwise)  (rtol %g, atol %g)\n", name, status, d.MaxAbs, d.MaxRel, r, a)
+		fmt.Fprintf(e.stdout, "  %-12s %-8s max abs err %.3g  rel err %s  (%s)\n", name, status, d.MaxAbs, d.RelErr(), tol)
 	}
 	if len(want.Names) == 0 {
 		fmt.Fprintln(e.stdout, "  (the program has no outputs to compare)")

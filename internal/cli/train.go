@@ -344,7 +344,7 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 		if !d.OK {
 			status, ok = "MISMATCH", false
 		}
-		fmt.Fprintf(e.stdout, "  %-16s %-8s max abs err %.3g  rel err %.3g (normwise)\n", name, status, d.MaxAbs, d.MaxRel)
+		fmt.Fprintf(e.stdout, "  %-16s %-8s max abs err %.3g  rel err %s\n", name, status, d.MaxAbs, d.RelErr())
 	}
 	report("loss curve", rt.CompareTensors(rt.FromSlice([]int{len(got.Losses)}, got.Losses), rt.FromSlice([]int{len(want.Losses)}, want.Losses), r, a))
 	for i, prm := range want.Params {
