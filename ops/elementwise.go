@@ -55,7 +55,7 @@ func init() {
 		Doc: Doc{Rows: []Row{{"`cast(x, \"bf16\")`", "same shape", "to another float dtype (`\"f32\"`, `\"f64\"`, `\"bf16\"`, `\"f16\"`), rounded to nearest even"}},
 			RulesWith: "exp"}})
 	Register(Op{Name: "where", Family: "binary", Type: whereOp, Placement: Rule{Sigs: binarySigs}, Grad: whereVJP,
-		Doc: Doc{Rows: []Row{{"`where(c, a, b)`", "NumPy broadcast", "`a` where `c ≠ 0`, else `b`; differentiable in `a` and `b`"}},
+		Doc: Doc{Rows: []Row{{"`where(c, a, b)`", "NumPy broadcast", "`a` where `c ≠ 0`, else `b`; `c` must be a float tensor, of any float dtype (an integer condition is an error); differentiable in `a` and `b`"}},
 			Examples: []Example{{"Y[m,n] = where(C[m,1], A[m,n], B[n])", OpDesc{In: [][]int{{4, 1}, {4, 4}, {4}}, Out: []int{4, 4}}}}}})
 	Register(Op{Name: "const", Family: "const", Placement: Rule{Sigs: constSigs}, NoGrad: true,
 		Doc: Doc{Examples: []Example{{"a number used as a tensor", OpDesc{Out: []int{}}}}}})

@@ -13,7 +13,7 @@ import (
 
 func init() {
 	Register(Op{Name: "matmul", Family: "matmul", Type: matmulOp, Placement: Rule{Sigs: matmulSigs}, Grad: matmulVJP, FLOPs: matmulFLOPs,
-		Doc: Doc{Rows: []Row{{"`a @ b`, `matmul(a, b)`", "`[..., m, k] @ [..., k, n] → [..., m, n]`; rank ≥ 2; batch dims equal or missing on one side", "batched GEMM (BLAS); a 2-D `b` is shared by all batches"}},
+		Doc: Doc{Rows: []Row{{"`a @ b`, `matmul(a, b)`", "`[..., m, k] @ [..., k, n] → [..., m, n]`; rank ≥ 2; batch dims equal or missing on one side (a size-1 batch dim does not broadcast against a larger one, unlike NumPy: use `broadcast_to`)", "batched GEMM (BLAS); a 2-D `b` is shared by all batches"}},
 			Examples: []Example{{"Y[m,n] = A[m,k] @ B[k,n]", OpDesc{In: [][]int{{4, 4}, {4, 4}}, Out: []int{4, 4}}}, {"Y[b,m,n] = A[b,m,k] @ B[k,n]", OpDesc{In: [][]int{{4, 4, 4}, {4, 4}}, Out: []int{4, 4, 4}}}}}})
 }
 
