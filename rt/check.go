@@ -73,6 +73,44 @@ func DefaultTolerance(dt ir.DType, devices int) Tolerance {
 	return Tolerance{} // integers: exact
 }
 
+// OutputTolerance is check's tolerance for output name of graph g on
+// devices devices: DefaultTolerance of the coarsest float dtype its value
+// was computed in (an f32 output cast from an f16 matmul carries f16's
+// rounding of partials), or of the output's own dtype.
+func OutputTolerance(g *ir.Graph, name string, devices int) Tolerance {
+	for _, o := range g.Outputs {
+		if o.Name == name {
+			return DefaultTolerance(ComputedIn(o.Value), devices)
+		}
+	}
+	return DefaultTolerance(ir.F32, devices)
+}
+
+// ComputedIn is the coarsest float dtype among v and the values it is
+// computed from (v's own dtype when v is an integer).
+func ComputedIn(v *ir.Value) ir.DType {
+	coarsest := v.Type.DType
+	if !coarsest.IsFloat() {
+		return coarsest
+	}
+	seen := map[*ir.Value]bool{v: true}
+	stack := []*ir.Value{v}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if x.Type.DType.IsFloat() && UnitRoundoff(x.Type.DType) > UnitRoundoff(coarsest) {
+			coarsest = x.Type.DType
+		}
+		for _, a := range x.Args {
+			if !seen[a] {
+				seen[a] = true
+				stack = append(stack, a)
+			}
+		}
+	}
+	return coarsest
+}
+
 // Override replaces the relative and absolute bounds the user gave
 // (negative: not given). An absolute bound given replaces the normwise
 // term as well: it is the whole allowance for elements near zero.

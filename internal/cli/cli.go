@@ -410,7 +410,7 @@ func (e *env) check(args []string) int {
 	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", file, p.Exec.Mesh, p.Exec.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives inserted: %s\n", summary(lower.Explain(p)))
 	for i, name := range want.Names {
-		tol := rt.DefaultTolerance(want.Outputs[i].DType, p.Exec.Mesh.Size()).Override(rtol, atol)
+		tol := rt.OutputTolerance(p.Graph, name, p.Exec.Mesh.Size()).Override(rtol, atol)
 		d := rt.CompareWithin(got.Output(name), want.Outputs[i], tol)
 		status := "ok"
 		if !d.OK {
