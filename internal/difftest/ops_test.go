@@ -11,7 +11,7 @@ import (
 func (g *gen) statement() {
 	v := g.pick()
 	ops := []func(value) bool{g.binary, g.unary, g.cast, g.where, g.matmul, g.rowwise,
-		g.reduce, g.shapeOp, g.concatSlice, g.to, g.embedding, g.loss, g.grad}
+		g.reduce, g.shapeOp, g.concatSlice, g.to, g.embedding, g.loss, g.grad, g.cancel}
 	for tries := 0; tries < 8; tries++ {
 		if ops[g.c.n(len(ops))](v) {
 			return
@@ -234,5 +234,26 @@ func (g *gen) grad(v value) bool {
 	y := g.fresh()
 	g.lines = append(g.lines, fmt.Sprintf("%s = sum(%s * %s)", y, v.name, v.name))
 	g.assign(fmt.Sprintf("grad(%s, %s)", y, x.name), x.dt, x.shape)
+	return true
+}
+
+// cancel makes rounding matter: it sums v + 2^16 along an axis (on a split
+// axis: partials of about 2^16·n/p each), casts the sum to a coarser
+// dtype and subtracts the 2^16·n it added, leaving a small result. Any
+// rounding of the partials instead of their sum shows at the coarse
+// dtype's spacing near 2^16·n, far beyond the tolerance of a result of
+// order 1; rounding the sum once gives both runs the same value. f16 has
+// no room for 2^16, so v must be f32 or f64.
+func (g *gen) cancel(v value) bool {
+	if v.rank() == 0 || (v.dt != "f64" && v.dt != "f32") {
+		return false
+	}
+	to := "bf16"
+	if v.dt == "f64" && g.c.pct(50) {
+		to = "f32"
+	}
+	ax := g.c.n(v.rank())
+	out := append(append([]int(nil), v.shape[:ax]...), v.shape[ax+1:]...)
+	g.assign(fmt.Sprintf("cast(sum(%s + 65536, axis=%d), %q) - %d", v.name, ax, to, 65536*v.shape[ax]), to, out)
 	return true
 }
