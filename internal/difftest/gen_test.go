@@ -43,7 +43,6 @@ type value struct {
 	name  string
 	dt    string
 	shape []int
-	input bool
 }
 
 func (v value) rank() int { return len(v.shape) }
@@ -73,10 +72,11 @@ func Program(data []byte) string {
 	for k := 2 + g.c.n(6); k > 0; k-- {
 		g.statement()
 	}
-	// every computed value is an output: lowering drops what no output
-	// needs, and an op that is not run is not tested
+	// every value is an output: lowering drops what no output needs, and
+	// an op that is not run is not tested (inputs too: the tolerance of
+	// half precision reads the magnitudes an output was computed from)
 	for _, v := range g.vals {
-		if !v.input && !g.isOut[v.name] {
+		if !g.isOut[v.name] {
 			g.output(v)
 		}
 	}
@@ -145,7 +145,7 @@ func shapeText(s []int) string {
 
 // input declares a float input; its values are tame (normal(0, 1)).
 func (g *gen) input(dt string, shape []int) value {
-	v := value{name: g.fresh(), dt: dt, shape: shape, input: true}
+	v := value{name: g.fresh(), dt: dt, shape: shape}
 	g.lines = append(g.lines, fmt.Sprintf("input %s : %s%s %s = normal(0, 1)", v.name, dt, shapeText(shape), g.placement(len(shape), true)))
 	g.vals = append(g.vals, v)
 	g.inputs = append(g.inputs, v)
