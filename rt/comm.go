@@ -316,6 +316,7 @@ func (g *Ring) reduceScatterHalf(ctx context.Context, t *Tensor, dim int, lens [
 	got := make([]*Tensor, p)
 	got[g.Rank] = chunks[g.Rank]
 	for k := 1; k < p; k++ {
+		start := time.Now()
 		if err := g.send(ctx, g.at(g.Rank+k), chunks[mod(g.Rank+k, p)]); err != nil {
 			return nil, err
 		}
@@ -324,6 +325,7 @@ func (g *Ring) reduceScatterHalf(ctx context.Context, t *Tensor, dim int, lens [
 			return nil, err
 		}
 		got[mod(g.Rank-k, p)] = x
+		g.stepDone("reduce_scatter", k-1, chunks[mod(g.Rank+k, p)], start)
 	}
 	return sumHalf(got)
 }
