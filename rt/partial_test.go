@@ -207,3 +207,37 @@ output y {B}
 		require.Equal(t, 3, rs, "device %d", d.Device)
 	}
 }
+
+// The half-precision reduce-scatter sends what the ring it replaces sends:
+// for even shards the bytes each device sends per step equal the cost
+// model's, for P → B (all-reduce) and P → S (reduce-scatter) of bf16 and
+// f16 on one and two mesh axes.
+func TestHalfReductionBytesMatchModel(t *testing.T) {
+	for _, c := range []struct{ mesh, dt, from, to string }{
+		{"[a=4]", "bf16", "{P}", "{B}"},
+		{"[a=4]", "f16", "{P}", "{S(1)}"},
+		{"[a=2, b=2]", "bf16", "{P, P}", "{B, S(0)}"},
+		{"[a=2, b=2]", "f16", "{P, S(1)}", "{S(0), S(1)}"},
+	} {
+		src := "mesh M = " + c.mesh + "\ninput a : " + c.dt + "[4, 8] " + c.from + " = normal(0, 1)\ny = to(a, " + c.to + ")\noutput y\n"
+		p := compile(t, src)
+		require.NotEmpty(t, p.Convs, src)
+		var model []float64
+		for _, s := range p.Convs[0].Path.Steps {
+			if s.Kind.Communicates() {
+				model = append(model, s.Bytes)
+			}
+		}
+		res, err := Run(t.Context(), p, Options{Backend: &CPU{BLAS: GonumBLAS{}}})
+		require.NoError(t, err)
+		for dev, st := range res.Devices {
+			var measured []float64
+			for _, e := range st.Events {
+				if e.Kind == "comm" {
+					measured = append(measured, float64(e.Bytes))
+				}
+			}
+			require.Equal(t, model, measured, "%s: device %d", src, dev)
+		}
+	}
+}
