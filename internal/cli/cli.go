@@ -507,12 +507,20 @@ func (t *tolerance) value() float64 {
 }
 
 // toleranceHelp lists the default relative (which 0) or absolute (1)
-// tolerance of every dtype, from the table itself.
+// tolerance of every dtype, from rt's table itself (half precision: from
+// its unit roundoff u and the mesh's device count n).
 func toleranceHelp(which int) string {
 	var parts []string
-	for _, dt := range []string{"f64", "f32", "f16", "bf16"} {
-		r, a := tolerances(dt, -1, -1)
-		parts = append(parts, fmt.Sprintf("%s %g", dt, []float64{r, a}[which]))
+	for _, dt := range []ir.DType{ir.F64, ir.F32, ir.F16, ir.BF16} {
+		t := rt.DefaultTolerance(dt, 1)
+		switch {
+		case which == 0:
+			parts = append(parts, fmt.Sprintf("%s %g", dt, t.Rtol))
+		case t.Norm > 0:
+			parts = append(parts, fmt.Sprintf("%s devices·%g·max|want|", dt, t.Norm))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %g", dt, t.Atol))
+		}
 	}
 	return strings.Join(parts, ", ") + ", integers exact"
 }

@@ -28,7 +28,7 @@ func TestHelpTexts(t *testing.T) {
 	code, _, errs := meshrun(t, "", "check", "--help")
 	require.Equal(t, ExitOK, code)
 	require.NotContains(t, errs, "default -1")
-	for _, want := range []string{"-rtol R", "-atol A", "f32 0.0001", "f64 1e-09", "f16 0.005", "bf16 0.02", "bf16 0.01", "integers exact"} {
+	for _, want := range []string{"-rtol R", "-atol A", "f32 0.0001", "f64 1e-09", "f16 0.001953125", "bf16 0.015625", "bf16 devices·0.00390625·max|want|", "integers exact"} {
 		require.Contains(t, errs, want)
 	}
 	code, _, errs = meshrun(t, "", "train", "--help")
