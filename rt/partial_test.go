@@ -2,7 +2,6 @@ package rt
 
 import (
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/meshrun/meshrun/internal/npy"
@@ -181,31 +180,6 @@ func TestRelErrWithZeroReference(t *testing.T) {
 	require.Equal(t, "n/a (expected all zeros)", d.RelErr())
 	d = CompareTensors(FromSlice([]int{2}, []float64{2, 1}), FromSlice([]int{2}, []float64{2, 0.5}), 0, 0)
 	require.Equal(t, "0.25 (normwise)", d.RelErr())
-}
-
-// The half-precision reduce-scatter reports its p−1 exchanges as ring
-// steps, each sending a quarter of the [8, 4] bf16 sum, like the f32 ring.
-func TestHalfReduceScatterReportsSteps(t *testing.T) {
-	p := compile(t, `mesh M = [tp=4]
-input x : bf16[8, 16] {S(1)} = normal(0, 1)
-input W : bf16[16, 4] {S(0)} = normal(0, 1)
-y = x @ W
-output y {B}
-`)
-	l, err := NewLocal(t.Context(), p.Exec, Options{})
-	require.NoError(t, err)
-	res, err := l.Run(t.Context(), nil)
-	require.NoError(t, err)
-	for _, d := range res.Devices {
-		rs := 0
-		for _, e := range d.Events {
-			if e.Kind == "ring" && strings.HasPrefix(e.Name, "reduce_scatter") {
-				require.Equal(t, int64(8*4*2/4), e.Bytes)
-				rs++
-			}
-		}
-		require.Equal(t, 3, rs, "device %d", d.Device)
-	}
 }
 
 // The half-precision reduce-scatter sends what the ring it replaces sends:

@@ -151,41 +151,47 @@ func TestPipelineActivationMemoryMeasured(t *testing.T) {
 
 // A ring all-reduce over p devices shows on the timeline as its p−1
 // reduce-scatter steps and p−1 all-gather steps, each sending 1/p of the
-// tensor, inside the collective's event.
+// tensor, inside the collective's event — in f32, and in bf16, whose
+// reduce-scatter exchanges chunks directly to round once.
 func TestTimelineShowsRingSteps(t *testing.T) {
-	p := compile(t, `mesh M = [tp=4]
-input x : f32[8, 16] {S(1)} = normal(0, 1)
-param W : f32[16, 4] {S(0)} = normal(0, 1)
+	for _, dt := range []struct {
+		name  string
+		bytes int64
+	}{{"f32", 4}, {"bf16", 2}} {
+		p := compile(t, fmt.Sprintf(`mesh M = [tp=4]
+input x : %[1]s[8, 16] {S(1)} = normal(0, 1)
+param W : %[1]s[16, 4] {S(0)} = normal(0, 1)
 y = x @ W
 output y {B}
-`)
-	l, err := NewLocal(context.Background(), p.Exec, Options{})
-	require.NoError(t, err)
-	res, err := l.Run(context.Background(), nil)
-	require.NoError(t, err)
-	for _, d := range res.Devices {
-		var rs, ag int
-		var coll Event
-		for _, e := range d.Events {
-			if e.Kind == "comm" {
-				coll = e
+`, dt.name))
+		l, err := NewLocal(context.Background(), p.Exec, Options{})
+		require.NoError(t, err)
+		res, err := l.Run(context.Background(), nil)
+		require.NoError(t, err)
+		for _, d := range res.Devices {
+			var rs, ag int
+			var coll Event
+			for _, e := range d.Events {
+				if e.Kind == "comm" {
+					coll = e
+				}
 			}
+			for _, e := range d.Events {
+				if e.Kind != "ring" {
+					continue
+				}
+				require.Equal(t, 8*4*dt.bytes/4, e.Bytes, "%s: each step sends a quarter of the [8, 4] sum", dt.name)
+				require.True(t, e.Start >= coll.Start && e.Start+e.Dur <= coll.Start+coll.Dur, "%s inside the all-reduce", e.Name)
+				switch {
+				case strings.HasPrefix(e.Name, "reduce_scatter"):
+					rs++
+				case strings.HasPrefix(e.Name, "all_gather"):
+					ag++
+				}
+			}
+			require.Equal(t, 3, rs, "%s device %d", dt.name, d.Device)
+			require.Equal(t, 3, ag, "%s device %d", dt.name, d.Device)
 		}
-		for _, e := range d.Events {
-			if e.Kind != "ring" {
-				continue
-			}
-			require.Equal(t, int64(8*4*4/4), e.Bytes, "each step sends a quarter of the [8, 4] f32 sum")
-			require.True(t, e.Start >= coll.Start && e.Start+e.Dur <= coll.Start+coll.Dur, "%s inside the all-reduce", e.Name)
-			switch {
-			case strings.HasPrefix(e.Name, "reduce_scatter"):
-				rs++
-			case strings.HasPrefix(e.Name, "all_gather"):
-				ag++
-			}
-		}
-		require.Equal(t, 3, rs, "device %d", d.Device)
-		require.Equal(t, 3, ag, "device %d", d.Device)
 	}
 }
 
