@@ -25,9 +25,12 @@ import (
 //     stage (a source, a constant) is emitted where it is first needed, on
 //     every rank that needs it;
 //  3. a value one rank computes and another reads travels by a tagged
-//     send, right after it is computed, and a receive, right before its
-//     first use — activations forward, their gradients backward, and in
-//     the step the pieces of a global reduction;
+//     send and a receive right before its first use: inside an action the
+//     sends follow the action's mark (as a schedule's SEND follows its F
+//     or B), outside the actions they follow the value at once —
+//     activations forward, their gradients backward, a parameter several
+//     stages read, and in the step the pieces of a global reduction (the
+//     partial sums meet on the last stage);
 //  4. the pipeline axis is put back into every placement (as B: a stage's
 //     ranks each hold their value whole along it), group and peer.
 //
@@ -40,7 +43,7 @@ type PipePlan struct {
 	Axis      int // the pipeline axis of Exec.Mesh
 	Schedule  *pipeline.Schedule
 	Stages    *stageOf
-	StageTime []float64 // modelled seconds per micro-batch (forward and backward) per stage
+	StageTime []float64 // modelled seconds per micro-batch (forward and backward) per stage, on one of its devices
 	Transfers []Transfer
 }
 

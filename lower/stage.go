@@ -13,18 +13,22 @@ import (
 // The train block's body is cut into units (statements, iterations of a
 // top-level for loop; the checker records their values). Units go to
 // stages by the block's `stage = N` marks, or by balancing: a min-max
-// dynamic program over contiguous units whose cost is the modelled time
-// of a unit's forward and backward plus, at a cut, the activation sent
-// to the next stage. Every other value follows from those:
+// dynamic program over contiguous units, a stage's time being the larger
+// of its units' modelled forward and backward and the message it sends at
+// its cut (see balance). Every stage must get work. Every other value
+// follows from those:
 //
 //	param                 the first stage whose forward uses it
 //	in a unit (forward)   the unit's stage
 //	other forward         the latest stage among its arguments
-//	backward              the stage of the forward value it is the backward of
-//	                      (ad records it); else the earliest among its arguments
+//	backward              the stage of the forward value whose backward made it
+//	                      (ad records it: a recomputation or a repeated gather
+//	                      goes with the backward that needs it); else the
+//	                      earliest among its arguments
 //	optimizer step        the stage of its largest argument (ties: the latest):
-//	                      a parameter's update stays with the parameter, a global
-//	                      norm is summed on one stage and sent to the others
+//	                      a parameter's update stays with the parameter, scalars
+//	                      of different stages (a global norm's partial sums)
+//	                      meet on the last stage, which sends the result back
 //
 // A value no staged value feeds (inputs, constants, per-step scalars) has
 // stage -1: every pipeline rank that needs it computes it itself.
