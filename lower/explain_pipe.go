@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -97,6 +98,20 @@ func explainPipeline(p *Plan) *PipelineReport {
 			what += " and every parameter a backward reads is all-gathered again in every micro-batch's backward (the forward's gather is made once and kept for the step)"
 		}
 		r.Notes = append(r.Notes, fmt.Sprintf("ZeRO-%d on a pipeline: %s, %d times a step instead of once (DeepSpeed refuses ZeRO ≥ 2 with pipelines for this reason); the collectives above list each", z, what, s.Micro))
+	}
+	var shared []string
+	var sharedBytes int64
+	for _, t := range pp.Transfers {
+		if t.Kind == "parameter" {
+			if !slices.Contains(shared, t.Label) {
+				shared = append(shared, t.Label)
+			}
+			sharedBytes += t.Bytes
+		}
+	}
+	if len(shared) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("params read by several stages (%s) live on their first stage and are sent to the others every step (%s per device), and their gradient contributions come back; a stacked param read as index(W, l) is not split along the pipeline axis: give each layer its own params to keep them on their stage",
+			strings.Join(shared, ", "), HumanBytes(float64(sharedBytes))))
 	}
 	if g.Train.Clip > 0 || g.Train.FoundInf != nil {
 		r.Notes = append(r.Notes, "the global gradient norm (clip) and the f16 overflow flag are reduced across stages after every rank's last action: each rank's optimizer step waits for the slowest stage (measure with meshrun trace)")
