@@ -77,11 +77,14 @@ func TestTraceDrawsTheSchedule(t *testing.T) {
 }
 
 func TestTraceComparesSchedules(t *testing.T) {
-	code, out, errs := meshrun(t, "", "trace", "../../examples/train/pipeline_schedules.mesh", "--schedules", "gpipe,1f1b,zb1p")
+	code, out, errs := meshrun(t, "", "trace", "../../examples/train/pipeline_schedules.mesh", "--schedules", "naive,gpipe,1f1b,zb1p")
 	require.Equal(t, ExitOK, code, errs)
 	lines := strings.Split(out, "\n")
-	require.Len(t, lines, 7)
-	require.Regexp(t, `^gpipe +4 +27\.3% +\(K−1\)/\(M\+K−1\) = 27\.3% +33 units +8 8 8 8 `, lines[3])
+	require.Len(t, lines, 8)
+	// naive: the whole batch through 4 stages one after another, 3 units each
+	require.Regexp(t, `^naive +4 +75\.0% +\(K−1\)/K = 75\.0% +12 units +1 1 1 1 `, lines[3])
+	lines = lines[1:]
+	require.Regexp(t, `^gpipe +4 +27\.3% +\(K−1\)/\(M\+K−1\) = 27\.3% +4\.125 units +8 8 8 8 `, lines[3])
 	require.Regexp(t, `^1f1b +4 +27\.3% .* +4 3 2 1 `, lines[4])
 	require.Regexp(t, `^zb1p +4 +11\.1% +\(K−1\)/\(3M\+K−1\) = 11\.1% `, lines[5])
 }

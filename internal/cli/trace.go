@@ -28,7 +28,7 @@ func (e *env) trace(args []string) int {
 	out := fs.String("o", "", "write the timeline as Chrome trace JSON (Perfetto, chrome://tracing)")
 	asJSON := fs.Bool("json", false, "print the pipeline's events (rank, stage, micro, kind, start, end) as JSON instead of the chart")
 	svg := fs.String("svg", "", "write the pipeline's Gantt chart as an SVG picture")
-	clock := fs.String("clock", "unit", "unit: a rank's forward, input- and weight-gradient take 1 unit each, B 2 (the textbook picture); model: actions take their modelled time (FLOPs at the cost model's rate, links as modelled); wall: measured")
+	clock := fs.String("clock", "unit", "unit: a rank's forward of the whole batch takes 1 unit, its backward 2 (input and weight gradient 1 each), shared by its micro-batches and stages (the textbook picture); model: actions take their modelled time (FLOPs at the cost model's rate, links as modelled); wall: measured")
 	width := fs.Int("width", 0, "chart width in columns (0: fit the schedule)")
 	compare := fs.String("schedules", "", "compare schedules on this program, e.g. 'naive,gpipe,1f1b,interleaved(2),zb1p,zbv': each one's measured bubble, step and kept activations beside its formula")
 	validate := func(_ *lower.Plan, k *checks) {
@@ -126,15 +126,18 @@ func (e *env) traceRun(p *lower.Plan, c *common, clock string) (*rt.Result, erro
 // messages over the link model), or one unit per F, I and W.
 func simClock(p *lower.Plan, c *common, mode string) *rt.SimClock {
 	if mode == "unit" {
-		// a stage's F, I and W take one unit, B two; with v stages per
-		// rank a stage is 1/v of a rank's share of the model, so its
-		// actions take 1/v (a unit is a second on the chart)
-		v := time.Duration(p.Pipe.Schedule.Stages / p.Pipe.Schedule.Ranks)
+		// a rank's forward of the whole batch takes one unit, its
+		// backward two: an action of one of M micro-batches on one of the
+		// rank's v stages takes 1/(vM) of that, so schedules with
+		// different v and M (naive: M = 1) compare (a unit is a second on
+		// the chart)
+		s := p.Pipe.Schedule
+		share := time.Duration(s.Stages / s.Ranks * s.Micro)
 		return &rt.SimClock{Action: func(a pipeline.Action) time.Duration {
 			if a.Kind == pipeline.B {
-				return 2 * time.Second / v
+				return 2 * time.Second / share
 			}
-			return time.Second / v
+			return time.Second / share
 		}}
 	}
 	perStage := p.Exec.Mesh.Size() / p.Pipe.Schedule.Ranks
@@ -175,7 +178,7 @@ func (e *env) printSchedule(file string, p *lower.Plan, res *rt.Result, events [
 		fmt.Fprintf(e.stdout, "textbook bubble with uniform stages: %s = %.1f%%\n", text, 100*f)
 	}
 	if clock == "unit" {
-		fmt.Fprintf(e.stdout, "step %s units, optimizer included (a rank's share of the model: F, I, W one unit each, B two)\n", stepTime(res, clock))
+		fmt.Fprintf(e.stdout, "step %s units, optimizer included (a unit: one rank's forward of the whole batch; its backward takes two)\n", stepTime(res, clock))
 	} else {
 		fmt.Fprintf(e.stdout, "step %s on the %s clock, optimizer included\n", stepTime(res, clock), clock)
 	}
