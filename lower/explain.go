@@ -422,6 +422,10 @@ type table struct{ rows [][]string }
 
 func newTable(head ...string) *table { return &table{rows: [][]string{head}} }
 
+// FormatTable aligns rows (the first is the heading) as explain's tables
+// are aligned, so estimate's table reads like explain's.
+func FormatTable(rows [][]string) string { return (&table{rows: rows}).String() }
+
 func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }
 
 func (t *table) String() string {

@@ -160,14 +160,90 @@ func TestMissingRuleIsACompileErrorAtTheOp(t *testing.T) {
 }
 
 // The ZeRO paper's worked example (Rajbhandari et al., figure 1): 7.5B
-// parameters, 64 devices, K = 12: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB.
+// parameters, 64 devices, K = 12: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB; and
+// the split of each total into explain's categories, by hand: DP holds
+// 4Ψ f32 masters = 30 GB, a 2Ψ bf16 copy = 15 GB, 2Ψ gradients = 15 GB
+// and 8Ψ moments = 60 GB.
 func TestZeROEstimateMatchesThePaper(t *testing.T) {
-	rows := EstimateZeRO(7.5e9, 64, 12)
+	rows := EstimateZeRO(EstimateConfig{Psi: 7.5e9, Devices: 64, ElemBytes: 2, K: 12})
 	want := []float64{120, 31.4, 16.6, 1.9}
 	for i, r := range rows {
 		require.InDelta(t, want[i], r.Total/1e9, 0.06, r.Name)
 	}
-	require.Equal(t, 3.0, rows[3].Comm)
+	dp := rows[0]
+	require.Equal(t, []float64{30, 15, 15, 60}, []float64{dp.Params / 1e9, dp.Half / 1e9, dp.Grads / 1e9, dp.Optimizer / 1e9})
+	// ZeRO-1: masters and moments split 64 ways (0.46875 + 0.9375 GB).
+	z1 := rows[1]
+	require.InDelta(t, 0.46875, z1.Params/1e9, 1e-9)
+	require.InDelta(t, 15, z1.Half/1e9, 1e-9)
+	require.InDelta(t, 0.9375, z1.Optimizer/1e9, 1e-9)
+	require.Equal(t, 3.0, rows[3].SentPsi)
+	// f32 Adam (K = 8): no copy; the weights stay whole until stage 3.
+	f32 := EstimateZeRO(EstimateConfig{Psi: 1e9, Devices: 4, ElemBytes: 4, K: 8})
+	require.Equal(t, 16e9, f32[0].Total)        // 4 + 4 + 8 bytes
+	require.Equal(t, 4e9+4e9+2e9, f32[1].Total) // moments split 4 ways
+	require.Equal(t, 4e9+1e9+2e9, f32[2].Total) // and gradients
+	require.Equal(t, 4e9, f32[3].Total)         // everything
+	require.Equal(t, 0.0, f32[0].Half)
+}
+
+// Bytes sent per step per device, by hand: a ring all-reduce sends
+// 2(N−1)/N of the gradient bytes; ZeRO-1/2's reduce-scatter plus
+// all-gather the same; ZeRO-3 one more all-gather, 3(N−1)/N. A 65B model
+// in fp16 under ZeRO-3 moves 3Ψ two-byte elements ≈ 390 GB per step
+// (1023/1024 of it on 1024 devices: 389.62 GB), 311.7 s at 10 Gb/s
+// (1.25 GB/s).
+func TestZeROEstimateTraffic(t *testing.T) {
+	rows := EstimateZeRO(EstimateConfig{Psi: 65e9, Devices: 1024, ElemBytes: 2, K: 12})
+	require.InDelta(t, 389.62, rows[3].Sent/1e9, 0.01)
+	require.InDelta(t, 311.7, rows[3].Sent/1.25e9, 0.1)
+	require.InDelta(t, 259.75, rows[0].Sent/1e9, 0.01) // 2·1023/1024·130 GB
+	require.Equal(t, rows[0].Sent, rows[1].Sent)
+	require.Equal(t, rows[0].Sent, rows[2].Sent)
+	// 8 devices: DP sends 2·7/8 = 1.75 of the bytes, ZeRO-3 2.625.
+	r8 := EstimateZeRO(EstimateConfig{Psi: 1e9, Devices: 8, ElemBytes: 4, K: 8})
+	require.Equal(t, 7e9, r8[0].Sent)
+	require.Equal(t, 10.5e9, r8[3].Sent)
+	one := EstimateZeRO(EstimateConfig{Psi: 1e9, Devices: 1, ElemBytes: 2, K: 12})
+	require.Equal(t, 0.0, one[3].Sent)
+}
+
+// The largest model that fits, per stage, on 64 and 512 devices of 32, 40
+// and 80 GB (mixed-precision Adam, model states only, as the paper's
+// table). The 32 GB / 64 device row is the ZeRO paper's Table 2 (max
+// model size through memory analysis, MP = 1, N_d = 64: P_os 7.6B,
+// P_os+g 14.4B, P_os+g+p 128B; arXiv 1910.02054, "ZeRO: Memory
+// Optimizations Toward Training Trillion Parameter Models"). The other
+// rows are worked by hand from the paper's formulas: M/(4 + 12/N),
+// M/(2 + 14/N), M·N/16, and M/16 for DP. A model 1% below the figure
+// must fit on N devices, 1% above must not.
+func TestZeROEstimateMaxModelSize(t *testing.T) {
+	cases := []struct {
+		n      int
+		gb     float64
+		maxPsi [4]float64 // DP, ZeRO-1, ZeRO-2, ZeRO-3
+	}{
+		{64, 32, [4]float64{2e9, 7.6e9, 14.4e9, 128e9}},
+		{64, 40, [4]float64{2.5e9, 9.55e9, 18.03e9, 160e9}},
+		{64, 80, [4]float64{5e9, 19.1e9, 36.06e9, 320e9}},
+		{512, 32, [4]float64{2e9, 7.95e9, 15.78e9, 1024e9}},
+		{512, 40, [4]float64{2.5e9, 9.94e9, 19.73e9, 1280e9}},
+		{512, 80, [4]float64{5e9, 19.88e9, 39.46e9, 2560e9}},
+	}
+	for _, c := range cases {
+		for s, psi := range c.maxPsi {
+			fits := func(psi float64) bool {
+				n := FewestDevices(EstimateConfig{Psi: psi, ElemBytes: 2, K: 12}, s, c.gb*1e9)
+				return n != 0 && n <= c.n
+			}
+			require.True(t, fits(psi*0.99), "stage %d, %d × %g GB, %.4g params", s, c.n, c.gb, psi*0.99)
+			require.False(t, fits(psi*1.01), "stage %d, %d × %g GB, %.4g params", s, c.n, c.gb, psi*1.01)
+		}
+	}
+	// 7.5B on 32 GB devices: ZeRO-1 needs 12Ψ/(32 GB − 4Ψ) = 90/2 = 45.
+	require.Equal(t, 45, FewestDevices(EstimateConfig{Psi: 7.5e9, ElemBytes: 2, K: 12}, 1, 32e9))
+	require.Equal(t, 0, FewestDevices(EstimateConfig{Psi: 7.5e9, ElemBytes: 2, K: 12}, 0, 32e9))
+	require.Equal(t, 1, FewestDevices(EstimateConfig{Psi: 1e9, ElemBytes: 2, K: 12}, 0, 32e9))
 }
 
 // explain's per-device memory split: ZeRO-3 holds a quarter of the

@@ -349,13 +349,39 @@ func TestRunRefusesATrainProgram(t *testing.T) {
 	require.Contains(t, errs, "use meshrun train")
 }
 
+// estimate's figures, by hand: the ZeRO paper's 7.5B on 64 devices
+// (120 / 31.4 / 16.6 / 1.9 GB, DP's split 30 + 15 + 15 + 60 GB), 2·63/64
+// of 15 GB = 29.53 GB sent by DP (2.36 s at 12.5 GB/s), 3·63/64·15 GB =
+// 44.30 GB by ZeRO-3; on 32 GB devices ZeRO-1 needs 90/(32−30) = 45
+// devices, ZeRO-2 105/(32−15) → 7, ZeRO-3 120/32 → 4, DP never fits.
 func TestEstimate(t *testing.T) {
-	code, out, _ := meshrun(t, "", "estimate", "--params", "7.5e9", "--devices", "64")
+	code, out, _ := meshrun(t, "", "estimate", "--params", "7.5e9", "--devices", "64", "--link", "12.5", "--gpu-memory", "32")
 	require.Equal(t, ExitOK, code)
-	require.Contains(t, out, "120.00 GB")
-	require.Contains(t, out, "1.88 GB")
+	for _, row := range []string{
+		"DP     30.00 GB   15.00 GB  15.00 GB  60.00 GB         120.00 GB 29.53 GB        2.36 s       none (does not fit)",
+		"ZeRO-1 0.47 GB    15.00 GB  15.00 GB  0.94 GB          31.41 GB  29.53 GB        2.36 s       45",
+		"ZeRO-2 0.47 GB    15.00 GB  0.23 GB   0.94 GB          16.64 GB  29.53 GB        2.36 s       7",
+		"ZeRO-3 0.47 GB    0.23 GB   0.23 GB   0.94 GB          1.88 GB   44.30 GB        3.54 s       4",
+	} {
+		require.Contains(t, out, row)
+	}
+	require.Contains(t, out, "parameters are the f32 master weights")
+	require.Contains(t, out, `explain counts under "activations and other"`)
 	code, _, _ = meshrun(t, "", "estimate")
 	require.Equal(t, ExitUsage, code)
+}
+
+// A 65B model in fp16 under ZeRO-3 sends 3Ψ two-byte elements per step,
+// ≈ 390 GB (389.62 GB with the ring's 1023/1024), 312 s at 10 Gb/s =
+// 1.25 GB/s. In f32 the bytes double and there is no half copy.
+func TestEstimate65BTraffic(t *testing.T) {
+	code, out, _ := meshrun(t, "", "estimate", "--params", "65e9", "--devices", "1024", "--dtype", "f16", "--link", "1.25")
+	require.Equal(t, ExitOK, code)
+	require.Regexp(t, `ZeRO-3 .* 389\.62 GB +312 s`, out)
+	code, out, _ = meshrun(t, "", "estimate", "--params", "65e9", "--devices", "1024", "--dtype", "f32")
+	require.Equal(t, ExitOK, code)
+	require.Regexp(t, `ZeRO-3 .* 779\.24 GB`, out)
+	require.NotContains(t, out, "copy ")
 }
 
 func TestTrainErrors(t *testing.T) {

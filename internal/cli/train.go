@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -360,38 +361,114 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 }
 
 func (e *env) estimate(args []string) int {
-	fs := newFlags(e, "estimate", "estimate --params N --devices D [--k K]")
+	fs := newFlags(e, "estimate", "estimate --params N --devices D [--dtype bf16|f16|f32] [--link GB/s] [--gpu-memory GB] [--k K]")
 	psi := fs.Float64("params", 0, "model parameters (e.g. 7.5e9)")
 	nd := fs.Int("devices", 0, "data-parallel devices")
-	k := fs.Float64("k", 12, "optimizer-state bytes per parameter (mixed-precision Adam: 12)")
+	dtype := fs.String("dtype", "bf16", "precision of the forward, the gradients and the collectives: bf16 or f16 (mixed precision, f32 master weights) or f32")
+	link := fs.Float64("link", 0, "link bandwidth in GB/s (1e9 bytes) per device, to turn bytes sent into seconds")
+	gpuMem := fs.Float64("gpu-memory", 0, "memory per device in GB (1e9 bytes): print the fewest devices each stage fits on")
+	k := fs.Float64("k", 0, "optimizer-state bytes per parameter as the ZeRO paper counts them (default 12 with bf16/f16: f32 master weights, momentum, variance; 8 with f32)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return flagExit(err)
 	}
 	ck := newChecks(e, fs)
+	cfg := validateEstimate(ck, pos, *psi, *nd, *dtype, *link, *gpuMem, *k)
+	if !e.report(ck) {
+		return ExitUsage
+	}
+	printEstimate(e.stdout, cfg, *dtype, *link, *gpuMem)
+	return ExitOK
+}
+
+// validateEstimate checks estimate's flags and returns the accounting's
+// configuration.
+func validateEstimate(ck *checks, pos []string, psi float64, nd int, dtype string, link, gpuMem, k float64) lower.EstimateConfig {
 	if len(pos) > 0 {
 		ck.fail("takes no FILE, got %s", strings.Join(pos, " "))
 	}
 	if !ck.set["params"] {
 		ck.fail("missing --params N, the model's parameter count (e.g. 7.5e9)")
 	} else {
-		ck.number("params", *psi, 0, true)
+		ck.number("params", psi, 0, true)
 	}
 	if !ck.set["devices"] {
 		ck.fail("missing --devices D, the data-parallel devices")
-	} else if *nd < 1 {
-		ck.fail("--devices %d: want at least 1", *nd)
+	} else if nd < 1 {
+		ck.fail("--devices %d: want at least 1", nd)
 	}
-	ck.number("k", *k, 0, false)
-	if !e.report(ck) {
-		return ExitUsage
+	cfg := lower.EstimateConfig{Psi: psi, Devices: nd, ElemBytes: 2, K: 12}
+	switch dtype {
+	case "bf16", "f16":
+	case "f32":
+		cfg.ElemBytes, cfg.K = 4, 8
+	default:
+		ck.fail("--dtype %q: want bf16, f16 or f32", dtype)
 	}
-	fmt.Fprintf(e.stdout, "memory per device and communication per step for Ψ = %.4g parameters on %d devices\n", *psi, *nd)
-	fmt.Fprintf(e.stdout, "(ZeRO paper accounting: fp16 parameters and gradients, K = %g bytes of optimizer state per parameter)\n\n", *k)
-	fmt.Fprintf(e.stdout, "  %-7s %12s %12s %12s %12s   %s\n", "stage", "params", "gradients", "optimizer", "total", "communication per step")
+	if ck.set["link"] {
+		ck.number("link", link, 0, true)
+	}
+	if ck.set["gpu-memory"] {
+		ck.number("gpu-memory", gpuMem, 0, true)
+	}
+	if ck.set["k"] {
+		cfg.K = k
+		// Under mixed precision K includes the 4-byte f32 master weights.
+		if cfg.Mixed() && k < 4 {
+			ck.fail("-k %g: want at least 4 with %s: K counts the 4-byte f32 master weights", k, dtype)
+		} else {
+			ck.number("k", k, 0, false)
+		}
+	}
+	return cfg
+}
+
+// printEstimate writes the table: memory per device in explain's
+// categories, bytes sent per step, and, when given a link and a memory
+// size, seconds and the fewest devices that fit.
+func printEstimate(w io.Writer, cfg lower.EstimateConfig, dtype string, link, gpuMem float64) {
+	fmt.Fprintf(w, "memory per device and communication per step for Ψ = %.4g parameters on %d data-parallel devices, Adam, %s\n", cfg.Psi, cfg.Devices, dtype)
+	if cfg.Mixed() {
+		fmt.Fprintf(w, "(the ZeRO paper's accounting, K = %g, in explain's words: parameters are the f32 master weights, which the paper counts\n", cfg.K)
+		fmt.Fprintf(w, " in K; the %s copy the forward reads is the paper's 2Ψ parameters, which explain counts under \"activations and other\")\n\n", dtype)
+	} else {
+		fmt.Fprintf(w, "(the ZeRO paper's accounting with f32 everywhere, K = %g: no half-precision copy)\n\n", cfg.K)
+	}
 	gb := func(b float64) string { return fmt.Sprintf("%.2f GB", b/1e9) }
-	for _, r := range lower.EstimateZeRO(*psi, *nd, *k) {
-		fmt.Fprintf(e.stdout, "  %-7s %12s %12s %12s %12s   %gΨ (%s)\n", r.Name, gb(r.Params), gb(r.Grads), gb(r.Optimizer), gb(r.Total), r.Comm, r.CommNote)
+	cols := []string{"stage", "parameters", "gradients", "optimizer states", "total", "sent per device"}
+	if cfg.Mixed() {
+		cols = slices.Insert(cols, 2, dtype+" copy")
 	}
-	return ExitOK
+	if link > 0 {
+		cols = append(cols, fmt.Sprintf("at %g GB/s", link))
+	}
+	if gpuMem > 0 {
+		cols = append(cols, fmt.Sprintf("fewest %g GB devices", gpuMem))
+	}
+	rows := [][]string{cols}
+	for _, r := range lower.EstimateZeRO(cfg) {
+		row := []string{r.Name, gb(r.Params), gb(r.Grads), gb(r.Optimizer), gb(r.Total), gb(r.Sent)}
+		if cfg.Mixed() {
+			row = slices.Insert(row, 2, gb(r.Half))
+		}
+		if link > 0 {
+			row = append(row, fmt.Sprintf("%.3g s", r.Sent/(link*1e9)))
+		}
+		if gpuMem > 0 {
+			row = append(row, fewestText(lower.FewestDevices(cfg, r.Stage, gpuMem*1e9)))
+		}
+		rows = append(rows, row)
+	}
+	fmt.Fprint(w, lower.FormatTable(rows))
+	fmt.Fprintf(w, "\nsent per device per step, ring collectives over N = %d: DP all-reduces the gradients, 2(N−1)/N·Ψ elements;\n", cfg.Devices)
+	fmt.Fprintf(w, "ZeRO-1/2 reduce-scatter gradients and all-gather parameters, the same 2(N−1)/N·Ψ; ZeRO-3 all-gathers parameters\n")
+	fmt.Fprintf(w, "again for the backward, 3(N−1)/N·Ψ; %g bytes each. Activations are not counted.\n", cfg.ElemBytes)
+}
+
+// fewestText renders FewestDevices: 0 means no device count suffices.
+func fewestText(n int) string {
+	if n == 0 {
+		return "none (does not fit)"
+	}
+	return fmt.Sprint(n)
 }
