@@ -21,6 +21,8 @@ type Report struct {
 	Memory      []MemoryReport     `json:"memory"`
 	Totals      TotalsReport       `json:"totals"`
 	Pipeline    *PipelineReport    `json:"pipeline,omitempty"`
+	// Notes warn where a combination multiplies communication.
+	Notes []string `json:"notes,omitempty"`
 	// training: the program has a train block (the text report then
 	// splits memory into parameters, optimizer states, gradients).
 	training bool
@@ -199,6 +201,7 @@ func Explain(p *Plan) *Report {
 		r.Memory = append(r.Memory, mr)
 		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
 	}
+	r.Notes = explainNotes(p, r)
 	if p.Pipe != nil {
 		r.Pipeline = explainPipeline(p)
 		full := p.Exec.Mesh
@@ -346,6 +349,9 @@ func (r *Report) Text() string {
 				fmt.Fprintf(&b, "    %-14s %s\n", c.Kind, c.Formula)
 			}
 		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
 	}
 	if r.training && len(r.Memory) > 0 {
 		b.WriteString("\nmemory per device in a training step\n")

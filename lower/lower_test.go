@@ -2,6 +2,7 @@ package lower
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -246,6 +247,44 @@ func TestZeROEstimateMaxModelSize(t *testing.T) {
 	require.Equal(t, 1, FewestDevices(EstimateConfig{Psi: 1e9, ElemBytes: 2, K: 12}, 0, 32e9))
 }
 
+// zeroReports lowers the shipped ZeRO example at each stage.
+func zeroReports(t *testing.T) []*Report {
+	src, err := os.ReadFile("../examples/train/mlp_zero3.mesh")
+	require.NoError(t, err)
+	var out []*Report
+	for z := range 4 {
+		s := strings.Replace(string(src), "zero = 3", fmt.Sprintf("zero = %d", z), 1)
+		g, err := lang.CheckSource("../examples/train/z.mesh", []byte(s), lang.CheckOptions{Dir: "../examples/train"})
+		require.NoError(t, err)
+		p, err := Lower(g, Options{Verify: true})
+		require.NoError(t, err)
+		out = append(out, Explain(p))
+	}
+	return out
+}
+
+// The shipped ZeRO example shows the papers' figures, read from its plans
+// (bytes of the inserted collectives, peak of the memory pass): ZeRO-1
+// and 2 send what DP sends, ZeRO-3 about 1.5× (1.48×: the backward does
+// not read the first layer's weight, so it is gathered once), and each
+// stage's peak is below the one before, ZeRO-2's below ZeRO-1's.
+func TestShippedZeROExampleShowsThePaper(t *testing.T) {
+	r := zeroReports(t)
+	dp := r[0].Totals.Bytes
+	require.InEpsilon(t, dp, r[1].Totals.Bytes, 1e-9)
+	require.InEpsilon(t, dp, r[2].Totals.Bytes, 1e-9)
+	ratio := r[3].Totals.Bytes / dp
+	require.True(t, ratio > 1.45 && ratio <= 1.5, "ZeRO-3 sends %.3f× DP", ratio)
+	for z := 1; z < 4; z++ {
+		require.Less(t, r[z].Totals.MaxPeakBytes, r[z-1].Totals.MaxPeakBytes, "peak of stage %d", z)
+	}
+	// The one parameter not gathered again, and the figure, on screen.
+	require.Len(t, r[3].Notes, 1)
+	require.Contains(t, r[3].Notes[0], "1.48×")
+	require.Contains(t, r[3].Notes[0], "W1 is gathered for the forward only")
+	require.Empty(t, r[2].Notes)
+}
+
 // explain's per-device memory split: ZeRO-3 holds a quarter of the
 // parameters, optimizer states and reduced gradients that DP holds on 4
 // devices (every dim here divides by 4).
@@ -261,7 +300,7 @@ func TestExplainMemorySplitsByCategory(t *testing.T) {
 		return Explain(p).Memory[0]
 	}
 	dp, z3 := report("0"), report("3")
-	psi := int64(16*32+32+32*4) * 4
+	psi := int64(16*8+8*32+3*32*32+32*4) * 4
 	require.Equal(t, psi, dp.ParamBytes)
 	require.Equal(t, 2*psi, dp.OptimizerBytes)
 	require.Equal(t, psi, dp.GradientBytes)

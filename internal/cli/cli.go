@@ -43,7 +43,7 @@ usage:
   meshrun explain FILE [flags]   placements, inserted collectives, bytes, costs, memory
   meshrun train FILE [flags]     run the program's train block; write params, a loss log and plot
   meshrun trace FILE [flags]     one step's timeline: Chrome trace, a pipeline's Gantt chart and bubble
-  meshrun estimate [flags]       ZeRO memory and communication for a model size, without running
+  meshrun estimate [flags]       ZeRO memory, bytes and seconds per step for a model size, without running
   meshrun repl [flags]           interactive sharding experiments
   meshrun grammar                print the grammar (EBNF, generated from the parser)
 

@@ -32,7 +32,7 @@ func TestZeroOnAnAxisNotNamedDP(t *testing.T) {
 	require.Equal(t, ExitOK, code, errs)
 	code, _, errs = meshrun(t, "", "train", "../../examples/train/mlp_zero3.mesh", "--out", filepath.Join(dir, "dp"))
 	require.Equal(t, ExitOK, code, errs)
-	for _, p := range []string{"W1.npy", "b1.npy", "W2.npy"} {
+	for _, p := range []string{"W1.npy", "W2.npy", "W3.npy", "W4.npy", "W5.npy", "W6.npy"} {
 		a, err := os.ReadFile(filepath.Join(dir, "dp", p))
 		require.NoError(t, err)
 		b, err := os.ReadFile(filepath.Join(dir, "rows", p))
