@@ -245,6 +245,11 @@ func TestZeROEstimateMaxModelSize(t *testing.T) {
 	require.Equal(t, 45, FewestDevices(EstimateConfig{Psi: 7.5e9, ElemBytes: 2, K: 12}, 1, 32e9))
 	require.Equal(t, 0, FewestDevices(EstimateConfig{Psi: 7.5e9, ElemBytes: 2, K: 12}, 0, 32e9))
 	require.Equal(t, 1, FewestDevices(EstimateConfig{Psi: 1e9, ElemBytes: 2, K: 12}, 0, 32e9))
+	// ZeRO-1 with the unsplit 4Ψ = 4000 B just short of the memory: the
+	// 12000 B split part would need 1.2e16 devices, past any machine (and
+	// no overflowed int).
+	require.Equal(t, 0, FewestDevices(EstimateConfig{Psi: 1e3, ElemBytes: 2, K: 12}, 1, 4000+1e-12))
+	require.Equal(t, 12000, FewestDevices(EstimateConfig{Psi: 1e3, ElemBytes: 2, K: 12}, 1, 4001))
 }
 
 // zeroReports lowers the shipped ZeRO example at each stage.

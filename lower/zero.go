@@ -99,9 +99,14 @@ func EstimateZeRO(c EstimateConfig) []ZeROEstimate {
 	return rows
 }
 
-// FewestDevices is the smallest N_d on which the row's model states fit
-// in memory bytes per device, or 0 when no number of devices is enough
-// (the unsplit part alone fills the memory). Activations are not counted.
+// maxDevices bounds FewestDevices' answer: past it the count is not a
+// machine anyone has (and would overflow an int).
+const maxDevices = 1e15
+
+// FewestDevices is the smallest N_d on which the stage's model states fit
+// in memory bytes per device, or 0 when no number of devices up to
+// maxDevices is enough (the unsplit part alone fills the memory, or
+// nearly). c.Devices is not used. Activations are not counted.
 func FewestDevices(c EstimateConfig, stage int, memory float64) int {
 	r := EstimateZeRO(EstimateConfig{Psi: c.Psi, Devices: 1, ElemBytes: c.ElemBytes, K: c.K})[stage]
 	split := r.Total - r.Fixed // everything at N_d = 1
@@ -114,9 +119,13 @@ func FewestDevices(c EstimateConfig, stage int, memory float64) int {
 	if r.Fixed >= memory {
 		return 0
 	}
-	n := max(1, int(math.Ceil(split/(memory-r.Fixed))))
+	q := math.Ceil(split / (memory - r.Fixed))
+	if q > maxDevices {
+		return 0
+	}
+	n := max(1, int(q))
 	// Ceil of a rounded quotient can land one above the true answer.
-	for n > 1 && r.Fixed+split/float64(n-1) <= memory {
+	if n > 1 && r.Fixed+split/float64(n-1) <= memory {
 		n--
 	}
 	return n

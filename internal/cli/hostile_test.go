@@ -78,6 +78,7 @@ func TestHostileInputs(t *testing.T) {
 		{"estimate without --devices", []string{"estimate", "--params", "7.5e9"}, ExitUsage, "missing --devices D"},
 		{"estimate without --params", []string{"estimate", "--devices", "8"}, ExitUsage, "missing --params N"},
 		{"estimate --params NaN", []string{"estimate", "--params", "NaN", "--devices", "8"}, ExitUsage, "--params NaN: want a finite number"},
+		{"estimate --params 1e300", []string{"estimate", "--params", "1e300", "--devices", "8"}, ExitUsage, "--params 1e+300: want at most 1e18"},
 		{"estimate --dtype f8", []string{"estimate", "--params", "1e9", "--devices", "8", "--dtype", "f8"}, ExitUsage, `--dtype "f8": want bf16, f16 or f32`},
 		{"estimate --link 0", []string{"estimate", "--params", "1e9", "--devices", "8", "--link", "0"}, ExitUsage, "--link 0: want a number above 0"},
 		{"estimate --gpu-memory -1", []string{"estimate", "--params", "1e9", "--devices", "8", "--gpu-memory", "-1"}, ExitUsage, "--gpu-memory -1: want a number above 0"},

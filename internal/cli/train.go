@@ -391,6 +391,10 @@ func validateEstimate(ck *checks, pos []string, psi float64, nd int, dtype strin
 		ck.fail("missing --params N, the model's parameter count (e.g. 7.5e9)")
 	} else {
 		ck.number("params", psi, 0, true)
+		// Bytes must stay finite; no model is near this size.
+		if psi > 1e18 {
+			ck.fail("--params %g: want at most 1e18", psi)
+		}
 	}
 	if !ck.set["devices"] {
 		ck.fail("missing --devices D, the data-parallel devices")
