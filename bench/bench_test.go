@@ -190,3 +190,43 @@ func spread(xs []float64) (lo, med, hi float64) {
 	}
 	return s[0], med, s[n-1]
 }
+
+// BenchmarkGPTStep times one training step of the tiny GPT
+// (examples/train/gpt/gpt.mesh) per b.N iteration, on one device and on
+// its [dp=2, tp=2] mesh, with the allocations per step (B/op, allocs/op):
+// the garbage a step leaves for the collector. One rt.Train runs b.N+1
+// steps on workers made once; the first step (initialisers, first-touch
+// of every buffer) is excluded by resetting the timer when it ends, the
+// final parameters' assembly by stopping it after the last.
+func BenchmarkGPTStep(b *testing.B) {
+	g, _, err := lang.CheckFile("../examples/train/gpt/gpt.mesh", lang.CheckOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"single", "mesh"} {
+		b.Run(name, func(b *testing.B) {
+			g.Train.Steps = b.N + 1
+			opts := lower.Options{}
+			if name == "single" {
+				opts.Mesh = g.Mesh.Single()
+			}
+			p, err := lower.Lower(g, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			_, err = rt.Train(context.Background(), p, rt.Options{}, rt.TrainConfig{OnStep: func(s rt.StepInfo) error {
+				switch s.Step {
+				case 1:
+					b.ResetTimer()
+				case s.Steps:
+					b.StopTimer() // not the assembly of the final parameters
+				}
+				return nil
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
