@@ -80,13 +80,20 @@ func (c *CPU) Name() string {
 }
 
 // Alloc implements Backend.
-func (c *CPU) Alloc(dt ir.DType, shape []int) (Buffer, error) { return NewTensor(dt, shape), nil }
+func (c *CPU) Alloc(dt ir.DType, shape []int) (Buffer, error) {
+	return c.alloc().zeroed(dt, shape), nil
+}
 
 // Free implements Backend: a recycling CPU backend keeps the buffer for
 // reuse; otherwise Go's collector reclaims it.
 func (c *CPU) Free(b Buffer) {
-	if t, ok := b.(*Tensor); ok && c.pool != nil {
+	t, ok := b.(*Tensor)
+	switch {
+	case !ok:
+	case c.pool != nil:
 		c.pool.put(t)
+	case c.arena != nil && t.home == c.arena:
+		c.arena.put(t)
 	}
 }
 
@@ -109,7 +116,7 @@ func (c *CPU) Launch(_ context.Context, k *plan.Kernel, args []Buffer, in []sbp.
 		}
 		ts[i] = t
 	}
-	return c.Compute(&OpCall{Kernel: k, Args: ts, In: in, Out: out})
+	return c.Compute(&OpCall{Kernel: k, Args: ts, In: in, Out: out, pool: c.alloc()})
 }
 
 // Slice implements Backend.
@@ -118,7 +125,7 @@ func (c *CPU) Slice(x Buffer, off, count []int) (Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Extract(t, off, count), nil
+	return extract(c.alloc(), t, off, count), nil
 }
 
 // Embed implements Backend.
@@ -127,7 +134,7 @@ func (c *CPU) Embed(x Buffer, shape, off []int, fill Fill) (Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := NewTensor(t.DType, shape)
+	out := c.alloc().zeroed(t.DType, shape)
 	if fill == FillNegInf {
 		fillNegInf(out)
 	}

@@ -19,6 +19,19 @@ type CPU struct {
 	// pool, when set, recycles freed buffers for collective results (one
 	// rank per process only: see hostPool).
 	pool *hostPool
+	// arena, when set, recycles the outputs of this rank's kernels and
+	// local steps: one CPU per rank, as the local launcher makes them.
+	// Unlike pool it takes back only buffers it handed out and no peer
+	// shares (Tensor.home), so it is safe where ranks share storage.
+	arena *hostPool
+}
+
+// alloc is where kernel outputs come from: a nil pool allocates.
+func (c *CPU) alloc() *hostPool {
+	if c.pool != nil {
+		return c.pool
+	}
+	return c.arena
 }
 
 // OpCall is one kernel invocation.
@@ -27,6 +40,8 @@ type OpCall struct {
 	Args   []*Tensor
 	In     []sbp.Block // the arguments' blocks
 	Out    sbp.Block   // the result's block
+	// pool gives kernels their outputs (nil: fresh memory).
+	pool *hostPool
 }
 
 // Compute runs v's kernel on local tensors. Half-precision operands are
@@ -112,11 +127,11 @@ func init() {
 		return out
 	}), "nonfinite")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
-		return elementwise(call.Kernel.Op, call.Args[0], call.Args[1])
+		return elementwise(call.pool, call.Kernel.Op, call.Args[0], call.Args[1])
 	}, "add", "sub", "mul", "div", "minimum", "maximum")
-	registerCPU(pure(func(call *OpCall) *Tensor { return unary(call.Kernel.Op, call.Args[0]) }),
+	registerCPU(pure(func(call *OpCall) *Tensor { return unary(call.pool, call.Kernel.Op, call.Args[0]) }),
 		"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid")
-	registerCPU(func(c *CPU, call *OpCall) (*Tensor, error) { return c.matmul(call.Args[0], call.Args[1]) }, "matmul")
+	registerCPU(func(c *CPU, call *OpCall) (*Tensor, error) { return c.matmul(call.pool, call.Args[0], call.Args[1]) }, "matmul")
 	registerCPU(pure(func(call *OpCall) *Tensor {
 		return softmax(call.Args[0], call.Kernel.Attrs.Axis, call.Kernel.Op == "log_softmax")
 	}), "softmax", "log_softmax")
@@ -125,7 +140,7 @@ func init() {
 		return layernorm(a[0], a[1], a[2], call.Kernel.Attrs.Eps)
 	}), "layernorm")
 	registerCPU(pure(func(call *OpCall) *Tensor { return reduce(call.Kernel, call.Args[0]) }), "sum", "mean", "max")
-	registerCPU(pure(func(call *OpCall) *Tensor { return transpose(call.Args[0], call.Kernel.Attrs.Perm) }), "transpose")
+	registerCPU(pure(func(call *OpCall) *Tensor { return transpose(call.pool, call.Args[0], call.Kernel.Attrs.Perm) }), "transpose")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
 		a := call.Args
 		if a[0].Numel() != numel(call.Out.Len) {
@@ -133,18 +148,18 @@ func init() {
 		}
 		// a copy, not a view: every slot owns its storage, so the memory
 		// accounting counts what is really held
-		t := a[0].Clone()
+		t := a[0].cloneIn(call.pool)
 		t.Shape = append([]int{}, call.Out.Len...)
 		return t, nil
 	}, "reshape")
-	registerCPU(pure(func(call *OpCall) *Tensor { return ConcatDim(call.Args, call.Kernel.Attrs.Axis) }), "concat")
+	registerCPU(pure(func(call *OpCall) *Tensor { return concatDim(call.pool, call.Args, call.Kernel.Attrs.Axis) }), "concat")
 	registerCPU(pure(func(call *OpCall) *Tensor {
 		x, at := call.Args[0], call.Kernel.Attrs
 		off := make([]int, len(x.Shape))
 		off[at.Axis] = at.Start
 		count := append([]int{}, x.Shape...)
 		count[at.Axis] = at.End - at.Start
-		return Extract(x, off, count)
+		return extract(call.pool, x, off, count)
 	}), "slice")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
 		return embedding(call.Args[0], call.Args[1], call.In[0].Off[0], call.Kernel.ArgShapes[0][0])
@@ -215,12 +230,12 @@ func floatsOf[R any](t *Tensor, f32 func([]float32) R, f64 func([]float64) R) R 
 	return f64(t.Data.([]float64))
 }
 
-func elementwise(op string, x, y *Tensor) (*Tensor, error) {
+func elementwise(p *hostPool, op string, x, y *Tensor) (*Tensor, error) {
 	shape, ok := ops.Broadcast(x.Shape, y.Shape)
 	if !ok {
 		return nil, fmt.Errorf("local shapes %s and %s do not broadcast", ir.ShapeString(x.Shape), ir.ShapeString(y.Shape))
 	}
-	out := NewTensor(x.DType, shape)
+	out := p.zeroed(x.DType, shape)
 	switch d := out.Data.(type) {
 	case []float32:
 		binaryKernel(op, d, shape, x.Data.([]float32), x.Shape, y.Data.([]float32), y.Shape)
@@ -416,8 +431,8 @@ func unaryFn(op string) func(float64) float64 {
 	return func(x float64) float64 { return 1 / (1 + math.Exp(-x)) } // sigmoid
 }
 
-func unary(op string, x *Tensor) *Tensor {
-	out := NewTensor(x.DType, x.Shape)
+func unary(p *hostPool, op string, x *Tensor) *Tensor {
+	out := p.zeroed(x.DType, x.Shape)
 	f := unaryFn(op)
 	switch d := out.Data.(type) {
 	case []float32:
@@ -460,7 +475,7 @@ func unary(op string, x *Tensor) *Tensor {
 // matmul multiplies the last two dims, batch dims broadcast NumPy-style
 // (the checker only admits equal or missing batch dims). When B has no batch
 // dims, A's batch folds into its rows and one GEMM does all of it.
-func (c *CPU) matmul(a, b *Tensor) (*Tensor, error) {
+func (c *CPU) matmul(p *hostPool, a, b *Tensor) (*Tensor, error) {
 	ra, rb := len(a.Shape), len(b.Shape)
 	m, k, n := a.Shape[ra-2], a.Shape[ra-1], b.Shape[rb-1]
 	if b.Shape[rb-2] != k {
@@ -471,7 +486,7 @@ func (c *CPU) matmul(a, b *Tensor) (*Tensor, error) {
 	if !ok {
 		return nil, fmt.Errorf("local batch dims differ: %s @ %s", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
 	}
-	out := NewTensor(a.DType, append(append([]int{}, batch...), m, n))
+	out := p.zeroed(a.DType, append(append([]int{}, batch...), m, n))
 	nb := numel(batch)
 	if m == 0 || n == 0 || nb == 0 {
 		return out, nil

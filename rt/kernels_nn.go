@@ -141,13 +141,13 @@ func reduce(v *plan.Kernel, x *Tensor) *Tensor {
 	return out
 }
 
-func transpose(x *Tensor, perm []int) *Tensor {
+func transpose(p *hostPool, x *Tensor, perm []int) *Tensor {
 	r := len(perm)
 	shape := make([]int, r)
 	for i, p := range perm {
 		shape[i] = x.Shape[p]
 	}
-	out := NewTensor(x.DType, shape)
+	out := p.zeroed(x.DType, shape)
 	n := out.Numel()
 	if n == 0 {
 		return out

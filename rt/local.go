@@ -21,14 +21,18 @@ type Local struct {
 
 // NewLocal makes the workers of every rank of p.
 func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
-	if opts.Backend == nil {
-		opts.Backend = &CPU{BLAS: DefaultBLAS()}
-	}
 	n := p.Mesh.Size()
 	comms := NewInProc(n)
 	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock}
 	for r := range l.Workers {
-		w, err := NewWorker(ctx, p, r, opts.Backend, comms[r], opts)
+		be := opts.Backend
+		if be == nil {
+			// a CPU per rank, each recycling its own kernels' outputs
+			// from one step to the next (a shared one would need a lock
+			// per allocation)
+			be = &CPU{BLAS: DefaultBLAS(), arena: newArena()}
+		}
+		w, err := NewWorker(ctx, p, r, be, comms[r], opts)
 		if err != nil {
 			return nil, err
 		}

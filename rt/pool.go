@@ -22,6 +22,7 @@ type hostPool struct {
 	free  map[poolKey][]any // Data slices ready for reuse
 	held  int64             // bytes in free
 	limit int64             // beyond this, freed buffers go to the collector
+	min   int               // smaller buffers are not recycled
 }
 
 type poolKey struct {
@@ -33,35 +34,81 @@ type poolKey struct {
 // to allocate and would crowd the lists).
 const poolMin = 4096
 
+// arenaLimit bounds the bytes a rank's arena keeps for reuse.
+const arenaLimit = 1 << 30
+
 func newHostPool(limit int64) *hostPool {
-	return &hostPool{free: map[poolKey][]any{}, limit: limit}
+	return &hostPool{free: map[poolKey][]any{}, limit: limit, min: poolMin}
 }
 
 // get returns a tensor of shape whose elements are unspecified: the caller
 // overwrites every one (a collective's result). A nil pool allocates.
 func (p *hostPool) get(dt ir.DType, shape []int) *Tensor {
-	n := numel(shape)
-	if p == nil || n < poolMin {
+	d := p.take(dt, numel(shape))
+	if d == nil {
 		return NewTensor(dt, shape)
+	}
+	return &Tensor{DType: dt, Shape: append([]int{}, shape...), Data: d}
+}
+
+// take removes a free buffer of n elements of dt from the lists, or
+// returns nil.
+func (p *hostPool) take(dt ir.DType, n int) any {
+	if p == nil || n < p.min {
+		return nil
 	}
 	k := poolKey{dt, n}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	list := p.free[k]
 	if len(list) == 0 {
-		p.mu.Unlock()
-		return NewTensor(dt, shape)
+		return nil
 	}
 	d := list[len(list)-1]
 	p.free[k] = list[:len(list)-1]
 	p.held -= int64(n * dt.Size())
-	p.mu.Unlock()
-	return &Tensor{DType: dt, Shape: append([]int{}, shape...), Data: d}
+	return d
+}
+
+// zeroed returns a zero-filled tensor of shape, reusing a freed buffer of
+// its size when there is one: a kernel's output. It remembers p as the
+// tensor's home, so Free can tell a buffer this rank made (and may
+// recycle) from one a peer shares. A nil pool allocates.
+func (p *hostPool) zeroed(dt ir.DType, shape []int) *Tensor {
+	if p == nil {
+		return NewTensor(dt, shape)
+	}
+	var t *Tensor
+	if d := p.take(dt, numel(shape)); d != nil {
+		clearData(d) // a fresh buffer is zero already
+		t = &Tensor{DType: dt, Shape: append([]int{}, shape...), Data: d}
+	} else {
+		t = NewTensor(dt, shape)
+	}
+	t.home = p
+	return t
+}
+
+// clearData zeroes a storage slice.
+func clearData(d any) {
+	switch x := d.(type) {
+	case []float32:
+		clear(x)
+	case []float64:
+		clear(x)
+	case []int32:
+		clear(x)
+	case []int64:
+		clear(x)
+	case []uint16:
+		clear(x)
+	}
 }
 
 // put takes back a buffer nobody references any more.
 func (p *hostPool) put(t *Tensor) {
 	n := t.Numel()
-	if p == nil || n < poolMin {
+	if p == nil || n < p.min {
 		return
 	}
 	size := int64(n * t.DType.Size())
@@ -95,4 +142,14 @@ func dataPtr(d any) unsafe.Pointer {
 		return unsafe.Pointer(unsafe.SliceData(x))
 	}
 	return nil
+}
+
+// newArena is a rank's pool for its kernels' outputs. It recycles every
+// size: a step allocates the same sizes every time, so even scalars find
+// their buffer again (on the tiny GPT, recycling from 1 element instead
+// of poolMin saves 0.4 MB and 400 allocations per step).
+func newArena() *hostPool {
+	p := newHostPool(arenaLimit)
+	p.min = 1
+	return p
 }

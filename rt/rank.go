@@ -302,6 +302,9 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	defer cancel()
 	switch in.Kind {
 	case plan.Collective:
+		if len(b.Members) > 1 {
+			escape(args[0])
+		}
 		if x.clk != nil {
 			x.clk.arrive(in.Group, b.Members)
 		}
@@ -313,6 +316,7 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 			x.clk.send(b.Peer, in.Tag)
 		}
 		// the communicator may read the buffer until Flush: hold it
+		escape(args[0])
 		if err = w.Comm.Send(cctx, b.Peer, in.Tag, args[0]); err == nil {
 			x.refs[args[0]]++
 			x.sent = append(x.sent, args[0])
@@ -324,6 +328,15 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 		}
 	}
 	return out, err
+}
+
+// escape marks a buffer that goes to another rank: the in-process
+// transport hands peers the storage itself, which they may read after
+// this rank frees it, so the backend must not recycle it.
+func escape(b Buffer) {
+	if t, ok := b.(*Tensor); ok {
+		t.home = nil
+	}
 }
 
 // source builds this rank's block of a source: fed by the caller (the

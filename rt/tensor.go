@@ -14,6 +14,10 @@ type Tensor struct {
 	DType ir.DType
 	Shape []int
 	Data  any
+	// home is the pool that may recycle Data once the tensor is freed: set
+	// for a kernel's output on a recycling backend, cleared when the
+	// buffer is shared with another rank (see escape).
+	home *hostPool
 }
 
 // Num is every element type the CPU backend stores (uint16 holds bf16 and
@@ -112,8 +116,11 @@ func (t *Tensor) Float64s() []float64 {
 }
 
 // Clone deep-copies a tensor.
-func (t *Tensor) Clone() *Tensor {
-	c := NewTensor(t.DType, t.Shape)
+func (t *Tensor) Clone() *Tensor { return t.cloneIn(nil) }
+
+// cloneIn is Clone into a tensor from pool p.
+func (t *Tensor) cloneIn(p *hostPool) *Tensor {
+	c := p.zeroed(t.DType, t.Shape)
 	switch d := t.Data.(type) {
 	case []float32:
 		copy(c.Data.([]float32), d)
@@ -192,8 +199,11 @@ func CopyBlock(dst *Tensor, doff []int, src *Tensor, soff []int, count []int) {
 }
 
 // Extract returns the box [off, off+count) of t as a new tensor.
-func Extract(t *Tensor, off, count []int) *Tensor {
-	out := NewTensor(t.DType, count)
+func Extract(t *Tensor, off, count []int) *Tensor { return extract(nil, t, off, count) }
+
+// extract is Extract into a tensor from pool p.
+func extract(p *hostPool, t *Tensor, off, count []int) *Tensor {
+	out := p.zeroed(t.DType, count)
 	CopyBlock(out, make([]int, len(count)), t, off, count)
 	return out
 }
@@ -212,13 +222,16 @@ func SplitDim(t *Tensor, dim int, lens []int) []*Tensor {
 }
 
 // ConcatDim joins tensors along dim.
-func ConcatDim(ts []*Tensor, dim int) *Tensor {
+func ConcatDim(ts []*Tensor, dim int) *Tensor { return concatDim(nil, ts, dim) }
+
+// concatDim is ConcatDim into a tensor from pool p.
+func concatDim(p *hostPool, ts []*Tensor, dim int) *Tensor {
 	shape := append([]int{}, ts[0].Shape...)
 	shape[dim] = 0
 	for _, t := range ts {
 		shape[dim] += t.Shape[dim]
 	}
-	out := NewTensor(ts[0].DType, shape)
+	out := p.zeroed(ts[0].DType, shape)
 	off := make([]int, len(shape))
 	for _, t := range ts {
 		CopyBlock(out, off, t, make([]int, len(shape)), t.Shape)
