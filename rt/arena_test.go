@@ -61,10 +61,12 @@ func TestArenaBitIdentical(t *testing.T) {
 
 // TestGPTStepAllocations bounds the bytes a steady training step of the
 // tiny GPT on one device leaves to the collector. Measured: 21.2 MB per
-// step before kernels wrote into recycled buffers, 10.9 MB after; the
-// bound sits between, so losing the recycling fails.
+// step when every kernel output was fresh memory, 10.9 MB with outputs
+// recycled, 4.4 MB with the float64 working copies of the normalising
+// kernels recycled too; the bound (8 MiB) is generous for noise, yet
+// losing either kind of recycling fails.
 func TestGPTStepAllocations(t *testing.T) {
-	const steps, bound = 8, 16 << 20
+	const steps, bound = 8, 8 << 20
 	p := lowerGPT(t, steps, true)
 	var ms runtime.MemStats
 	var from uint64

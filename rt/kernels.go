@@ -133,13 +133,13 @@ func init() {
 		"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid")
 	registerCPU(func(c *CPU, call *OpCall) (*Tensor, error) { return c.matmul(call.pool, call.Args[0], call.Args[1]) }, "matmul")
 	registerCPU(pure(func(call *OpCall) *Tensor {
-		return softmax(call.Args[0], call.Kernel.Attrs.Axis, call.Kernel.Op == "log_softmax")
+		return softmax(call.pool, call.Args[0], call.Kernel.Attrs.Axis, call.Kernel.Op == "log_softmax")
 	}), "softmax", "log_softmax")
 	registerCPU(pure(func(call *OpCall) *Tensor {
 		a := call.Args
-		return layernorm(a[0], a[1], a[2], call.Kernel.Attrs.Eps)
+		return layernorm(call.pool, a[0], a[1], a[2], call.Kernel.Attrs.Eps)
 	}), "layernorm")
-	registerCPU(pure(func(call *OpCall) *Tensor { return reduce(call.Kernel, call.Args[0]) }), "sum", "mean", "max")
+	registerCPU(pure(func(call *OpCall) *Tensor { return reduce(call.pool, call.Kernel, call.Args[0]) }), "sum", "mean", "max")
 	registerCPU(pure(func(call *OpCall) *Tensor { return transpose(call.pool, call.Args[0], call.Kernel.Attrs.Perm) }), "transpose")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
 		a := call.Args

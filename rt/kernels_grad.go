@@ -18,11 +18,11 @@ func init() {
 	}), "relu_grad")
 	registerCPU(pure(func(call *OpCall) *Tensor { return geluGrad(call.Args[0]) }), "gelu_grad")
 	registerCPU(pure(func(call *OpCall) *Tensor {
-		return softmaxGrad(call.Args[0], call.Args[1], call.Kernel.Attrs.Axis)
+		return softmaxGrad(call.pool, call.Args[0], call.Args[1], call.Kernel.Attrs.Axis)
 	}), "softmax_grad")
-	registerCPU(pure(func(call *OpCall) *Tensor { return normalizeRows(call.Args[0], nil, call.Kernel.Attrs.Eps) }), "normalize")
+	registerCPU(pure(func(call *OpCall) *Tensor { return normalizeRows(call.pool, call.Args[0], nil, call.Kernel.Attrs.Eps) }), "normalize")
 	registerCPU(pure(func(call *OpCall) *Tensor {
-		return normalizeRows(call.Args[0], call.Args[1], call.Kernel.Attrs.Eps)
+		return normalizeRows(call.pool, call.Args[0], call.Args[1], call.Kernel.Attrs.Eps)
 	}), "normalize_grad")
 	registerCPU(pure(func(call *OpCall) *Tensor {
 		a := call.Args
@@ -77,10 +77,11 @@ func mapFloat(x *Tensor, f func(float64) float64) *Tensor {
 	return out
 }
 
-func softmaxGrad(y, g *Tensor, axis int) *Tensor {
+func softmaxGrad(p *hostPool, y, g *Tensor, axis int) *Tensor {
 	outer, n, inner := axisView(y.Shape, axis)
-	yv, gv := y.Float64s(), g.Float64s()
-	o := make([]float64, len(yv))
+	yv, gv := p.float64s(y), p.float64s(g)
+	o := p.f64(len(yv))
+	defer p.done(yv, gv, o)
 	for a := 0; a < outer; a++ {
 		for c := 0; c < inner; c++ {
 			base := a*n*inner + c
@@ -94,21 +95,22 @@ func softmaxGrad(y, g *Tensor, axis int) *Tensor {
 			}
 		}
 	}
-	out := NewTensor(y.DType, y.Shape)
+	out := p.zeroed(y.DType, y.Shape)
 	storeFloat64s(out, o)
 	return out
 }
 
 // normalizeRows computes x̂ = (x − μ)/σ over the last dim, or, given d, the
 // backward (d − mean(d) − x̂·mean(d·x̂))/σ.
-func normalizeRows(x, d *Tensor, eps float64) *Tensor {
+func normalizeRows(p *hostPool, x, d *Tensor, eps float64) *Tensor {
 	h := x.Shape[len(x.Shape)-1]
-	in := x.Float64s()
+	in := p.float64s(x)
 	var dv []float64
 	if d != nil {
-		dv = d.Float64s()
+		dv = p.float64s(d)
 	}
-	o := make([]float64, len(in))
+	o := p.f64(len(in))
+	defer p.done(in, dv, o)
 	for r := 0; h > 0 && r < len(in)/h; r++ {
 		row := in[r*h : (r+1)*h]
 		mean, vr := 0.0, 0.0
@@ -138,7 +140,7 @@ func normalizeRows(x, d *Tensor, eps float64) *Tensor {
 			o[r*h+i] = (dv[r*h+i] - md - (v-mean)*inv*mdx) * inv
 		}
 	}
-	out := NewTensor(x.DType, x.Shape)
+	out := p.zeroed(x.DType, x.Shape)
 	storeFloat64s(out, o)
 	return out
 }

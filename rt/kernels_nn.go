@@ -24,10 +24,11 @@ func axisView(shape []int, axis int) (outer, n, inner int) {
 	return outer, shape[axis], inner
 }
 
-func softmax(x *Tensor, axis int, logOut bool) *Tensor {
-	out := NewTensor(x.DType, x.Shape)
+func softmax(p *hostPool, x *Tensor, axis int, logOut bool) *Tensor {
+	out := p.zeroed(x.DType, x.Shape)
 	outer, n, inner := axisView(x.Shape, axis)
-	in, o := x.Float64s(), make([]float64, x.Numel())
+	in, o := p.float64s(x), p.f64(x.Numel())
+	defer p.done(in, o)
 	for a := 0; a < outer; a++ {
 		for c := 0; c < inner; c++ {
 			base := a*n*inner + c
@@ -75,11 +76,12 @@ func storeFloat64s(t *Tensor, v []float64) {
 
 // layernorm over the last dim: (x - mean)/sqrt(var + eps)·gamma + beta with
 // the biased variance, as PyTorch computes it.
-func layernorm(x, g, b *Tensor, eps float64) *Tensor {
-	out := NewTensor(x.DType, x.Shape)
+func layernorm(p *hostPool, x, g, b *Tensor, eps float64) *Tensor {
+	out := p.zeroed(x.DType, x.Shape)
 	h := x.Shape[len(x.Shape)-1]
-	in, gv, bv := x.Float64s(), g.Float64s(), b.Float64s()
-	o := make([]float64, len(in))
+	in, gv, bv := p.float64s(x), p.float64s(g), p.float64s(b)
+	o := p.f64(len(in))
+	defer p.done(in, gv, bv, o)
 	for r := 0; h > 0 && r < len(in)/h; r++ {
 		row := in[r*h : (r+1)*h]
 		mean := 0.0
@@ -104,8 +106,8 @@ func layernorm(x, g, b *Tensor, eps float64) *Tensor {
 // reduce computes sum, mean or max along Attrs.Axis (-1: all dims). mean
 // divides by the global count from the value's type, so a split input gives
 // the right partial.
-func reduce(v *plan.Kernel, x *Tensor) *Tensor {
-	in := x.Float64s()
+func reduce(p *hostPool, v *plan.Kernel, x *Tensor) *Tensor {
+	in := p.float64s(x)
 	axis := v.Attrs.Axis
 	var outShape []int
 	outer, n, inner := 1, len(in), 1
@@ -115,7 +117,8 @@ func reduce(v *plan.Kernel, x *Tensor) *Tensor {
 		outShape = append(append([]int{}, x.Shape[:axis]...), x.Shape[axis+1:]...)
 		globalN = v.ArgShapes[0][axis]
 	}
-	o := make([]float64, outer*inner)
+	o := p.f64(outer * inner)
+	defer p.done(in, o)
 	for a := 0; a < outer; a++ {
 		for c := 0; c < inner; c++ {
 			acc := 0.0
@@ -136,7 +139,7 @@ func reduce(v *plan.Kernel, x *Tensor) *Tensor {
 			o[a*inner+c] = acc
 		}
 	}
-	out := NewTensor(x.DType, outShape)
+	out := p.zeroed(x.DType, outShape)
 	storeFloat64s(out, o)
 	return out
 }

@@ -89,6 +89,37 @@ func (p *hostPool) zeroed(dt ir.DType, shape []int) *Tensor {
 	return t
 }
 
+// f64 returns a zeroed float64 scratch slice of n elements, a kernel's
+// working copy in float64: give it back with done once the kernel no
+// longer reads it. A nil pool allocates.
+func (p *hostPool) f64(n int) []float64 {
+	if d := p.take(ir.F64, n); d != nil {
+		s := d.([]float64)
+		clear(s)
+		return s
+	}
+	return make([]float64, n)
+}
+
+// float64s is t.Float64s in a scratch slice from p.
+func (p *hostPool) float64s(t *Tensor) []float64 {
+	if p == nil {
+		return t.Float64s()
+	}
+	out := p.f64(t.Numel())
+	storeInto(out, t)
+	return out
+}
+
+// done takes back scratch slices from f64 and float64s.
+func (p *hostPool) done(scratch ...[]float64) {
+	for _, s := range scratch {
+		if s != nil {
+			p.put(&Tensor{DType: ir.F64, Shape: []int{len(s)}, Data: s})
+		}
+	}
+}
+
 // clearData zeroes a storage slice.
 func clearData(d any) {
 	switch x := d.(type) {

@@ -92,6 +92,12 @@ func (t *Tensor) Bytes() int64 { return int64(t.Numel() * t.DType.Size()) }
 // Float64s returns the elements converted to float64 (for comparisons and printing).
 func (t *Tensor) Float64s() []float64 {
 	out := make([]float64, t.Numel())
+	storeInto(out, t)
+	return out
+}
+
+// storeInto writes t's elements, as float64, into out (len(out) ≥ t's).
+func storeInto(out []float64, t *Tensor) {
 	switch d := t.Data.(type) {
 	case []float32:
 		for i, v := range d {
@@ -112,7 +118,6 @@ func (t *Tensor) Float64s() []float64 {
 			out[i] = float64(v)
 		}
 	}
-	return out
 }
 
 // Clone deep-copies a tensor.
