@@ -108,15 +108,27 @@ func (c *CPU) Sync(context.Context) error { return nil }
 
 // Launch implements Backend.
 func (c *CPU) Launch(_ context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block) (Buffer, error) {
-	ts := make([]*Tensor, len(args))
-	for i, a := range args {
+	var call *OpCall
+	var ts []*Tensor
+	if c.arena != nil {
+		call, ts = &c.call, c.args[:0]
+	} else {
+		call, ts = new(OpCall), make([]*Tensor, 0, len(args))
+	}
+	for _, a := range args {
 		t, err := host(a)
 		if err != nil {
 			return nil, err
 		}
-		ts[i] = t
+		ts = append(ts, t)
 	}
-	return c.Compute(&OpCall{Kernel: k, Args: ts, In: in, Out: out, pool: c.alloc()})
+	*call = OpCall{Kernel: k, Args: ts, In: in, Out: out, pool: c.alloc()}
+	res, err := c.Compute(call)
+	if c.arena != nil {
+		clear(ts) // hold no argument past its life
+		c.args, c.call = ts, OpCall{}
+	}
+	return res, err
 }
 
 // Slice implements Backend.

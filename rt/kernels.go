@@ -24,6 +24,11 @@ type CPU struct {
 	// Unlike pool it takes back only buffers it handed out and no peer
 	// shares (Tensor.home), so it is safe where ranks share storage.
 	arena *hostPool
+	// call and args are Launch's argument record, reused from one
+	// instruction to the next (two allocations fewer per instruction);
+	// only a per-rank CPU (arena set) has one goroutine calling Launch.
+	call OpCall
+	args []*Tensor
 }
 
 // alloc is where kernel outputs come from: a nil pool allocates.
