@@ -48,7 +48,9 @@ func (p *hostPool) get(dt ir.DType, shape []int) *Tensor {
 	if d == nil {
 		return NewTensor(dt, shape)
 	}
-	return &Tensor{DType: dt, Shape: append([]int{}, shape...), Data: d}
+	t := header(dt, shape)
+	t.Data = d
+	return t
 }
 
 // take removes a free buffer of n elements of dt from the lists, or
@@ -81,7 +83,8 @@ func (p *hostPool) zeroed(dt ir.DType, shape []int) *Tensor {
 	var t *Tensor
 	if d := p.take(dt, numel(shape)); d != nil {
 		clearData(d) // a fresh buffer is zero already
-		t = &Tensor{DType: dt, Shape: append([]int{}, shape...), Data: d}
+		t = header(dt, shape)
+		t.Data = d
 	} else {
 		t = NewTensor(dt, shape)
 	}

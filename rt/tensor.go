@@ -47,7 +47,7 @@ func numel(shape []int) int {
 // NewTensor allocates a zero tensor.
 func NewTensor(dt ir.DType, shape []int) *Tensor {
 	n := numel(shape)
-	t := &Tensor{DType: dt, Shape: append([]int{}, shape...)}
+	t := header(dt, shape)
 	switch dt {
 	case ir.F32:
 		t.Data = make([]float32, n)
@@ -63,6 +63,23 @@ func NewTensor(dt ir.DType, shape []int) *Tensor {
 		panic(fmt.Sprintf("rt: unsupported dtype %s", dt))
 	}
 	return t
+}
+
+// header returns a tensor of dt with a copy of shape and no data. A
+// shape of up to four dims lives in the same object as the tensor: one
+// allocation instead of two, for every tensor a step makes.
+func header(dt ir.DType, shape []int) *Tensor {
+	n := len(shape)
+	if n > 4 {
+		return &Tensor{DType: dt, Shape: append([]int{}, shape...)}
+	}
+	b := &struct {
+		t    Tensor
+		dims [4]int
+	}{}
+	// capacity n: an append to the shape must not write into dims
+	b.t = Tensor{DType: dt, Shape: append(b.dims[:0:n], shape...)}
+	return &b.t
 }
 
 // FromSlice wraps data with a shape.
