@@ -118,7 +118,7 @@ func (p *hostPool) float64s(t *Tensor) []float64 {
 func (p *hostPool) done(scratch ...[]float64) {
 	for _, s := range scratch {
 		if s != nil {
-			p.put(&Tensor{DType: ir.F64, Shape: []int{len(s)}, Data: s})
+			p.putData(ir.F64, len(s), s)
 		}
 	}
 }
@@ -140,24 +140,26 @@ func clearData(d any) {
 }
 
 // put takes back a buffer nobody references any more.
-func (p *hostPool) put(t *Tensor) {
-	n := t.Numel()
+func (p *hostPool) put(t *Tensor) { p.putData(t.DType, t.Numel(), t.Data) }
+
+// putData takes back storage d of n elements of dt.
+func (p *hostPool) putData(dt ir.DType, n int, d any) {
 	if p == nil || n < p.min {
 		return
 	}
-	size := int64(n * t.DType.Size())
-	k := poolKey{t.DType, n}
+	size := int64(n * dt.Size())
+	k := poolKey{dt, n}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.held+size > p.limit {
 		return
 	}
-	for _, d := range p.free[k] {
-		if dataPtr(d) == dataPtr(t.Data) {
+	for _, f := range p.free[k] {
+		if dataPtr(f) == dataPtr(d) {
 			return // already here: never hand one buffer out twice
 		}
 	}
-	p.free[k] = append(p.free[k], t.Data)
+	p.free[k] = append(p.free[k], d)
 	p.held += size
 }
 

@@ -27,6 +27,14 @@ type Worker struct {
 	clock   *SimClock
 	files   *npyCache
 	labels  []eventLabel // per instruction, formatted once
+	// rings names the ring steps on the timeline, formatted once per
+	// worker: the same steps recur in every execution.
+	rings map[ringKey]string
+}
+
+type ringKey struct {
+	phase string
+	k     int
 }
 
 // NewWorker binds rank's program and creates its groups (every rank of
@@ -46,7 +54,7 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	if w.files == nil {
 		w.files = &npyCache{}
 	}
-	w.labels = labelsOf(rp.Prog)
+	w.labels, w.rings = labelsOf(rp.Prog), map[ringKey]string{}
 	for gi, g := range p.Groups {
 		cctx, cancel := context.WithTimeout(ctx, w.Timeout)
 		grp, err := c.NewGroup(cctx, gi, p.Mesh.Group(rank, g.Axes...))
@@ -198,7 +206,12 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 
 // ringStep records one step of a ring collective on the timeline.
 func (x *execution) ringStep(phase string, k int, bytes int64, start, end time.Time) {
-	x.events = append(x.events, Event{Name: fmt.Sprintf("%s step %d", phase, k+1), Kind: "ring", Start: start.Sub(x.start),
+	name, ok := x.w.rings[ringKey{phase, k}]
+	if !ok {
+		name = fmt.Sprintf("%s step %d", phase, k+1)
+		x.w.rings[ringKey{phase, k}] = name
+	}
+	x.events = append(x.events, Event{Name: name, Kind: "ring", Start: start.Sub(x.start),
 		Dur: end.Sub(start), Bytes: bytes})
 }
 
