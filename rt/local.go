@@ -79,7 +79,13 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	if err := firstError(errs); err != nil {
+	err := firstError(errs)
+	for _, w := range l.Workers {
+		if c, ok := w.Backend.(*CPU); ok && c.arena != nil {
+			c.arena.settle(err == nil) // no rank runs: lent buffers are free
+		}
+	}
+	if err != nil {
 		return nil, wall, err
 	}
 	return out, wall, nil

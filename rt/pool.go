@@ -23,6 +23,9 @@ type hostPool struct {
 	held  int64             // bytes in free
 	limit int64             // beyond this, freed buffers go to the collector
 	min   int               // smaller buffers are not recycled
+	// lent holds freed buffers a collective lent to peers, until every
+	// rank has finished the execution (settle).
+	lent []*Tensor
 }
 
 type poolKey struct {
@@ -120,6 +123,29 @@ func (p *hostPool) done(scratch ...[]float64) {
 		if s != nil {
 			p.putData(ir.F64, len(s), s)
 		}
+	}
+}
+
+// deferLent keeps a freed buffer that peers may still read until settle.
+func (p *hostPool) deferLent(t *Tensor) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lent = append(p.lent, t)
+}
+
+// settle recycles the buffers lent to collectives, once no rank runs:
+// after a failed execution it drops them instead (a cancelled peer's
+// transport may still hold one).
+func (p *hostPool) settle(ok bool) {
+	p.mu.Lock()
+	lent := p.lent
+	p.lent = nil
+	p.mu.Unlock()
+	for i, t := range lent {
+		if ok {
+			p.put(t)
+		}
+		lent[i] = nil
 	}
 }
 

@@ -316,7 +316,7 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	switch in.Kind {
 	case plan.Collective:
 		if len(b.Members) > 1 {
-			escape(args[0])
+			lend(args[0])
 		}
 		if x.clk != nil {
 			x.clk.arrive(in.Group, b.Members)
@@ -349,6 +349,15 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 func escape(b Buffer) {
 	if t, ok := b.(*Tensor); ok {
 		t.home = nil
+	}
+}
+
+// lend marks a buffer a collective reads: peers of the in-process ring
+// read (and forward) it until their own part is done, which may be after
+// this rank's, so the backend recycles it only after the execution.
+func lend(b Buffer) {
+	if t, ok := b.(*Tensor); ok {
+		t.lent = true
 	}
 }
 

@@ -18,6 +18,10 @@ type Tensor struct {
 	// for a kernel's output on a recycling backend, cleared when the
 	// buffer is shared with another rank (see escape).
 	home *hostPool
+	// lent says a collective read the buffer: peers may read it until
+	// they finish their part, so it is recycled only once every rank has
+	// finished the execution (hostPool.settle).
+	lent bool
 }
 
 // Num is every element type the CPU backend stores (uint16 holds bf16 and
