@@ -458,8 +458,20 @@ func unary(p *hostPool, op string, x *Tensor) *Tensor {
 		case "gelu":
 			parallelFor(len(in), func(lo, hi int) {
 				for i := lo; i < hi; i++ {
-					x := float64(in[i])
-					d[i] = float32(0.5 * x * (1 + math.Erf(x*(1/math.Sqrt2))))
+					d[i] = gelu32(in[i])
+				}
+			})
+		case "exp", "tanh", "sigmoid": // f32-accurate kernels (f32math.go)
+			g := sigmoid32
+			switch op {
+			case "exp":
+				g = exp32
+			case "tanh":
+				g = tanh32
+			}
+			parallelFor(len(in), func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					d[i] = g(in[i])
 				}
 			})
 		default:

@@ -59,7 +59,7 @@ func geluGrad(x *Tensor) *Tensor {
 		d := out.Data.([]float32)
 		parallelFor(len(in), func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				d[i] = float32(f(float64(in[i])))
+				d[i] = geluGrad32(in[i])
 			}
 		})
 		return out
@@ -225,14 +225,15 @@ func crossEntropyGrad(logits, labels, g *Tensor, globalN int) (*Tensor, error) {
 	lab := indices(labels)
 	scale := g.Float64s()[0] / float64(globalN)
 	o := make([]float64, len(in))
+	exp := expFor(logits.DType)
 	for r := 0; r < n; r++ {
 		if lab[r] < 0 || lab[r] >= int64(c) {
 			return nil, fmt.Errorf("cross_entropy label %d out of range [0, %d)", lab[r], c)
 		}
 		row := in[r*c : (r+1)*c]
-		mx, s := rowMaxExpSum(row)
+		mx, s := rowMaxExpSum(row, exp)
 		for i, v := range row {
-			p := math.Exp(v-mx) / s
+			p := exp(v-mx) / s
 			if int64(i) == lab[r] {
 				p--
 			}

@@ -29,6 +29,7 @@ func softmax(p *hostPool, x *Tensor, axis int, logOut bool) *Tensor {
 	outer, n, inner := axisView(x.Shape, axis)
 	in, o := p.float64s(x), p.f64(x.Numel())
 	defer p.done(in, o)
+	exp := expFor(x.DType)
 	for a := 0; a < outer; a++ {
 		for c := 0; c < inner; c++ {
 			base := a*n*inner + c
@@ -38,14 +39,14 @@ func softmax(p *hostPool, x *Tensor, axis int, logOut bool) *Tensor {
 			}
 			s := 0.0
 			for i := 0; i < n; i++ {
-				s += math.Exp(in[base+i*inner] - mx)
+				s += exp(in[base+i*inner] - mx)
 			}
 			for i := 0; i < n; i++ {
 				v := in[base+i*inner] - mx
 				if logOut {
 					o[base+i*inner] = v - math.Log(s)
 				} else {
-					o[base+i*inner] = math.Exp(v) / s
+					o[base+i*inner] = exp(v) / s
 				}
 			}
 		}
@@ -236,12 +237,13 @@ func crossEntropy(logits, labels *Tensor, globalN int) (*Tensor, error) {
 	in := logits.Float64s()
 	lab := indices(labels)
 	total := 0.0
+	exp := expFor(logits.DType)
 	for r := 0; r < n; r++ {
 		row := in[r*c : (r+1)*c]
 		if lab[r] < 0 || lab[r] >= int64(c) {
 			return nil, fmt.Errorf("cross_entropy label %d out of range [0, %d)", lab[r], c)
 		}
-		mx, s := rowMaxExpSum(row)
+		mx, s := rowMaxExpSum(row, exp)
 		total += mx + math.Log(s) - row[lab[r]]
 	}
 	out := NewTensor(logits.DType, nil)
@@ -250,16 +252,26 @@ func crossEntropy(logits, labels *Tensor, globalN int) (*Tensor, error) {
 }
 
 // rowMaxExpSum returns a row's maximum and Σ exp(v − max), the stable
-// pieces of its log-sum-exp.
-func rowMaxExpSum(row []float64) (mx, s float64) {
+// pieces of its log-sum-exp, with the exponential expFor chose.
+func rowMaxExpSum(row []float64, exp func(float64) float64) (mx, s float64) {
 	mx = math.Inf(-1)
 	for _, v := range row {
 		mx = math.Max(mx, v)
 	}
 	for _, v := range row {
-		s += math.Exp(v - mx)
+		s += exp(v - mx)
 	}
 	return mx, s
+}
+
+// expFor is the exponential a kernel over dt uses: package math's for f64,
+// exp64 (about 1e-13 relative, see f32math.go) for f32 and half tensors,
+// whose results round to 24 bits or fewer.
+func expFor(dt ir.DType) func(float64) float64 {
+	if dt == ir.F64 {
+		return math.Exp
+	}
+	return exp64
 }
 
 func mse(a, b *Tensor, globalN int) (*Tensor, error) {

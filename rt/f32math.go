@@ -1,0 +1,175 @@
+package rt
+
+import "math"
+
+// Transcendentals for f32 (and half, which computes in f32) tensors.
+// math.Exp and math.Erf carry float64's full 53 bits and cost accordingly;
+// an f32 result needs about 30 bits. These evaluate short polynomials in
+// float64 registers (relative error ≈ 1e-13 before the final rounding), so
+// rounding to f32 lands within 1 ULP of the correctly rounded value; the
+// bounds are asserted in f32math_test.go and stated in spec.md. f64 tensors
+// keep package math.
+
+// exp64 reduces x = (32m + j)·ln2/32 + r with |r| ≤ ln2/64 and returns
+// 2^m · 2^(j/32) · e^r, e^r from its degree-5 Taylor polynomial (remainder
+// r^6/720 < 3e-15). Results below e^-708 flush to 0 and above e^709 go to
+// +Inf: outside f32's range either way, so callers rounding to f32 or
+// summing exponentials of f32 values see no difference.
+func exp64(x float64) float64 {
+	if !(x > -708) { // also NaN
+		if x != x {
+			return x
+		}
+		return 0
+	}
+	if x > 709 {
+		return math.Inf(1)
+	}
+	const n = float64(len(exp2Tab))
+	const shifter = 0x1.8p52 // adding it rounds to an integer (|x·n/ln2| < 2^51)
+	kf := (x*(n/math.Ln2) + shifter) - shifter
+	k := int64(kf)
+	// kf·(ln2/n) is off by at most |x|·2^-52 ≈ 1.6e-13 at |x| = 709, and by
+	// 2.3e-14 over f32's range, which bounds the reduction's error.
+	r := x - kf*(math.Ln2/n)
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120)))))
+	scale := math.Float64frombits(uint64(k>>5+1023) << 52) // m ∈ [-1022, 1022]
+	return scale * exp2Tab[k&31] * p
+}
+
+// exp2Tab[j] = 2^(j/32), from package math once at start-up.
+var exp2Tab = func() (t [32]float64) {
+	for j := range t {
+		t[j] = math.Exp2(float64(j) / 32)
+	}
+	return t
+}()
+
+// exp32 is e^x rounded to f32: within 1 ULP (overflow and underflow to
+// subnormals and 0 happen in the conversion, as IEEE rounding does).
+func exp32(x float32) float32 { return float32(exp64(float64(x))) }
+
+// sigmoid32 is 1/(1+e^-x): no cancellation, so exp64's error carries over.
+func sigmoid32(x float32) float32 { return float32(1 / (1 + exp64(-float64(x)))) }
+
+// tanh32 is tanh x within 1 ULP. Below |x| = 1/4 it sums the odd Taylor
+// series to x^11 (the next term is < 3e-10 of the result): the form
+// 1 − 2/(e^{2x}+1) would lose the small result to cancellation there.
+func tanh32(x float32) float32 {
+	v := float64(x)
+	t := math.Abs(v)
+	if t < 0.25 {
+		s := v * v
+		return float32(v * (1 + s*(-1.0/3+s*(2.0/15+s*(-17.0/315+s*(62.0/2835+s*(-1382.0/155925)))))))
+	}
+	r := 1 - 2/(exp64(2*t)+1) // |x| ≥ 1/4: cancels at most a factor 3; NaN stays NaN
+	return float32(math.Copysign(r, v))
+}
+
+// erf splits at t = 1/2: below it the Maclaurin series t·Σ c_n t^(2n)
+// (c_n = 2/√π·(−1)^n/(n!(2n+1)); ten terms leave < 1e-13 of the result),
+// above it erfc(t) = e^(−t²)·R(t) with R(t) = e^(t²)·erfc(t), which is
+// smooth and slowly varying (≈ 1/(t√π)) where erfc itself spans 300 orders
+// of magnitude, so the tail keeps its relative accuracy for gelu's
+// negative side. R is a Taylor polynomial about the centre of each of
+// erfcSteps intervals of width 1/2 covering [1/2, 21/2); erfc(21/2) < 1e-49
+// is 0 in f32.
+const (
+	erfcLo    = 0.5
+	erfcSteps = 20
+	erfcDeg   = 12
+)
+
+var erfSmall = func() (c [10]float64) {
+	f := 2 / math.SqrtPi // 2/√π·(−1)^n/n!
+	for n := range c {
+		c[n] = f / float64(2*n+1)
+		f /= -float64(n + 1)
+	}
+	return c
+}()
+
+// erfcTaylor[i] are R's Taylor coefficients about c = 3/4 + i/2. R solves
+// R' = 2tR − 2/√π, so with t = c + h, (n+1)·a_{n+1} = 2c·a_n + 2·a_{n−1}
+// (minus 2/√π for n = 0), from a_0 = erfc(c)·e^(c²) by package math at
+// start-up. The recurrence's own solution grows like e^(2ch), at most e^5
+// here, which multiplies a_0's rounding error to about 2e-14.
+var erfcTaylor = func() (tab [erfcSteps][erfcDeg + 1]float64) {
+	for i := range tab {
+		c := erfcLo + (float64(i)+0.5)*0.5
+		a := &tab[i]
+		a[0] = math.Erfc(c) * math.Exp(c*c)
+		a[1] = 2*c*a[0] - 2/math.SqrtPi
+		for n := 1; n < erfcDeg; n++ {
+			a[n+1] = (2*c*a[n] + 2*a[n-1]) / float64(n+1)
+		}
+	}
+	return tab
+}()
+
+// erfSeries is erf(t) for |t| < 1/2.
+func erfSeries(t float64) float64 {
+	s, c := t*t, &erfSmall
+	p := c[9]
+	for n := 8; n >= 0; n-- {
+		p = p*s + c[n]
+	}
+	return t * p
+}
+
+// erfcPos is erfc(t) for t ≥ 1/2 (and NaN for NaN).
+func erfcPos(t float64) float64 {
+	if !(t < erfcLo+erfcSteps*0.5) {
+		if t != t {
+			return t
+		}
+		return 0
+	}
+	i := int((t - erfcLo) * 2)
+	h := t - (erfcLo + (float64(i)+0.5)*0.5)
+	a := &erfcTaylor[i]
+	p := a[erfcDeg]
+	for n := erfcDeg - 1; n >= 0; n-- {
+		p = p*h + a[n]
+	}
+	return exp64(-t*t) * p
+}
+
+// erf64 is erf(x) to about 1e-13 relative.
+func erf64(x float64) float64 {
+	t := math.Abs(x)
+	if t < erfcLo {
+		return erfSeries(x)
+	}
+	return math.Copysign(1-erfcPos(t), x)
+}
+
+// erf32 is erf x rounded to f32, within 1 ULP.
+func erf32(x float32) float32 { return float32(erf64(float64(x))) }
+
+// normCDF is Φ(x) = ½·erfc(−x/√2), from erfc on the negative side so that
+// Φ keeps its relative accuracy where it is tiny.
+func normCDF(x float64) float64 {
+	t := x * (1 / math.Sqrt2)
+	switch {
+	case t >= 0:
+		return 0.5 * (1 + erf64(t))
+	case t > -erfcLo:
+		return 0.5 * (1 + erfSeries(t))
+	}
+	return 0.5 * erfcPos(-t)
+}
+
+// gelu32 is x·Φ(x) (exact gelu) rounded to f32.
+func gelu32(x float32) float32 {
+	v := float64(x)
+	return float32(v * normCDF(v))
+}
+
+// geluGrad32 is Φ(x) + x·φ(x) rounded to f32. The two terms cancel near
+// x ≈ −0.75, where the absolute error (≈ 1e-14) is what is bounded.
+func geluGrad32(x float32) float32 {
+	const invSqrt2Pi = 0.3989422804014327
+	v := float64(x)
+	return float32(normCDF(v) + v*exp64(-0.5*v*v)*invSqrt2Pi)
+}
