@@ -108,3 +108,41 @@ func TestULPs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkF32Math times each f32 kernel against the float64 math it
+// replaces, over 4096 inputs spread across gelu's working range.
+func BenchmarkF32Math(b *testing.B) {
+	in, out := make([]float32, 4096), make([]float32, 4096)
+	for i := range in {
+		in[i] = float32(i-2048) / 256 // [-8, 8)
+	}
+	const invSqrt2Pi = 0.3989422804014327
+	for _, c := range []struct {
+		name string
+		f    func(float32) float32
+	}{
+		{"exp/f32", exp32},
+		{"exp/math", func(x float32) float32 { return float32(math.Exp(float64(x))) }},
+		{"tanh/f32", tanh32},
+		{"tanh/math", func(x float32) float32 { return float32(math.Tanh(float64(x))) }},
+		{"gelu/f32", gelu32},
+		{"gelu/math", func(x float32) float32 {
+			v := float64(x)
+			return float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))
+		}},
+		{"gelu_grad/f32", geluGrad32},
+		{"gelu_grad/math", func(x float32) float32 {
+			v := float64(x)
+			return float32(0.5*(1+math.Erf(v/math.Sqrt2)) + v*math.Exp(-0.5*v*v)*invSqrt2Pi)
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for n := 0; n < b.N; n++ {
+				for i, x := range in {
+					out[i] = c.f(x)
+				}
+			}
+			b.SetBytes(int64(4 * len(in)))
+		})
+	}
+}
