@@ -175,28 +175,11 @@ func Explain(p *Plan) *Report {
 	for _, o := range p.Outputs {
 		r.Outputs = append(r.Outputs, OutputReport{Name: o.Output.Name, Placement: o.Placement.String(), Shape: o.Output.Value.Type.Shape})
 	}
+	held := heldByDevice(p)
 	for d, peak := range p.Peak {
-		mr := MemoryReport{Device: d, Coord: p.Exec.Mesh.CoordString(d), PeakBytes: peak}
-		sd, holds := stageDevice(p, d)
-		local := func(v *ir.Value) int64 {
-			if !holds(v) {
-				return 0
-			}
-			return int64(sbp.Layout(m, v.Type.Shape, p.Placement[v], sd).Numel() * v.Type.DType.Size())
-		}
-		for _, v := range p.Values {
-			switch v.Op {
-			case "param":
-				mr.ParamBytes += local(v)
-			case "state":
-				mr.OptimizerBytes += local(v)
-			}
-		}
-		if t := p.Graph.Train; t != nil {
-			for _, g := range t.Grads {
-				mr.GradientBytes += local(g)
-			}
-		}
+		h := held(d)
+		mr := MemoryReport{Device: d, Coord: p.Exec.Mesh.CoordString(d), PeakBytes: peak,
+			ParamBytes: h.param, OptimizerBytes: h.optimizer, GradientBytes: h.gradient}
 		mr.ActivationBytes = peak - mr.ParamBytes - mr.OptimizerBytes
 		r.Memory = append(r.Memory, mr)
 		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
@@ -239,7 +222,13 @@ func via(calls []string) string {
 	return s
 }
 
+// distinctShapes lists the local shapes a value's blocks take, in the
+// order of the first device holding each. An evenly split value has one;
+// only an uneven one needs the walk over every device.
 func distinctShapes(p *Plan, shape []int, pl sbp.NdSBP) [][]int {
+	if sbp.Uniform(p.Mesh, shape, pl) {
+		return [][]int{sbp.LocalShape(p.Mesh, shape, pl, 0)}
+	}
 	seen := map[string]bool{}
 	var out [][]int
 	for d := 0; d < p.Mesh.Size(); d++ {
@@ -251,6 +240,78 @@ func distinctShapes(p *Plan, shape []int, pl sbp.NdSBP) [][]int {
 		}
 	}
 	return out
+}
+
+// heldBytes is what a device holds of the parameters, the optimizer
+// state and the gradients.
+type heldBytes struct{ param, optimizer, gradient int64 }
+
+// heldByDevice returns the bytes each device holds of the parameters,
+// optimizer state and gradients. When all of them are split evenly
+// (sbp.Uniform) a device's bytes depend only on which values it holds,
+// i.e. on its pipeline rank, so they are summed once per pipeline rank
+// rather than once per device of the mesh.
+func heldByDevice(p *Plan) func(d int) heldBytes {
+	uniform := true
+	for _, v := range heldValues(p) {
+		uniform = uniform && sbp.Uniform(p.Mesh, v.Type.Shape, p.Placement[v])
+	}
+	perRank := map[int]heldBytes{}
+	return func(d int) heldBytes {
+		rank := 0
+		if p.Pipe != nil {
+			rank = p.Exec.Mesh.Coord(d)[p.Pipe.Axis]
+		}
+		if h, ok := perRank[rank]; ok && uniform {
+			return h
+		}
+		h := sumHeld(p, d)
+		perRank[rank] = h
+		return h
+	}
+}
+
+// heldValues are the values heldBytes counts.
+func heldValues(p *Plan) []*ir.Value {
+	var vs []*ir.Value
+	for _, v := range p.Values {
+		if v.Op == "param" || v.Op == "state" {
+			vs = append(vs, v)
+		}
+	}
+	if t := p.Graph.Train; t != nil {
+		for _, g := range t.Grads {
+			vs = append(vs, g)
+		}
+	}
+	return vs
+}
+
+// sumHeld adds up device d's blocks of the parameters, optimizer state
+// and gradients that its pipeline stage holds.
+func sumHeld(p *Plan, d int) heldBytes {
+	sd, holds := stageDevice(p, d)
+	local := func(v *ir.Value) int64 {
+		if !holds(v) {
+			return 0
+		}
+		return int64(sbp.Layout(p.Mesh, v.Type.Shape, p.Placement[v], sd).Numel() * v.Type.DType.Size())
+	}
+	var h heldBytes
+	for _, v := range p.Values {
+		switch v.Op {
+		case "param":
+			h.param += local(v)
+		case "state":
+			h.optimizer += local(v)
+		}
+	}
+	if t := p.Graph.Train; t != nil {
+		for _, g := range t.Grads {
+			h.gradient += local(g)
+		}
+	}
+	return h
 }
 
 func dedupe(ss []string) []string {

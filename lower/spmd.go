@@ -194,10 +194,9 @@ func KernelOf(v *ir.Value) *plan.Kernel {
 // program would not fit, and finding out at run time costs the work done
 // until then (or the process, to the kernel's out-of-memory killer).
 func simulateMemory(p *Plan) error {
-	p.Peak = make([]int64, p.Exec.Mesh.Size())
+	p.Peak = p.Exec.Peaks()
 	worst := 0
 	for r := range p.Peak {
-		p.Peak[r] = p.Exec.Peak(r)
 		if p.Peak[r] > p.Peak[worst] {
 			worst = r
 		}

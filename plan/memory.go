@@ -18,6 +18,63 @@ func (p *Plan) Peak(r int) int64 {
 	return peak
 }
 
+// Peaks is Peak of every rank. A rank's peak depends only on its program
+// and the sizes of its blocks, which depend only on its coordinates on the
+// axes that split some block unevenly (sbp.MarkVarying); ranks that agree
+// on both share one replay, so 4096 ranks of evenly split programs cost
+// one replay per program.
+func (p *Plan) Peaks() []int64 {
+	peaks := make([]int64, p.Mesh.Size())
+	varying := make(map[*Program][]bool)
+	first := make(map[peakKey]int) // the rank whose replay the others reuse
+	for r := range peaks {
+		prog := p.ProgramOf(r)
+		v, ok := varying[prog]
+		if !ok {
+			v = p.varyingAxes(prog)
+			varying[prog] = v
+		}
+		k := peakKey{prog, p.coordOn(r, v)}
+		if f, ok := first[k]; ok {
+			peaks[r] = peaks[f]
+			continue
+		}
+		first[k] = r
+		peaks[r] = p.Peak(r)
+	}
+	return peaks
+}
+
+// peakKey identifies ranks with equal peaks: the program and the
+// coordinates on the axes that vary its block sizes (row-major index).
+type peakKey struct {
+	prog  *Program
+	coord int
+}
+
+// varyingAxes marks the axes whose coordinate changes the size of some
+// block prog allocates.
+func (p *Plan) varyingAxes(prog *Program) []bool {
+	v := make([]bool, len(p.Mesh.Axes))
+	for i := range prog.Instrs {
+		if in := &prog.Instrs[i]; in.Out >= 0 {
+			sbp.MarkVarying(p.Mesh, in.Shape, in.Placement, v)
+		}
+	}
+	return v
+}
+
+// coordOn is rank r's row-major index over the marked axes alone.
+func (p *Plan) coordOn(r int, marked []bool) int {
+	idx := 0
+	for a, c := range p.Mesh.Coord(r) {
+		if marked[a] {
+			idx = idx*p.Mesh.Axes[a].Size + c
+		}
+	}
+	return idx
+}
+
 // FirstOver is the first instruction of rank r after which the rank holds
 // more than budget bytes, and what it holds then; ok is false when the
 // rank never does. That instruction's value is the one that does not fit.

@@ -1,6 +1,10 @@
 package sbp
 
-import "github.com/meshrun/meshrun/mesh"
+import (
+	"slices"
+
+	"github.com/meshrun/meshrun/mesh"
+)
 
 // Block is the part of a logical tensor that one device holds: Off[i] and
 // Len[i] per tensor dim. Partial lists the mesh axes over which the device's
@@ -48,4 +52,34 @@ func LocalShape(m *mesh.Mesh, shape []int, p NdSBP, dev int) []int {
 // split is never smaller than any other, so device 0 holds the largest block.
 func MaxLocalNumel(m *mesh.Mesh, shape []int, p NdSBP) int {
 	return Layout(m, shape, p, 0).Numel()
+}
+
+// Uniform reports whether every device's block of the tensor has the same
+// shape (no axis is marked by MarkVarying). Then a block's shape, and so
+// its bytes, are computed once instead of once per device of a large mesh.
+func Uniform(m *mesh.Mesh, shape []int, p NdSBP) bool {
+	varying := make([]bool, len(m.Axes))
+	MarkVarying(m, shape, p, varying)
+	return !slices.Contains(varying, true)
+}
+
+// MarkVarying sets varying[a] for every mesh axis a whose coordinate can
+// change the shape of a device's block: along each dim, the splits before
+// the first one that does not divide the length left are the same on
+// every device; from that one on, each splitting axis's coordinate counts.
+// Devices that agree on the marked axes hold blocks of the same shape.
+func MarkVarying(m *mesh.Mesh, shape []int, p NdSBP, varying []bool) {
+	l := append([]int(nil), shape...)
+	uneven := make([]bool, len(shape))
+	for a, s := range p {
+		if s.Kind != Split {
+			continue
+		}
+		n := m.Axes[a].Size
+		if uneven[s.Dim] || l[s.Dim]%n != 0 {
+			uneven[s.Dim], varying[a] = true, true
+			continue
+		}
+		l[s.Dim] /= n
+	}
 }
