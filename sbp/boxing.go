@@ -1,6 +1,7 @@
 package sbp
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -144,7 +145,7 @@ func NewPlanner(m *mesh.Mesh, topo *mesh.Topology) *Planner {
 // are B and the values that appear in either end (other values never help).
 // Ties go to fewer steps, then to the first found in axis order.
 func (pl *Planner) Plan(shape []int, elem int, from, to NdSBP) (*Path, error) {
-	key := fmt.Sprint(shape, elem, from, to)
+	key := planKey(shape, elem, from, to)
 	if p, ok := pl.cache[key]; ok {
 		return p, nil
 	}
@@ -153,6 +154,27 @@ func (pl *Planner) Plan(shape []int, elem int, from, to NdSBP) (*Path, error) {
 		pl.cache[key] = p
 	}
 	return p, err
+}
+
+// planKey is Plan's cache key: the shape, element size and both
+// placements as self-delimiting varints. Plan is asked once per candidate
+// signature's argument, tens of thousands of times for a deep model, and
+// formatting the key with fmt cost more than finding the cached path.
+func planKey(shape []int, elem int, from, to NdSBP) string {
+	b := make([]byte, 0, 2*len(shape)+4*(len(from)+len(to))+8)
+	b = binary.AppendUvarint(b, uint64(len(shape)))
+	for _, d := range shape {
+		b = binary.AppendVarint(b, int64(d))
+	}
+	b = binary.AppendVarint(b, int64(elem))
+	for _, p := range []NdSBP{from, to} {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		for _, s := range p {
+			b = append(b, byte(s.Kind), byte(s.Reduce))
+			b = binary.AppendVarint(b, int64(s.Dim))
+		}
+	}
+	return string(b)
 }
 
 type node struct {
