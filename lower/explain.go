@@ -155,12 +155,13 @@ func Explain(p *Plan) *Report {
 		}
 		r.Ops = append(r.Ops, op)
 	}
+	lines := newSourceLines(p.Graph.Sources)
 	for _, c := range p.Convs {
 		for _, st := range c.Path.Steps {
 			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,
 				Value: c.Value.Label(), From: st.From.String(), To: st.To.String(), Communicate: st.Kind.Communicates(),
 				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: ir.FormatPos(c.Pos), Line: c.Pos.Line, CalledFrom: formatAll(c.Calls),
-				Source: sourceLine(p.Graph.Sources[c.Pos.Filename], c.Pos.Line)}
+				Source: lines.line(c.Pos.Filename, c.Pos.Line)}
 			r.Collectives = append(r.Collectives, cr)
 			if cr.Communicate {
 				r.Totals.Collectives++
@@ -223,23 +224,43 @@ func via(calls []string) string {
 }
 
 // distinctShapes lists the local shapes a value's blocks take, in the
-// order of the first device holding each. An evenly split value has one;
-// only an uneven one needs the walk over every device.
+// order of the first device holding each. Only the coordinates on the axes
+// sbp.MarkVarying marks change a block, so it walks those axes' coordinates
+// alone, the others at 0: the devices it visits are, in the same order,
+// the first of each set of devices with equal blocks, which keeps the
+// order of a walk over every device at a fraction of the cost.
 func distinctShapes(p *Plan, shape []int, pl sbp.NdSBP) [][]int {
-	if sbp.Uniform(p.Mesh, shape, pl) {
-		return [][]int{sbp.LocalShape(p.Mesh, shape, pl, 0)}
-	}
+	m := p.Mesh
+	varying := make([]bool, len(m.Axes))
+	sbp.MarkVarying(m, shape, pl, varying)
 	seen := map[string]bool{}
 	var out [][]int
-	for d := 0; d < p.Mesh.Size(); d++ {
-		s := sbp.LocalShape(p.Mesh, shape, pl, d)
-		k := fmt.Sprint(s)
-		if !seen[k] {
+	coord := make([]int, len(m.Axes))
+	for {
+		s := sbp.LocalShape(m, shape, pl, m.Device(coord))
+		if k := fmt.Sprint(s); !seen[k] {
 			seen[k] = true
 			out = append(out, s)
 		}
+		if !nextCoord(m, coord, varying) {
+			return out
+		}
 	}
-	return out
+}
+
+// nextCoord advances coord to the next coordinate in row-major order over
+// the marked axes; false after the last.
+func nextCoord(m *mesh.Mesh, coord []int, marked []bool) bool {
+	for a := len(coord) - 1; a >= 0; a-- {
+		if !marked[a] {
+			continue
+		}
+		if coord[a]++; coord[a] < m.Axes[a].Size {
+			return true
+		}
+		coord[a] = 0
+	}
+	return false
 }
 
 // heldBytes is what a device holds of the parameters, the optimizer
@@ -326,13 +347,36 @@ func dedupe(ss []string) []string {
 	return out
 }
 
-// sourceLine returns a line of code without its comment.
-func sourceLine(src []byte, line int) string {
-	lines := strings.Split(string(src), "\n")
-	if line < 1 || line > len(lines) {
+// sourceLines quotes lines of the program's files, splitting each file
+// once: explain quotes the line of every collective and transfer, tens of
+// thousands for a deep pipelined model, and splitting the file for each
+// made that quadratic in the program's length.
+type sourceLines struct {
+	src   map[string][]byte
+	split map[string][]string
+}
+
+func newSourceLines(src map[string][]byte) *sourceLines {
+	return &sourceLines{src: src, split: map[string][]string{}}
+}
+
+// line is line n of file without its comment or surrounding space ("" if
+// there is no such line).
+func (s *sourceLines) line(file string, n int) string {
+	lines, ok := s.split[file]
+	if !ok {
+		lines = strings.Split(string(s.src[file]), "\n")
+		s.split[file] = lines
+	}
+	if n < 1 || n > len(lines) {
 		return ""
 	}
-	l := lines[line-1]
+	return stripComment(lines[n-1])
+}
+
+// stripComment is a line of code without its comment ('#' outside a
+// string) and surrounding space.
+func stripComment(l string) string {
 	inStr := false
 	for i, r := range l {
 		switch {

@@ -77,10 +77,11 @@ func explainPipeline(p *Plan) *PipelineReport {
 		sr.PeakBytes = p.Peak[p.Exec.Mesh.Device(pipeCoord(p, sr.Rank))]
 		r.StageReports = append(r.StageReports, sr)
 	}
+	lines := newSourceLines(g.Sources)
 	for _, t := range pp.Transfers {
 		src := ""
 		if pos, ok := transferPos(p, t); ok {
-			src = sourceLine(g.Sources[pos.Filename], pos.Line)
+			src = lines.line(pos.Filename, pos.Line)
 		}
 		r.Transfers = append(r.Transfers, TransferReport{Value: t.Label, Kind: t.Kind, From: t.From, To: t.To, Micro: t.Micro,
 			Bytes: t.Bytes, Where: t.Where, Source: src})
