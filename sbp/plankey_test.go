@@ -35,3 +35,22 @@ func TestPlanKeySeparatesItsInputs(t *testing.T) {
 		require.Equal(t, k, planKey(append([]int(nil), x.shape...), x.elem, x.from.Clone(), x.to.Clone()), "input %d", i)
 	}
 }
+
+// NdSigs copies each accepted signature out of its scratch one: a copy
+// equals the original, shares nothing with it, and appending to one of
+// its placements leaves the others alone.
+func TestNdSigCloneIsIndependent(t *testing.T) {
+	s := newNdSig(2, 2)
+	s.In[0][0], s.In[0][1], s.In[1][0], s.In[1][1] = S(0), B, B, S(1)
+	s.Out[0], s.Out[1], s.Why[0], s.Why[1] = S(0), P, "rows", "partial"
+	c := s.clone()
+	require.Equal(t, s, c)
+	s.In[0][0], s.Out[1], s.Why[0] = B, B, "changed"
+	require.Equal(t, NdSBP{S(0), B}, c.In[0])
+	require.Equal(t, NdSBP{S(0), P}, c.Out)
+	require.Equal(t, "rows", c.Why[0])
+	_ = append(c.In[1], PMax)
+	require.Equal(t, NdSBP{S(0), P}, c.Out)
+	_ = append(c.In[0], PMax)
+	require.Equal(t, NdSBP{B, S(1)}, c.In[1])
+}

@@ -2,6 +2,7 @@ package sbp
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/meshrun/meshrun/mesh"
@@ -32,13 +33,37 @@ type NdSig struct {
 	Why []string // per mesh axis
 }
 
+// newNdSig is a signature of ins inputs on a mesh of n axes.
+func newNdSig(ins, n int) NdSig {
+	s := NdSig{In: make([]NdSBP, ins), Out: make(NdSBP, n), Why: make([]string, n)}
+	for i := range s.In {
+		s.In[i] = make(NdSBP, n)
+	}
+	return s
+}
+
+// clone copies s into one allocation of placements shared by its inputs
+// and output (each its own subslice).
+func (s NdSig) clone() NdSig {
+	n := len(s.Out)
+	all := make([]SBP, 0, n*(len(s.In)+1))
+	c := NdSig{In: make([]NdSBP, len(s.In)), Why: slices.Clone(s.Why)}
+	for i, in := range s.In {
+		all = append(all, in...)
+		c.In[i] = all[i*n : (i+1)*n : (i+1)*n]
+	}
+	all = append(all, s.Out...)
+	c.Out = all[len(s.In)*n : len(all) : len(all)]
+	return c
+}
+
 // Rule is the placement rule of one op: the one-axis signatures it accepts,
 // and optionally a check that an nd combination of them is valid (for ops
 // whose validity depends on how several axes split one dim together).
 type Rule struct {
 	Family string
 	Sigs   func(d *OpDesc) []Sig
-	NdOK   func(d *OpDesc, m *mesh.Mesh, s NdSig) bool
+	NdOK   func(d *OpDesc, m *mesh.Mesh, s NdSig) bool // s is scratch NdSigs reuses: not to be kept
 }
 
 var rules = map[string]*Rule{}
@@ -84,11 +109,11 @@ func NdSigs(r *Rule, d *OpDesc, m *mesh.Mesh) ([]NdSig, error) {
 	n := m.NumAxes()
 	var out []NdSig
 	idx := make([]int, n)
+	// Each combination is built in one scratch signature and copied only
+	// when accepted: most are rejected, and allocating each one dominated
+	// placement inference on a deep model.
+	s := newNdSig(len(d.In), n)
 	for {
-		s := NdSig{In: make([]NdSBP, len(d.In)), Out: make(NdSBP, n), Why: make([]string, n)}
-		for i := range s.In {
-			s.In[i] = make(NdSBP, n)
-		}
 		for a := 0; a < n; a++ {
 			sig := one[idx[a]]
 			for i := range s.In {
@@ -98,7 +123,7 @@ func NdSigs(r *Rule, d *OpDesc, m *mesh.Mesh) ([]NdSig, error) {
 			s.Why[a] = sig.Why
 		}
 		if r.NdOK == nil || r.NdOK(d, m, s) {
-			out = append(out, s)
+			out = append(out, s.clone())
 		}
 		a := n - 1
 		for ; a >= 0; a-- {
