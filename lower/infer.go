@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -16,6 +17,45 @@ func Desc(v *ir.Value) *sbp.OpDesc {
 		d.In = append(d.In, a.Type.Shape)
 	}
 	return d
+}
+
+// ndSigs is sbp.NdSigs on the plan's mesh, computed once per distinct
+// description.
+func (p *Plan) ndSigs(rule *sbp.Rule, d *sbp.OpDesc) ([]sbp.NdSig, error) {
+	k := descKey(d)
+	if sigs, ok := p.sigs[k]; ok {
+		return sigs, nil
+	}
+	sigs, err := sbp.NdSigs(rule, d, p.Mesh)
+	if err != nil {
+		return nil, err
+	}
+	if p.sigs == nil {
+		p.sigs = map[string][]sbp.NdSig{}
+	}
+	p.sigs[k] = sigs
+	return sigs, nil
+}
+
+// descKey identifies an op description: the op, its attributes and the
+// shapes, as self-delimiting varints after the op's name.
+func descKey(d *sbp.OpDesc) string {
+	b := append([]byte(d.Op), 0)
+	b = binary.AppendVarint(b, int64(d.Axis))
+	b = binary.AppendVarint(b, int64(d.NumIn))
+	ints := func(xs []int) {
+		b = binary.AppendUvarint(b, uint64(len(xs)))
+		for _, x := range xs {
+			b = binary.AppendVarint(b, int64(x))
+		}
+	}
+	ints(d.Perm)
+	ints(d.Out)
+	b = binary.AppendUvarint(b, uint64(len(d.In)))
+	for _, in := range d.In {
+		ints(in)
+	}
+	return string(b)
 }
 
 // sigScore orders candidate signatures; lower is better.
@@ -83,7 +123,7 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 			return nil, fmt.Errorf("internal: %s used before it has a placement", a.Label())
 		}
 	}
-	sigs, err := sbp.NdSigs(rule, Desc(v), p.Mesh)
+	sigs, err := p.ndSigs(rule, Desc(v))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", v.Op, err)
 	}

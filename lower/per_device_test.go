@@ -75,3 +75,30 @@ func testPlans(t *testing.T) map[string]*Plan {
 	require.NoError(t, err)
 	return plans
 }
+
+// descKey separates descriptions that differ in any field the rules read,
+// including shapes that would print alike.
+func TestDescKeySeparatesDescriptions(t *testing.T) {
+	base := sbp.OpDesc{Op: "sum", In: [][]int{{4, 8}}, Out: []int{4}, Axis: 1, NumIn: 1}
+	variants := []func(d *sbp.OpDesc){
+		func(d *sbp.OpDesc) {},
+		func(d *sbp.OpDesc) { d.Op = "max" },
+		func(d *sbp.OpDesc) { d.Axis = 0 },
+		func(d *sbp.OpDesc) { d.Axis = -1 },
+		func(d *sbp.OpDesc) { d.NumIn = 2 },
+		func(d *sbp.OpDesc) { d.Perm = []int{1, 0} },
+		func(d *sbp.OpDesc) { d.In = [][]int{{48}} },
+		func(d *sbp.OpDesc) { d.In = [][]int{{4}, {8}} },
+		func(d *sbp.OpDesc) { d.Out = []int{4, 1} },
+		func(d *sbp.OpDesc) { d.In, d.Out = [][]int{{4}}, []int{8, 4} },
+	}
+	seen := map[string]int{}
+	for i, f := range variants {
+		d := base
+		f(&d)
+		k := descKey(&d)
+		j, dup := seen[k]
+		require.False(t, dup, "variants %d and %d share a key", j, i)
+		seen[k] = i
+	}
+}

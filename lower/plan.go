@@ -65,7 +65,12 @@ type Plan struct {
 	Graph   *ir.Graph
 	Mesh    *mesh.Mesh
 	Planner *sbp.Planner
-	Opts    Options
+	// sigs caches sbp.NdSigs by the op's description (descKey): a deep or
+	// pipelined model repeats each layer's ops with the same shapes, and
+	// the signatures are a function of the description and the mesh.
+	// Choices share the cached slices, which nothing modifies.
+	sigs map[string][]sbp.NdSig
+	Opts Options
 
 	// Values are the graph's values that reach an output, in order (the
 	// check pass drops the rest unless Options.KeepDead).
