@@ -130,6 +130,7 @@ type Planner struct {
 	Mesh  *mesh.Mesh
 	Topo  *mesh.Topology
 	cache map[string]*Path
+	key   []byte // Plan's key, reused: like the cache, not for concurrent use
 }
 
 // NewPlanner makes a planner for a mesh and its links.
@@ -145,23 +146,22 @@ func NewPlanner(m *mesh.Mesh, topo *mesh.Topology) *Planner {
 // are B and the values that appear in either end (other values never help).
 // Ties go to fewer steps, then to the first found in axis order.
 func (pl *Planner) Plan(shape []int, elem int, from, to NdSBP) (*Path, error) {
-	key := planKey(shape, elem, from, to)
-	if p, ok := pl.cache[key]; ok {
+	pl.key = planKey(pl.key[:0], shape, elem, from, to)
+	if p, ok := pl.cache[string(pl.key)]; ok { // looked up without a copy
 		return p, nil
 	}
 	p, err := pl.plan(shape, elem, from, to)
 	if err == nil {
-		pl.cache[key] = p
+		pl.cache[string(pl.key)] = p
 	}
 	return p, err
 }
 
-// planKey is Plan's cache key: the shape, element size and both
+// planKey appends Plan's cache key to b: the shape, element size and both
 // placements as self-delimiting varints. Plan is asked once per candidate
 // signature's argument, tens of thousands of times for a deep model, and
 // formatting the key with fmt cost more than finding the cached path.
-func planKey(shape []int, elem int, from, to NdSBP) string {
-	b := make([]byte, 0, 2*len(shape)+4*(len(from)+len(to))+8)
+func planKey(b []byte, shape []int, elem int, from, to NdSBP) []byte {
 	b = binary.AppendUvarint(b, uint64(len(shape)))
 	for _, d := range shape {
 		b = binary.AppendVarint(b, int64(d))
@@ -174,7 +174,7 @@ func planKey(shape []int, elem int, from, to NdSBP) string {
 			b = binary.AppendVarint(b, int64(s.Dim))
 		}
 	}
-	return string(b)
+	return b
 }
 
 type node struct {
