@@ -23,7 +23,7 @@ import (
 // schedule as a Gantt chart with its bubble and activation memory.
 func (e *env) trace(args []string) int {
 	var c common
-	fs := newFlags(e, "trace", "trace FILE [-o trace.json] [--json] [--svg FILE] [--clock model|unit|wall]")
+	fs := newFlags(e, "trace", "trace FILE [-o trace.json] [--json] [--svg FILE] [--clock unit|model|wall] [--schedules LIST]")
 	c.register(fs)
 	out := fs.String("o", "", "write the timeline as Chrome trace JSON (Perfetto, chrome://tracing)")
 	asJSON := fs.Bool("json", false, "print the pipeline's events (rank, stage, micro, kind, start, end) as JSON instead of the chart")
