@@ -79,10 +79,7 @@ func explainPipeline(p *Plan) *PipelineReport {
 	}
 	lines := newSourceLines(g.Sources)
 	for _, t := range pp.Transfers {
-		src := ""
-		if pos, ok := transferPos(p, t); ok {
-			src = lines.line(pos.Filename, pos.Line)
-		}
+		src := lines.line(t.Pos.Filename, t.Pos.Line)
 		r.Transfers = append(r.Transfers, TransferReport{Value: t.Label, Kind: t.Kind, From: t.From, To: t.To, Micro: t.Micro,
 			Bytes: t.Bytes, Where: t.Where, Source: src})
 	}
@@ -125,16 +122,6 @@ func pipeCoord(p *Plan, rank int) []int {
 	c := make([]int, p.Exec.Mesh.NumAxes())
 	c[p.Pipe.Axis] = rank
 	return c
-}
-
-// transferPos finds the source position of a transfer's value.
-func transferPos(p *Plan, t Transfer) (ir.Pos, bool) {
-	for _, in := range p.Exec.Programs[t.From].Instrs {
-		if in.Out == t.Slot || len(in.Args) == 1 && in.Args[0] == t.Slot && in.Tag == t.Tag {
-			return in.Pos, true
-		}
-	}
-	return ir.Pos{}, false
 }
 
 // pipelineText renders the pipeline report.

@@ -50,9 +50,10 @@ type PipePlan struct {
 // Transfer is one value sent between pipeline ranks each step.
 type Transfer struct {
 	Label    string
-	Where    string
-	From, To int // pipeline coordinates
-	Micro    int // -1: outside the micro-batches
+	Pos      ir.Pos
+	Where    string // Pos with the call chain
+	From, To int    // pipeline coordinates
+	Micro    int    // -1: outside the micro-batches
 	Kind     string
 	Bytes    int64 // per device
 	Tag      int
@@ -301,7 +302,7 @@ func (b *pipeBuild) transfer(j, slot, to int) *Transfer {
 	for _, d := range local.Len {
 		bytes *= int64(d)
 	}
-	return &Transfer{Label: in.Label, Where: in.Where, From: b.rank(j), To: to, Micro: b.st.microOf(v.ID),
+	return &Transfer{Label: in.Label, Pos: in.Pos, Where: in.Where, From: b.rank(j), To: to, Micro: b.st.microOf(v.ID),
 		Kind: kind, Bytes: bytes, Slot: slot}
 }
 

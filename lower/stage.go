@@ -3,6 +3,7 @@ package lower
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
@@ -106,25 +107,25 @@ func (s *stageOf) hasUnit(id int) bool { _, ok := s.unit[id]; return ok }
 // phaseOf is 'F' or 'B' for a value of a micro-batch's forward or backward,
 // 0 elsewhere (before the first micro-batch, between them, in the step).
 func (s *stageOf) phaseOf(id int) byte {
-	for _, m := range s.pipe.Micro {
-		switch {
-		case id >= m.Start && id < m.Backward:
-			return 'F'
-		case id >= m.Backward && id < m.End:
-			return 'B'
-		}
+	i := s.microOf(id)
+	switch {
+	case i < 0:
+		return 0
+	case id < s.pipe.Micro[i].Backward:
+		return 'F'
 	}
-	return 0
+	return 'B'
 }
 
 // microOf is the micro-batch a value belongs to, or -1.
 func (s *stageOf) microOf(id int) int {
-	for i, m := range s.pipe.Micro {
-		if id >= m.Start && id < m.End {
-			return i
-		}
+	// the ranges are in value order: the last one starting at or before id
+	ms := s.pipe.Micro
+	i := sort.Search(len(ms), func(i int) bool { return ms[i].Start > id }) - 1
+	if i < 0 || id >= ms[i].End {
+		return -1
 	}
-	return -1
+	return i
 }
 
 func (s *stageOf) latest(args []*ir.Value) int {

@@ -80,6 +80,18 @@ type Pipe struct {
 	Schedule string // the schedule in pipeline's text form
 }
 
+// LeadsStage reports whether rank r is at coordinate 0 on every axis but
+// the pipeline's: the rank that stands for its pipeline coordinate (the
+// others of its stage run the same program).
+func (p *Plan) LeadsStage(r int) bool {
+	for a, x := range p.Mesh.Coord(r) {
+		if (p.Pipe == nil || a != p.Pipe.Axis) && x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // HeldBy reports whether rank r holds tensor t: without a pipeline every
 // rank does; with one, only the ranks on t's Home coordinate (-1: all).
 func (p *Plan) HeldBy(t *Tensor, r int) bool {

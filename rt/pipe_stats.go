@@ -119,14 +119,10 @@ func PipelineEvents(p *plan.Plan, devs []DeviceStats) []pipeline.Event {
 	}
 	var out []pipeline.Event
 	for _, d := range devs {
-		c := p.Mesh.Coord(d.Device)
-		rest := false
-		for a, x := range c {
-			rest = rest || a != p.Pipe.Axis && x != 0
-		}
-		if rest || d.Pipe == nil {
+		if d.Pipe == nil || !p.LeadsStage(d.Device) {
 			continue
 		}
+		c := p.Mesh.Coord(d.Device)
 		for _, s := range d.Pipe.Actions {
 			out = append(out, pipeline.Event{Rank: c[p.Pipe.Axis], Stage: s.Act.Stage, Micro: s.Act.Micro, Kind: s.Act.Kind,
 				Start: s.Start.Seconds(), End: s.End.Seconds()})

@@ -189,7 +189,7 @@ func (e *env) printSchedule(file string, p *lower.Plan, res *rt.Result, events [
 	}
 	var rows []row
 	for _, d := range res.Devices {
-		if d.Pipe == nil || !leadOfStage(p.Exec, d.Device) {
+		if d.Pipe == nil || !p.Exec.LeadsStage(d.Device) {
 			continue
 		}
 		for st, n := range d.Pipe.PeakLive {
@@ -200,17 +200,6 @@ func (e *env) printSchedule(file string, p *lower.Plan, res *rt.Result, events [
 	for _, r := range rows {
 		fmt.Fprintf(e.stdout, "  stage %d: at most %d micro-batch(es), %s per device\n", r.stage, r.live, lower.HumanBytes(float64(r.kept)))
 	}
-}
-
-// leadOfStage reports the rank at coordinate 0 on every axis but the
-// pipeline's (the others of its stage do the same).
-func leadOfStage(p *plan.Plan, r int) bool {
-	for a, x := range p.Mesh.Coord(r) {
-		if a != p.Pipe.Axis && x != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // compareSchedules traces the program once per schedule and tabulates
@@ -273,7 +262,7 @@ func scheduleRow(p *lower.Plan, res *rt.Result, clock string) []string {
 	live := make([]string, s.Stages)
 	kept := make([]string, s.Stages)
 	for _, d := range res.Devices {
-		if d.Pipe == nil || !leadOfStage(p.Exec, d.Device) {
+		if d.Pipe == nil || !p.Exec.LeadsStage(d.Device) {
 			continue
 		}
 		for st, n := range d.Pipe.PeakLive {
