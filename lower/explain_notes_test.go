@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -48,9 +49,52 @@ train {
 func TestExplainNotesZeRO2WithAccumulation(t *testing.T) {
 	n := notesOf(t, accumulated, nil)
 	require.Len(t, n, 1)
-	require.Contains(t, n[0], "ZeRO-2 with accumulate = 4: gradients are reduce-scattered once per micro-batch, 7.5 KiB per device per step, 4× the 1.9 KiB")
+	require.Contains(t, n[0], "ZeRO-2 with accumulate = 4: gradients are reduce-scattered once per micro-batch: 7.5 KiB of gradient reduce-scatters per device per step, 4× the 1.9 KiB of one reduce-scatter")
 	require.Empty(t, notesOf(t, strings.Replace(accumulated, "zero = 2", "zero = 1", 1), nil))
 	require.Empty(t, notesOf(t, strings.Replace(accumulated, "accumulate = 4", "accumulate = 1", 1), nil))
+}
+
+// ZeRO-3 with 4 micro-batches: the gradients are reduce-scattered 4 times
+// (7.5 KiB, as above) and W2, which the backward reads, gathered again in
+// each backward: 4 × 3/4 × 512 B = 1.5 KiB, 384 B each. W1 is gathered once
+// for the forward (its input x needs no gradient). By hand, the step
+// sends 1920 B of forward gathers + 1536 + 7680 = 11136 B ≈ 10.9 KiB,
+// 2.90× the 3840 B (3.8 KiB) of DP's one all-reduce after the last
+// micro-batch; the paper's accounting gives (1 + 2·4)/2 = 4.5×.
+func TestExplainNotesZeRO3WithAccumulation(t *testing.T) {
+	n := notesOf(t, strings.Replace(accumulated, "zero = 2", "zero = 3", 1), nil)
+	require.Len(t, n, 2)
+	require.Contains(t, n[0], "ZeRO-3 with accumulate = 4: gradients are reduce-scattered and the parameters a backward reads gathered again once per micro-batch: 7.5 KiB of gradient reduce-scatters per device per step, 4× the 1.9 KiB")
+	require.Contains(t, n[0], "and 1.5 KiB of the backward's gathers, 4× the 384 B of gathering once")
+	require.Contains(t, n[1], "ZeRO-3 sends 10.9 KiB of gathers and reduce-scatters per device, 2.90× the 3.8 KiB")
+	require.Contains(t, n[1], "(1 + 2·4)/2 = 4.5×")
+	require.Contains(t, n[1], "W1 is gathered for the forward only")
+}
+
+// ZeRO on a pipeline of two ranks, one 8×8 f32 weight (256 B) each, dp=2,
+// 4 micro-batches: by hand a gradient's reduce-scatter sends 128 B, 512 B
+// a step, 4× one after the last micro-batch. ZeRO-2: both ranks send
+// that, and the note names the first. ZeRO-3: rank 1 also gathers W1
+// again in each backward (its input's gradient needs W1; W0's input is the
+// data), 512 B a step, so rank 1 is the one named.
+func TestExplainNotesZeROOnAPipelineFigures(t *testing.T) {
+	note := func(zero int) string {
+		src := strings.Replace(layers(2, 2, 4, "1f1b", nil), "clip = 1", fmt.Sprintf("zero = %d", zero), 1)
+		p, err := lowerSource(src)
+		require.NoError(t, err)
+		notes := Explain(p).Pipeline.Notes
+		for _, n := range notes {
+			if strings.HasPrefix(n, "ZeRO") {
+				return n
+			}
+		}
+		return ""
+	}
+	require.Contains(t, note(2), "4 times a step instead of once: 512 B of gradient reduce-scatters per device per step on pipeline rank 0, 4× the 128 B of one reduce-scatter after the last micro-batch")
+	z3 := note(3)
+	require.Contains(t, z3, "512 B of gradient reduce-scatters per device per step on pipeline rank 1, 4× the 128 B")
+	require.Contains(t, z3, "and 512 B of the backward's gathers, 4× the 128 B of gathering once")
+	require.Empty(t, note(1))
 }
 
 // ZeRO-3 on a two-layer model with a bias: W1 (its input x needs no

@@ -90,12 +90,8 @@ func explainPipeline(p *Plan) *PipelineReport {
 	for rank, prog := range p.Exec.Programs {
 		r.Actions = append(r.Actions, actionsOf(prog, rank, kinds))
 	}
-	if z := g.Train.Zero; z >= 2 && s.Micro > 1 {
-		what := "gradients are reduce-scattered once per micro-batch"
-		if z == 3 {
-			what += " and every parameter a backward reads is all-gathered again in every micro-batch's backward (the forward's gather is made once and kept for the step)"
-		}
-		r.Notes = append(r.Notes, fmt.Sprintf("ZeRO-%d on a pipeline: %s, %d times a step instead of once (DeepSpeed refuses ZeRO ≥ 2 with pipelines for this reason); the collectives above list each", z, what, s.Micro))
+	if n := zeroPipelineNote(p, s.Micro); n != "" {
+		r.Notes = append(r.Notes, n)
 	}
 	var shared []string
 	var sharedBytes int64

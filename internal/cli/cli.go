@@ -126,8 +126,11 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.Var(&c.memory, "memory", "memory budget per device, e.g. 16GiB; a plan whose peak exceeds it is an error (0: none)")
 }
 
-// topology builds the link model of a mesh from the flags.
-func (c *common) topology(m *mesh.Mesh) (*mesh.Topology, error) {
+// topology builds the link model of a graph's mesh from the flags. A
+// pipeline axis is not in that mesh: the cost model prices the sends
+// between stages on the default link, and --link says so if named.
+func (c *common) topology(g *ir.Graph) (*mesh.Topology, error) {
+	m := g.Mesh
 	def := mesh.Link{Alpha: c.alphaUs * 1e-6, Beta: 1 / (c.bandwidth * 1e9), Gamma: mesh.DefaultLink.Gamma}
 	t := mesh.Uniform(m, def)
 	if c.links == "" {
@@ -136,6 +139,9 @@ func (c *common) topology(m *mesh.Mesh) (*mesh.Topology, error) {
 	for _, part := range strings.Split(c.links, ",") {
 		name, spec, ok := strings.Cut(part, "=")
 		a := m.AxisIndex(strings.TrimSpace(name))
+		if p := g.Pipeline; ok && a < 0 && p != nil && p.Full.Axes[p.Axis].Name == strings.TrimSpace(name) {
+			return nil, fmt.Errorf("--link %q: %s is the pipeline axis, whose sends between stages the cost model prices on the default link (%g us, %g GB/s); --link sets the other axes", c.links, strings.TrimSpace(name), mesh.DefaultLink.Alpha*1e6, 1/mesh.DefaultLink.Beta/1e9)
+		}
 		if !ok || a < 0 {
 			return nil, fmt.Errorf("--link %q: unknown mesh axis %q", c.links, name)
 		}
@@ -223,7 +229,7 @@ func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, 
 		e.diag(err, sources)
 		return nil, ExitUsage
 	}
-	topo, err := c.topology(g.Mesh)
+	topo, err := c.topology(g)
 	if err != nil {
 		fmt.Fprintln(e.stderr, "meshrun:", err)
 		return nil, ExitUsage
