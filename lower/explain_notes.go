@@ -19,12 +19,9 @@ import (
 // zeroPipelineNote).
 func explainNotes(p *Plan, r *Report) []string {
 	t := p.Graph.Train
-	if t == nil {
-		return nil
-	}
 	steps := planSteps(p)
 	var notes []string
-	if p.Pipe == nil {
+	if t != nil && p.Pipe == nil {
 		if n := accumulateNote(t.Zero, t.Accumulate, steps); n != "" {
 			notes = append(notes, n)
 		}
@@ -264,15 +261,19 @@ func itThem(n int) string {
 
 // slowLinkNote warns when a model-parallel axis (any axis but the
 // data-parallel one; a pipeline's axis is not among the stage mesh's)
-// has the slowest link of the mesh and carries collectives every step:
+// has the slowest link of the mesh and carries collectives every step
+// (or run, in a program without training):
 // tensor parallelism's reductions sit on the critical path of every
 // layer, so they belong on the fastest link.
 func slowLinkNote(p *Plan, r *Report, steps []noteStep) string {
 	t := p.Graph.Train
-	data := t.DataAxis
-	if t.Zero == 0 {
-		// DataAxis is set only with zero or data_axis; otherwise infer
-		// it as the checker would.
+	data, per := -1, "per run"
+	if t != nil {
+		data, per = t.DataAxis, "per step"
+	}
+	if t == nil || t.Zero == 0 {
+		// DataAxis is set only with zero or data_axis; otherwise (and
+		// in a program without training) infer it as the checker would.
 		ax, err := train.DataAxis(p.Graph, "", 0)
 		if err != nil {
 			return ""
@@ -308,9 +309,9 @@ func slowLinkNote(p *Plan, r *Report, steps []noteStep) string {
 		ks = append(ks, fmt.Sprintf("%d %s", n, k))
 	}
 	slices.Sort(ks)
-	who := "per device per step"
+	who := "per device " + per
 	if p.Pipe != nil {
-		who = fmt.Sprintf("per device per step on pipeline rank %d", rank)
+		who += fmt.Sprintf(" on pipeline rank %d", rank)
 	}
 	return fmt.Sprintf("tensor parallelism over the slowest link: %s sends %s %s (%s) over its %g GB/s link; %s (data parallel) has %g GB/s — put %s on the fast link (Megatron keeps it inside a node)",
 		axes[slow].Name, HumanBytes(sent), who, strings.Join(ks, ", "), axes[slow].GBPerSec, axes[data].Name, axes[data].GBPerSec, axes[slow].Name)

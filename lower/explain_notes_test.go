@@ -136,3 +136,18 @@ func TestExplainNotesTensorParallelOverTheSlowLink(t *testing.T) {
 	require.Empty(t, notesOf(t, string(src), map[string]float64{"dp": 12.5, "tp": 100}))
 	require.Empty(t, notesOf(t, string(src), nil))
 }
+
+// A forward-only program gets the link note too, per run: the transformer
+// block of examples/dp_tp_block.mesh on [dp=2, tp=2] with tp on the slow
+// link. By hand: a device holds [2, 8, 32] f32 of the activations (2 KiB);
+// the two row-parallel outputs are reduce-scattered over tp (1 KiB each)
+// and the layernormed rows all-gathered once before the MLP (1 KiB):
+// 3 KiB.
+func TestExplainNotesTensorParallelOverTheSlowLinkWithoutTraining(t *testing.T) {
+	src, err := os.ReadFile("../examples/dp_tp_block.mesh")
+	require.NoError(t, err)
+	n := notesOf(t, string(src), map[string]float64{"dp": 100, "tp": 12.5})
+	require.Len(t, n, 1)
+	require.Contains(t, n[0], "tp sends 3.0 KiB per device per run (1 all_gather, 2 reduce_scatter) over its 12.5 GB/s link")
+	require.Empty(t, notesOf(t, string(src), map[string]float64{"dp": 12.5, "tp": 100}))
+}
