@@ -13,8 +13,9 @@ import (
 
 // Notes are explain's warnings about combinations that multiply
 // communication, each with the figure read from the plan's collectives
-// (the bytes a device sends per step, summed over the inserted steps; on
-// a pipeline, on the pipeline rank that sends the most). ZeRO with
+// (the bytes a device sends per step, or per run without training, summed
+// over the inserted steps; on a pipeline, on the pipeline rank that sends
+// the most). ZeRO with
 // pipelines is noted in the pipeline section (explain_pipe.go calls
 // zeroPipelineNote).
 func explainNotes(p *Plan, r *Report) []string {
