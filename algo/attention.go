@@ -1,0 +1,148 @@
+package algo
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/meshrun/meshrun/mesh"
+)
+
+// Attention is self-attention on Batch sequences of Seq tokens with
+// Heads heads of Hidden/Heads features, Elem bytes per element. Q, K, V
+// and the output O are [Batch, Seq, Hidden].
+type Attention struct {
+	Batch, Seq, Heads, Hidden, Elem int
+}
+
+func spMesh(n int) *mesh.Mesh { return mesh.New("sp", mesh.Axis{Name: "sp", Size: n}) }
+
+// tokens is the bytes of rows tokens of every sequence: [Batch, rows, cols].
+func (a Attention) tokens(rows, cols int) int64 { return int64(a.Batch * rows * cols * a.Elem) }
+
+// Ring is rank r's share of ring attention over n ranks: the sequence is
+// cut into n blocks; rank r keeps Q_r and its output rows, and the K and V
+// blocks travel the ring, each forwarded n−1 times. Backward the K and V
+// blocks travel again with their gradient accumulators dK and dV, which
+// take one more hop to arrive back at their owner. A causal mask (with
+// or without load balancing) skips computation, not blocks: the bytes are
+// the same.
+func (a Attention) Ring(n int, links Links, r int) *Cost {
+	h := a.Hidden
+	lr := split(a.Seq, n, r)
+	c := &Cost{Algorithm: fmt.Sprintf("ring attention n=%d", n), Mesh: spMesh(n), Rank: r}
+	c.Inputs = 3 * a.tokens(lr, h)
+	c.Outputs = a.tokens(lr, h)
+	var most int64
+	for i := range n {
+		most = max(most, a.tokens(split(a.Seq, n, i), h))
+	}
+	c.Workspace = 2 * most // the K and V block in flight
+	kv := newComm(Forward, "shift", "sp", "pass K and V blocks to the next rank, n−1 hops", "2(n−1)·B·L/n·H", links)
+	kvB := newComm(Backward, "shift", "sp", "pass K and V blocks again, n−1 hops", "2(n−1)·B·L/n·H", links)
+	grad := newComm(Backward, "shift", "sp", "pass dK and dV accumulators, n hops (the last one home)", "2n·B·L/n·H", links)
+	for s := range n {
+		held := a.tokens(split(a.Seq, n, mod(r-s, n)), h) // block r−s arrives at step s
+		if s < n-1 {
+			kv.shift(held)
+			kv.shift(held)
+			kvB.shift(held)
+			kvB.shift(held)
+		}
+		if n > 1 {
+			grad.shift(held)
+			grad.shift(held)
+		}
+	}
+	c.Comms = []Comm{kv.Comm, kvB.Comm, grad.Comm}
+	return c
+}
+
+// Ulysses is rank r's share of DeepSpeed-Ulysses over p ranks: Q, K and V
+// go from sequence shards [B, L/p, H] to head shards [B, L, H/p] in three
+// all-to-alls, attention is local, and one all-to-all takes O back to
+// sequence shards. Backward mirrors it: dO in, dQ, dK, dV out. p must
+// divide the heads.
+func (a Attention) Ulysses(p int, links Links, r int) (*Cost, error) {
+	if p < 1 || a.Heads%p != 0 || a.Hidden%a.Heads != 0 {
+		return nil, fmt.Errorf("ulysses on %d ranks: the %d heads must split evenly (and the hidden size %d must be a multiple of the heads)", p, a.Heads, a.Hidden)
+	}
+	h := a.Hidden
+	lr := split(a.Seq, p, r)
+	c := &Cost{Algorithm: fmt.Sprintf("Ulysses p=%d", p), Mesh: spMesh(p), Rank: r}
+	c.Inputs = 3 * a.tokens(lr, h)
+	c.Outputs = a.tokens(lr, h)
+	c.Workspace = 4 * a.tokens(a.Seq, h/p)
+	// to heads: every piece is this rank's rows and one rank's heads;
+	// back to sequence: one rank's rows and this rank's heads
+	toHeads := make([]int64, p)
+	toSeq := make([]int64, p)
+	for i := range p {
+		toHeads[i] = a.tokens(lr, h/p)
+		toSeq[i] = a.tokens(split(a.Seq, p, i), h/p)
+	}
+	in := newComm(Forward, "all_to_all", "sp", "all-to-all Q, K, V from sequence to head shards", "3(p−1)/p·B·L·H/p", links)
+	out := newComm(Forward, "all_to_all", "sp", "all-to-all O from head to sequence shards", "(p−1)/p·B·L·H/p", links)
+	inB := newComm(Backward, "all_to_all", "sp", "all-to-all dO from sequence to head shards", "(p−1)/p·B·L·H/p", links)
+	outB := newComm(Backward, "all_to_all", "sp", "all-to-all dQ, dK, dV from head to sequence shards", "3(p−1)/p·B·L·H/p", links)
+	for range 3 {
+		in.allToAll(toHeads, r)
+		outB.allToAll(toSeq, r)
+	}
+	out.allToAll(toSeq, r)
+	inB.allToAll(toHeads, r)
+	c.Comms = []Comm{in.Comm, out.Comm, inB.Comm, outB.Comm}
+	return c, nil
+}
+
+// MoE is a mixture-of-experts layer: Tokens tokens of Hidden features,
+// Experts experts (each an FFN of two [Hidden, FFN] matrices), top-TopK
+// gating and a capacity factor.
+type MoE struct {
+	Tokens, Experts, TopK int
+	CapacityFactor        float64
+	Hidden, FFN, Elem     int
+}
+
+// Capacity is the slots per expert of a rank holding t tokens:
+// ⌈factor·k·t/E⌉ (GShard's expert capacity); tokens routed to a full
+// expert are dropped.
+func (e MoE) Capacity(t int) int {
+	return int(math.Ceil(e.CapacityFactor * float64(e.TopK*t) / float64(e.Experts)))
+}
+
+// Cost is rank r's share of expert parallelism over p ranks: tokens are
+// split over the ranks, experts too (E/p each). Each rank packs its tokens
+// into a fixed [E, C, H] buffer (padding and drops make it independent of
+// the routing), sends the slots of every other rank's experts in one
+// all-to-all (dispatch), and gets the experts' outputs back in a second
+// (combine). Backward the gradients take the same two all-to-alls in the
+// opposite direction.
+func (e MoE) Cost(p int, links Links, r int) (*Cost, error) {
+	if p < 1 || e.Experts%p != 0 {
+		return nil, fmt.Errorf("expert parallelism on %d ranks: the %d experts must split evenly", p, e.Experts)
+	}
+	ep := e.Experts / p
+	tr := split(e.Tokens, p, r)
+	slots := func(rank int) int64 { return int64(ep * e.Capacity(split(e.Tokens, p, rank)) * e.Hidden * e.Elem) }
+	c := &Cost{Algorithm: fmt.Sprintf("MoE expert parallel p=%d", p), Mesh: mesh.New("ep", mesh.Axis{Name: "ep", Size: p}), Rank: r}
+	c.Inputs = int64(tr * e.Hidden * e.Elem)
+	c.Outputs = c.Inputs
+	c.Weights = int64(ep * 2 * e.Hidden * e.FFN * e.Elem)
+	dispatch := make([]int64, p) // this rank's slots for rank i's experts
+	combine := make([]int64, p)  // rank i's slots for this rank's experts
+	for i := range p {
+		dispatch[i] = slots(r)
+		combine[i] = slots(i)
+		c.Workspace += dispatch[i] + combine[i]
+	}
+	d := newComm(Forward, "all_to_all", "ep", "dispatch: all-to-all the [E, C, H] slots to the experts' ranks", "(p−1)/p·E·C·H", links)
+	cb := newComm(Forward, "all_to_all", "ep", "combine: all-to-all the experts' outputs back", "(p−1)/p·E·C·H", links)
+	dB := newComm(Backward, "all_to_all", "ep", "combine's gradient: the outputs' gradients to the experts", "(p−1)/p·E·C·H", links)
+	cbB := newComm(Backward, "all_to_all", "ep", "dispatch's gradient: the inputs' gradients back", "(p−1)/p·E·C·H", links)
+	d.allToAll(dispatch, r)
+	dB.allToAll(dispatch, r)
+	cb.allToAll(combine, r)
+	cbB.allToAll(combine, r)
+	c.Comms = []Comm{d.Comm, cb.Comm, dB.Comm, cbB.Comm}
+	return c, nil
+}

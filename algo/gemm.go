@@ -1,0 +1,264 @@
+package algo
+
+import (
+	"fmt"
+
+	"github.com/meshrun/meshrun/mesh"
+)
+
+// Kind names a parallel GEMM algorithm.
+type Kind string
+
+const (
+	OneDColumn Kind = "1D column"
+	OneDRow    Kind = "1D row"
+	TwoD       Kind = "2D SUMMA"
+	TwoHalfD   Kind = "2.5D Tesseract"
+	ThreeD     Kind = "3D"
+)
+
+// Layout is an algorithm with its mesh sizes: 1D over Q devices, 2D on
+// Q×Q, 2.5D on Q×Q×D, 3D on Q×Q×Q.
+type Layout struct {
+	Kind Kind
+	Q, D int
+}
+
+// Devices is the device count of the layout.
+func (l Layout) Devices() int {
+	switch l.Kind {
+	case OneDColumn, OneDRow:
+		return l.Q
+	case TwoD:
+		return l.Q * l.Q
+	case TwoHalfD:
+		return l.Q * l.Q * l.D
+	}
+	return l.Q * l.Q * l.Q
+}
+
+// Mesh is the layout's mesh. Its axis names are what --link names: tp
+// (1D); row and col (2D, and 2.5D after depth); x, y, z (3D: the axes
+// along which m, k and n are cut into blocks).
+func (l Layout) Mesh() *mesh.Mesh {
+	q := l.Q
+	switch l.Kind {
+	case OneDColumn, OneDRow:
+		return mesh.New("tp", mesh.Axis{Name: "tp", Size: q})
+	case TwoD:
+		return mesh.New("2d", mesh.Axis{Name: "row", Size: q}, mesh.Axis{Name: "col", Size: q})
+	case TwoHalfD:
+		return mesh.New("2p5d", mesh.Axis{Name: "depth", Size: l.D}, mesh.Axis{Name: "row", Size: q}, mesh.Axis{Name: "col", Size: q})
+	}
+	return mesh.New("3d", mesh.Axis{Name: "x", Size: q}, mesh.Axis{Name: "y", Size: q}, mesh.Axis{Name: "z", Size: q})
+}
+
+func (l Layout) String() string {
+	switch l.Kind {
+	case OneDColumn, OneDRow:
+		return fmt.Sprintf("%s p=%d", l.Kind, l.Q)
+	case TwoD:
+		return fmt.Sprintf("%s %d×%d", l.Kind, l.Q, l.Q)
+	case TwoHalfD:
+		if l.Q == 1 {
+			return fmt.Sprintf("%s 1×1×%d (data parallel)", l.Kind, l.D)
+		}
+		return fmt.Sprintf("%s %d×%d×%d", l.Kind, l.Q, l.Q, l.D)
+	}
+	return fmt.Sprintf("%s %d×%d×%d", l.Kind, l.Q, l.Q, l.Q)
+}
+
+// AxisNames lists every axis name some layout's mesh uses.
+var AxisNames = []string{"tp", "row", "col", "depth", "x", "y", "z"}
+
+// Layouts lists every layout that fits p devices exactly: 1D column and
+// row; 2D when p is a square (q ≥ 2); 2.5D for every q²·d = p with d ≥ 2
+// (d = 1 is 2D; q = 1 is plain data parallelism over depth); 3D when p is
+// a cube (q ≥ 2).
+func Layouts(p int) []Layout {
+	out := []Layout{{Kind: OneDColumn, Q: p}, {Kind: OneDRow, Q: p}}
+	if q := iroot(p, 2); q >= 2 {
+		out = append(out, Layout{Kind: TwoD, Q: q})
+	}
+	for q := 1; q*q*2 <= p; q++ {
+		if p%(q*q) == 0 {
+			out = append(out, Layout{Kind: TwoHalfD, Q: q, D: p / (q * q)})
+		}
+	}
+	if q := iroot(p, 3); q >= 2 {
+		out = append(out, Layout{Kind: ThreeD, Q: q})
+	}
+	return out
+}
+
+// iroot is the integer r with r^k = p, or 0.
+func iroot(p, k int) int {
+	for r := 1; ; r++ {
+		v := 1
+		for range k {
+			v *= r
+		}
+		if v == p {
+			return r
+		}
+		if v > p {
+			return 0
+		}
+	}
+}
+
+// GEMM is Y[M,N] = X[M,K]·W[K,N] with Elem bytes per element.
+type GEMM struct {
+	M, K, N, Elem int
+}
+
+// Cost is rank's share of the layer on layout l, forward and backward.
+func (g GEMM) Cost(l Layout, links Links, rank int) *Cost {
+	m := l.Mesh()
+	c := &Cost{Algorithm: l.String(), Mesh: m, Rank: rank}
+	co := m.Coord(rank)
+	switch l.Kind {
+	case OneDColumn:
+		g.oneDColumn(c, l.Q, co[0], links)
+	case OneDRow:
+		g.oneDRow(c, l.Q, co[0], links)
+	case TwoD:
+		g.twoD(c, l.Q, 1, 0, co[0], co[1], links)
+	case TwoHalfD:
+		g.twoD(c, l.Q, l.D, co[0], co[1], co[2], links)
+	case ThreeD:
+		g.threeD(c, l.Q, co[0], co[1], co[2], links)
+	}
+	return c
+}
+
+// Costs is every rank's Cost.
+func (g GEMM) Costs(l Layout, links Links) []*Cost {
+	out := make([]*Cost, l.Devices())
+	for r := range out {
+		out[r] = g.Cost(l, links, r)
+	}
+	return out
+}
+
+func (g GEMM) bytes(rows, cols int) int64 { return int64(rows * cols * g.Elem) }
+
+// oneDColumn: X whole, W and Y split by columns; dX is a partial sum.
+func (g GEMM) oneDColumn(c *Cost, p, r int, l Links) {
+	nc := split(g.N, p, r)
+	c.Inputs, c.Weights, c.Outputs = g.bytes(g.M, g.K), g.bytes(g.K, nc), g.bytes(g.M, nc)
+	ar := newComm(Backward, "all_reduce", "tp", "all-reduce the partial dX = dY_r·W_rᵀ", "2(p−1)/p·mk", l)
+	ar.allReduce(g.M*g.K, g.Elem, p, r)
+	c.Comms = []Comm{ar.Comm}
+}
+
+// oneDRow: X split by columns, W by rows; Y is a partial sum.
+func (g GEMM) oneDRow(c *Cost, p, r int, l Links) {
+	kr := split(g.K, p, r)
+	c.Inputs, c.Weights, c.Outputs = g.bytes(g.M, kr), g.bytes(kr, g.N), g.bytes(g.M, g.N)
+	ar := newComm(Forward, "all_reduce", "tp", "all-reduce the partial Y = X_r·W_r", "2(p−1)/p·mn", l)
+	ar.allReduce(g.M*g.N, g.Elem, p, r)
+	c.Comms = []Comm{ar.Comm}
+}
+
+// twoD is SUMMA on rank (i,j) of depth layer dk of d (d = 1: 2D). The
+// layer's rows of X and Y are m cut over depth then over row, so X_it is
+// [mr, k_t] and W_tj [k_t, n_j].
+func (g GEMM) twoD(c *Cost, q, d, dk, i, j int, l Links) {
+	mr := split(split(g.M, d, dk), q, i)
+	kc := func(t int) int { return split(g.K, q, t) }
+	nj := split(g.N, q, j)
+	c.Inputs, c.Weights, c.Outputs = g.bytes(mr, kc(j)), g.bytes(kc(i), nj), g.bytes(mr, nj)
+	mk, kn := "mk", "kn"
+	if d > 1 {
+		mk = "mk/d"
+	}
+	// forward and the dW half of the backward broadcast X_it; the forward
+	// and the dX half broadcast W_tj
+	bx := newComm(Forward, "broadcast", "col", "broadcast X_it along row i, t = 0..q−1", "(q−1)·"+mk+"/q²", l)
+	bw := newComm(Forward, "broadcast", "row", "broadcast W_tj along column j", "(q−1)·"+kn+"/q²", l)
+	bwB := newComm(Backward, "broadcast", "row", "dX: broadcast W_tj along column j", "(q−1)·"+kn+"/q²", l)
+	rdx := newComm(Backward, "reduce", "col", "dX: reduce dY_ij·W_tjᵀ to (i,t) along row i", "(q−1)·"+mk+"/q²", l)
+	bxB := newComm(Backward, "broadcast", "col", "dW: broadcast X_it along row i", "(q−1)·"+mk+"/q²", l)
+	rdw := newComm(Backward, "reduce", "row", "dW: reduce X_itᵀ·dY_ij to (t,j) along column j", "(q−1)·"+kn+"/q²", l)
+	var maxX, maxW int64
+	for t := range q {
+		x, w := g.bytes(mr, kc(t)), g.bytes(kc(t), nj)
+		maxX, maxW = max(maxX, x), max(maxW, w)
+		bx.broadcast(x, q, mod(j-t, q))
+		bw.broadcast(w, q, mod(i-t, q))
+		bwB.broadcast(w, q, mod(i-t, q))
+		rdx.reduce(x, q, j == t)
+		bxB.broadcast(x, q, mod(j-t, q))
+		rdw.reduce(w, q, i == t)
+	}
+	c.Workspace = maxX + maxW
+	c.Comms = []Comm{bx.Comm, bw.Comm, bwB.Comm, rdx.Comm, bxB.Comm, rdw.Comm}
+	if d > 1 {
+		ar := newComm(Backward, "all_reduce", "depth", "all-reduce dW_ij over depth", "2(d−1)/d·kn/q²", l)
+		ar.allReduce(kc(i)*nj, g.Elem, d, dk)
+		c.Comms = append(c.Comms, ar.Comm)
+	}
+}
+
+// threeD is rank (a,b,c) of q×q×q: m, k, n are cut into q blocks along
+// x, y, z; rank (a,b,c) computes X_ab·W_bc, a partial of Y_ac. It holds
+// sub-block c of X_ab, a of W_bc and b of Y_ac (rows cut again, q ways).
+func (g GEMM) threeD(c *Cost, q, a, b, cc int, l Links) {
+	ma, kb, nc := split(g.M, q, a), split(g.K, q, b), split(g.N, q, cc)
+	c.Inputs = g.bytes(split(ma, q, cc), kb)
+	c.Weights = g.bytes(split(kb, q, a), nc)
+	c.Outputs = g.bytes(split(ma, q, b), nc)
+	c.Workspace = g.bytes(ma, kb) + g.bytes(kb, nc) + g.bytes(ma, nc)
+	agx := newComm(Forward, "all_gather", "z", "all-gather X_ab over z", "(q−1)/q·mk/q²", l)
+	agx.allGather(blocks(ma, q, kb, g.Elem), cc)
+	agw := newComm(Forward, "all_gather", "x", "all-gather W_bc over x", "(q−1)/q·kn/q²", l)
+	agw.allGather(blocks(kb, q, nc, g.Elem), a)
+	rsy := newComm(Forward, "reduce_scatter", "y", "reduce-scatter Y_ac over y", "(q−1)/q·mn/q²", l)
+	rsy.reduceScatter(blocks(ma, q, nc, g.Elem), b)
+	agd := newComm(Backward, "all_gather", "y", "all-gather dY_ac over y", "(q−1)/q·mn/q²", l)
+	agd.allGather(blocks(ma, q, nc, g.Elem), b)
+	rsx := newComm(Backward, "reduce_scatter", "z", "reduce-scatter dX_ab = dY_ac·W_bcᵀ over z", "(q−1)/q·mk/q²", l)
+	rsx.reduceScatter(blocks(ma, q, kb, g.Elem), cc)
+	rsw := newComm(Backward, "reduce_scatter", "x", "reduce-scatter dW_bc = X_abᵀ·dY_ac over x", "(q−1)/q·kn/q²", l)
+	rsw.reduceScatter(blocks(kb, q, nc, g.Elem), a)
+	c.Comms = []Comm{agx.Comm, agw.Comm, rsy.Comm, agd.Comm, rsx.Comm, rsw.Comm}
+}
+
+// Formulas are an algorithm's per-rank figures written symbolically, in
+// elements (times e bytes), for sizes its mesh divides evenly. α, β and γ
+// are per message, per element sent and per element reduced.
+type Formulas struct {
+	Memory string    `json:"memory"`
+	Sent   [2]string `json:"sent"`
+	Msgs   [2]string `json:"messages"`
+	Time   [2]string `json:"time"`
+}
+
+// FormulasOf gives the symbolic figures of a kind, forward then backward.
+func FormulasOf(k Kind) Formulas {
+	switch k {
+	case OneDColumn:
+		return Formulas{Memory: "mk + (kn+mn)/p",
+			Sent: [2]string{"0", "2(p−1)/p·mk"}, Msgs: [2]string{"0", "2(p−1)"},
+			Time: [2]string{"0", "2(p−1)α + (p−1)/p·mk·(2β+γ)"}}
+	case OneDRow:
+		return Formulas{Memory: "(mk+kn)/p + mn",
+			Sent: [2]string{"2(p−1)/p·mn", "0"}, Msgs: [2]string{"2(p−1)", "0"},
+			Time: [2]string{"2(p−1)α + (p−1)/p·mn·(2β+γ)", "0"}}
+	case TwoD:
+		return Formulas{Memory: "(mk+kn+mn)/q²",
+			Sent: [2]string{"(q−1)(mk+kn)/q²", "2(q−1)(mk+kn)/q²"}, Msgs: [2]string{"2(q−1)", "4(q−1)"},
+			Time: [2]string{"q⌈lg q⌉(2α + (mk+kn)/q²·β)", "q⌈lg q⌉(4α + (mk+kn)/q²·(2β+γ))"}}
+	case TwoHalfD:
+		return Formulas{Memory: "(mk+mn)/(dq²) + kn/q²",
+			Sent: [2]string{"(q−1)(mk/d+kn)/q²", "2(q−1)(mk/d+kn)/q² + 2(d−1)/d·kn/q²"},
+			Msgs: [2]string{"2(q−1)", "4(q−1) + 2(d−1)"},
+			Time: [2]string{"q⌈lg q⌉(2α + (mk/d+kn)/q²·β)",
+				"q⌈lg q⌉(4α + (mk/d+kn)/q²·(2β+γ)) + 2(d−1)α + (d−1)/d·kn/q²·(2β+γ)"}}
+	}
+	return Formulas{Memory: "(mk+kn+mn)/q³",
+		Sent: [2]string{"(q−1)/q·(mk+kn+mn)/q²", "(q−1)/q·(mk+kn+mn)/q²"},
+		Msgs: [2]string{"3(q−1)", "3(q−1)"},
+		Time: [2]string{"3(q−1)α + (q−1)/q·((mk+kn+mn)β + mn·γ)/q²", "3(q−1)α + (q−1)/q·((mk+kn+mn)β + (mk+kn)γ)/q²"}}
+}
