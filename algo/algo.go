@@ -277,12 +277,9 @@ func (c *comm) allReduce(numel, elem, p, r int) {
 	if p <= 1 {
 		return
 	}
-	chunks := make([]int64, p)
-	for i := range chunks {
-		chunks[i] = int64(split(numel, p, i) * elem)
-	}
-	rs := sum(chunks) - chunks[r]
-	ag := sum(chunks) - chunks[(r+1)%p]
+	// every chunk but its own, then every chunk but the next rank's
+	rs := int64((numel - split(numel, p, r)) * elem)
+	ag := int64((numel - split(numel, p, (r+1)%p)) * elem)
 	c.Bytes += rs + ag
 	c.Msgs += 2 * (p - 1)
 	c.Latency += 2 * float64(p-1) * c.link.Alpha
