@@ -176,9 +176,9 @@ func TestLayoutsFitTheDevices(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, []string{"1D column p=4", "1D row p=4", "2D SUMMA 2×2", "2.5D Tesseract 1×1×4 (data parallel)"}, names(4))
-	require.Equal(t, []string{"1D column p=8", "1D row p=8", "2.5D Tesseract 1×1×8 (data parallel)", "2.5D Tesseract 2×2×2", "3D 2×2×2"}, names(8))
-	require.Equal(t, []string{"1D column p=64", "1D row p=64", "2D SUMMA 8×8", "2.5D Tesseract 1×1×64 (data parallel)",
+	require.Equal(t, []string{"1D column p=4", "1D row p=4", "2D SUMMA 2×2", "2.5D Tesseract 1×1×4 (DP)"}, names(4))
+	require.Equal(t, []string{"1D column p=8", "1D row p=8", "2.5D Tesseract 1×1×8 (DP)", "2.5D Tesseract 2×2×2", "3D 2×2×2"}, names(8))
+	require.Equal(t, []string{"1D column p=64", "1D row p=64", "2D SUMMA 8×8", "2.5D Tesseract 1×1×64 (DP)",
 		"2.5D Tesseract 2×2×16", "2.5D Tesseract 4×4×4", "3D 4×4×4"}, names(64))
-	require.Equal(t, []string{"1D column p=6", "1D row p=6", "2.5D Tesseract 1×1×6 (data parallel)"}, names(6))
+	require.Equal(t, []string{"1D column p=6", "1D row p=6", "2.5D Tesseract 1×1×6 (DP)"}, names(6))
 }

@@ -61,7 +61,7 @@ func (l Layout) String() string {
 		return fmt.Sprintf("%s %d×%d", l.Kind, l.Q, l.Q)
 	case TwoHalfD:
 		if l.Q == 1 {
-			return fmt.Sprintf("%s 1×1×%d (data parallel)", l.Kind, l.D)
+			return fmt.Sprintf("%s 1×1×%d (DP)", l.Kind, l.D)
 		}
 		return fmt.Sprintf("%s %d×%d×%d", l.Kind, l.Q, l.Q, l.D)
 	}

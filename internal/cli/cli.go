@@ -44,6 +44,7 @@ usage:
   meshrun train FILE [flags]     run the program's train block; write params, a loss log and plot
   meshrun trace FILE [flags]     one step's timeline: Chrome trace, a pipeline's Gantt chart and bubble
   meshrun estimate [flags]       ZeRO memory, bytes and seconds per step for a model size, without running
+  meshrun gemm [flags]           1D, 2D, 2.5D and 3D parallel GEMM compared: memory, bytes, messages, time, formulas
   meshrun repl [flags]           interactive sharding experiments
   meshrun grammar                print the grammar (EBNF, generated from the parser)
 
@@ -74,6 +75,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return env.finish(env.train(args[1:]))
 	case "estimate":
 		return env.estimate(args[1:])
+	case "gemm":
+		return env.gemm(args[1:])
 	case "trace":
 		return env.trace(args[1:])
 	case "grammar":
