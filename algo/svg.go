@@ -171,20 +171,21 @@ func (g GEMM) StepSVG(l Layout, t int) ([]byte, error) {
 	title := fmt.Sprintf("%s, step %d of %d", l, t, l.Q)
 	sub := fmt.Sprintf("X_i%d is broadcast along row i, W_%dj along column j; every device adds X_i%d·W_%dj to its Y_ij", t, t, t, t)
 	p := g.newPicture(l, title, sub)
-	p.operand(X, func(b Block) bool { return !on(b, col) })
-	p.operand(W, func(b Block) bool { return !on(b, row) })
-	p.operand(Y, nil)
+	// arrows first: they pass under the pale blocks, not over their labels
 	for _, b := range g.Blocks(l, X) {
 		if on(b, col) && b.NR > 0 {
 			x, y, w, h := p.rect(X, b.Rect)
-			p.arrow(x+w, y+h/2, p.ox[2]-3, y+h/2) // along the row, into Y
+			p.arrow(x+w, y+0.8*h, p.ox[2]-3, y+0.8*h) // along the row, into Y, below the labels
 		}
 	}
 	for _, b := range g.Blocks(l, W) {
 		if on(b, row) && b.NC > 0 {
 			x, y, w, h := p.rect(W, b.Rect)
-			p.arrow(x+w/2, y+h, x+w/2, p.oy[2]-3) // down the column, into Y
+			p.arrow(x+0.85*w, y+h, x+0.85*w, p.oy[2]-3) // down the column, into Y, beside the labels
 		}
 	}
+	p.operand(X, func(b Block) bool { return !on(b, col) })
+	p.operand(W, func(b Block) bool { return !on(b, row) })
+	p.operand(Y, nil)
 	return p.bytes(), nil
 }

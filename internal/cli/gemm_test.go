@@ -149,3 +149,24 @@ func TestGemmFlagErrors(t *testing.T) {
 	require.Equal(t, ExitOK, code)
 	require.Regexp(t, regexp.MustCompile(`usage: meshrun gemm --m M --k K --n N --devices P`), errs)
 }
+
+// docs/layouts holds what these commands write (docs/README.md lists them).
+func TestDocsLayoutsAreUpToDate(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range [][2]string{{"8", "4"}, {"8", "8"}, {"9", "27"}} {
+		code, _, errs := meshrun(t, "", "gemm", "--m", c[0], "--k", c[0], "--n", c[0], "--devices", c[1], "--svg", dir)
+		require.Equal(t, ExitOK, code, errs)
+	}
+	want, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	got, err := os.ReadDir("../../docs/layouts")
+	require.NoError(t, err)
+	require.Equal(t, len(want), len(got), "docs/layouts has other files than the commands write")
+	for _, e := range want {
+		a, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		b, err := os.ReadFile(filepath.Join("../../docs/layouts", e.Name()))
+		require.NoError(t, err, "regenerate with the commands in docs/README.md")
+		require.Equal(t, string(a), string(b), "%s is stale: regenerate with the commands in docs/README.md", e.Name())
+	}
+}
