@@ -6,9 +6,15 @@
 // alpha-beta-gamma link model (mesh.Link, one per mesh axis, as
 // `--link AXIS=ALPHA_US:GBPS` builds it for the rest of meshrun).
 //
-// The algorithms and their formulas (sources: ../shared/notes/algorithms.md,
-// which collects them from the papers). Sizes are in elements; bytes are
-// elements × the dtype's size e. Y[m,n] = X[m,k]·W[k,n].
+// The algorithms and their formulas, from the papers: Megatron-LM
+// (Shoeybi et al. 2019) for 1D; SUMMA (van de Geijn and Watts 1997) and
+// Optimus (Xu et al. 2021) for 2D; Tesseract (Wang et al. 2021) for 2.5D;
+// Agarwal et al. 1995 and Bian et al. 2021 for 3D; ring attention (Li et
+// al. 2021, Liu et al. 2023); DeepSpeed-Ulysses (Jacobs et al. 2023);
+// GShard (Lepikhin et al. 2020) for expert capacity; the collectives'
+// costs after Thakur, Rabenseifner and Gropp 2005. The project's notes
+// (shared/notes/algorithms.md) collect them. Sizes are in elements;
+// bytes are elements × the dtype's size e. Y[m,n] = X[m,k]·W[k,n].
 //
 //	1D column (Megatron)  X whole, W and Y split by columns over p:
 //	                      forward nothing; backward dX is partial: all-reduce mk,
