@@ -113,8 +113,9 @@ type GEMM struct {
 }
 
 // Cost is rank's share of the layer on layout l, forward and backward.
-func (g GEMM) Cost(l Layout, links Links, rank int) *Cost {
-	m := l.Mesh()
+func (g GEMM) Cost(l Layout, links Links, rank int) *Cost { return g.cost(l, l.Mesh(), links, rank) }
+
+func (g GEMM) cost(l Layout, m *mesh.Mesh, links Links, rank int) *Cost {
 	c := &Cost{Algorithm: l.String(), Mesh: m, Rank: rank}
 	co := m.Coord(rank)
 	switch l.Kind {
@@ -135,8 +136,9 @@ func (g GEMM) Cost(l Layout, links Links, rank int) *Cost {
 // Costs is every rank's Cost.
 func (g GEMM) Costs(l Layout, links Links) []*Cost {
 	out := make([]*Cost, l.Devices())
+	m := l.Mesh() // one mesh for all: the ranks share it
 	for r := range out {
-		out[r] = g.Cost(l, links, r)
+		out[r] = g.cost(l, m, links, r)
 	}
 	return out
 }
@@ -261,4 +263,20 @@ func FormulasOf(k Kind) Formulas {
 		Sent: [2]string{"(q−1)/q·(mk+kn+mn)/q²", "(q−1)/q·(mk+kn+mn)/q²"},
 		Msgs: [2]string{"3(q−1)", "3(q−1)"},
 		Time: [2]string{"3(q−1)α + (q−1)/q·((mk+kn+mn)β + mn·γ)/q²", "3(q−1)α + (q−1)/q·((mk+kn+mn)β + (mk+kn)γ)/q²"}}
+}
+
+// MegatronMLP is rank r's share of Megatron's 1D MLP on p ranks: X[m,h]
+// times W1[h,f] split by columns (no communication), then times W2[f,h]
+// split by rows, whose partial output is all-reduced — one all-reduce of
+// [m,h] forward, and one backward (the column layer's partial dX). The
+// hidden activation [m, f/p] is its workspace.
+func MegatronMLP(m, h, f, elem, p int, links Links, r int) *Cost {
+	col := GEMM{M: m, K: h, N: f, Elem: elem}.Cost(Layout{Kind: OneDColumn, Q: p}, links, r)
+	row := GEMM{M: m, K: f, N: h, Elem: elem}.Cost(Layout{Kind: OneDRow, Q: p}, links, r)
+	return &Cost{
+		Algorithm: fmt.Sprintf("Megatron MLP p=%d", p), Mesh: col.Mesh, Rank: r,
+		Inputs: col.Inputs, Weights: col.Weights + row.Weights, Outputs: row.Outputs,
+		Workspace: col.Outputs,
+		Comms:     append(append([]Comm{}, row.Comms...), col.Comms...),
+	}
 }

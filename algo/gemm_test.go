@@ -275,3 +275,44 @@ func TestOneDBytesEqualTheRuntimes(t *testing.T) {
 		}
 	}
 }
+
+// Megatron's MLP: the column layer's output is the row layer's input
+// (no communication between them); one all-reduce each way.
+func TestMegatronMLP(t *testing.T) {
+	const m, h, f, p = 6, 4, 10, 4
+	pr := newProblem(m, h, f)
+	w := newWorld(t, mesh.New("tp", mesh.Axis{Name: "tp", Size: p}))
+	rng := rand.New(rand.NewPCG(3, 4))
+	w2 := random(rng, f, h)
+	want := matmul(pr.y, w2, false, false)
+	fwd := w.run(func(ctx context.Context, r int) error {
+		f0, fl := span(0, f, p, r)
+		hid := matmul(pr.x, box(pr.w, 0, h, f0, fl), false, false) // [m, f/p], no communication
+		y, err := w.group(r, 0).AllReduce(ctx, matmul(hid, box(w2, f0, fl, 0, h), false, false), rt.OpSum)
+		if err != nil {
+			return err
+		}
+		near(t, want, y.(*rt.Tensor), "MLP output")
+		return nil
+	})
+	for r := range p {
+		c := algo.MegatronMLP(m, h, f, 8, p, nil, r)
+		require.Equal(t, fwd[r], c.Sent(algo.Forward), "rank %d", r)
+		require.Equal(t, 1, len(filterPass(c.Comms, algo.Forward)))
+		require.Equal(t, 1, len(filterPass(c.Comms, algo.Backward)))
+		// the backward all-reduce is of dX [m, h], the same size
+		require.Equal(t, c.Sent(algo.Forward), c.Sent(algo.Backward))
+		_, fl := span(0, f, p, r)
+		require.Equal(t, int64((h*fl+fl*h)*8), c.Weights)
+	}
+}
+
+func filterPass(cs []algo.Comm, p algo.Pass) []algo.Comm {
+	var out []algo.Comm
+	for _, c := range cs {
+		if c.Pass == p {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -70,6 +70,7 @@ func TestGemmJSON(t *testing.T) {
 	code, out, errs := meshrun(t, "", "gemm", "--m", "64", "--k", "32", "--n", "16", "--devices", "4", "--json")
 	require.Equal(t, ExitOK, code, errs)
 	var doc struct {
+		M       int `json:"m"`
 		Devices int `json:"devices"`
 		Layouts []struct {
 			Algorithm string   `json:"algorithm"`
@@ -85,6 +86,7 @@ func TestGemmJSON(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
 	require.Equal(t, 4, doc.Devices)
+	require.Equal(t, 64, doc.M)
 	require.Len(t, doc.Layouts, 4)
 	l := doc.Layouts[2]
 	require.Equal(t, "2D SUMMA 2×2", l.Algorithm)
