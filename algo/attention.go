@@ -23,25 +23,49 @@ func (a Attention) tokens(rows, cols int) int64 { return int64(a.Batch * rows * 
 // cut into n blocks; rank r keeps Q_r and its output rows, and the K and V
 // blocks travel the ring, each forwarded n−1 times. Backward the K and V
 // blocks travel again with their gradient accumulators dK and dV, which
-// take one more hop to arrive back at their owner. A causal mask (with
-// or without load balancing) skips computation, not blocks: the bytes are
-// the same.
+// take one more hop to arrive back at their owner. A causal mask skips
+// computation, not blocks: the bytes are the same.
 func (a Attention) Ring(n int, links Links, r int) *Cost {
+	return a.ring(n, links, r, func(i int) int { return split(a.Seq, n, i) }, fmt.Sprintf("ring attention n=%d", n))
+}
+
+// ZigzagRows are the sequence rows rank r holds in causal ring attention
+// with load balancing: the sequence is cut into 2n balanced chunks and
+// rank r holds chunks r and 2n−1−r, so every rank has as many rows near
+// the start (few keys to attend to) as near the end (many). Each entry is
+// an offset and a length.
+func ZigzagRows(seq, n, r int) [2][2]int {
+	o1, l1 := mesh.Split(seq, 2*n, r)
+	o2, l2 := mesh.Split(seq, 2*n, 2*n-1-r)
+	return [2][2]int{{o1, l1}, {o2, l2}}
+}
+
+// RingBalanced is Ring with ZigzagRows: the same schedule, with each
+// rank's block made of its two chunks.
+func (a Attention) RingBalanced(n int, links Links, r int) *Cost {
+	rows := func(i int) int {
+		z := ZigzagRows(a.Seq, n, i)
+		return z[0][1] + z[1][1]
+	}
+	return a.ring(n, links, r, rows, fmt.Sprintf("ring attention n=%d, causal load balance", n))
+}
+
+// ring is the schedule of Ring, rank i's block having rows(i) rows.
+func (a Attention) ring(n int, links Links, r int, rows func(int) int, name string) *Cost {
 	h := a.Hidden
-	lr := split(a.Seq, n, r)
-	c := &Cost{Algorithm: fmt.Sprintf("ring attention n=%d", n), Mesh: spMesh(n), Rank: r}
-	c.Inputs = 3 * a.tokens(lr, h)
-	c.Outputs = a.tokens(lr, h)
+	c := &Cost{Algorithm: name, Mesh: spMesh(n), Rank: r}
+	c.Inputs = 3 * a.tokens(rows(r), h)
+	c.Outputs = a.tokens(rows(r), h)
 	var most int64
 	for i := range n {
-		most = max(most, a.tokens(split(a.Seq, n, i), h))
+		most = max(most, a.tokens(rows(i), h))
 	}
 	c.Workspace = 2 * most // the K and V block in flight
 	kv := newComm(Forward, "shift", "sp", "pass K and V blocks to the next rank, n−1 hops", "2(n−1)·B·L/n·H", links)
 	kvB := newComm(Backward, "shift", "sp", "pass K and V blocks again, n−1 hops", "2(n−1)·B·L/n·H", links)
 	grad := newComm(Backward, "shift", "sp", "pass dK and dV accumulators, n hops (the last one home)", "2n·B·L/n·H", links)
 	for s := range n {
-		held := a.tokens(split(a.Seq, n, mod(r-s, n)), h) // block r−s arrives at step s
+		held := a.tokens(rows(mod(r-s, n)), h) // block r−s arrives at step s
 		if s < n-1 {
 			kv.shift(held)
 			kv.shift(held)

@@ -14,16 +14,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// heads holds, per head, the attention of query rows [q0, q0+Lq) to keys
-// [0, Lk): probabilities P [Lq, Lk] and output O [Lq, hd].
+// headAttn holds one head's attention of some query rows to some keys:
+// probabilities P [Lq, Lk] and output O [Lq, hd].
 type headAttn struct{ p, o *rt.Tensor }
 
 // attend is softmax(Q·Kᵀ/√hd)·V per head of 2-D q [Lq, H], k, v [Lk, H];
-// causal masks keys after the query's position q0+i.
-func attend(q, k, v *rt.Tensor, heads, q0 int, causal bool) []headAttn {
+// with causal, query i (at sequence position qpos[i]) sees only keys at
+// positions kpos[j] ≤ qpos[i]. nil positions mean 0, 1, 2, ….
+func attend(q, k, v *rt.Tensor, heads int, qpos, kpos []int, causal bool) []headAttn {
 	h := q.Shape[1]
 	hd := h / heads
 	lq, lk := q.Shape[0], k.Shape[0]
+	qpos, kpos = positions(qpos, lq), positions(kpos, lk)
 	out := make([]headAttn, heads)
 	for hh := range heads {
 		qh, kh, vh := box(q, 0, lq, hh*hd, hd), box(k, 0, lk, hh*hd, hd), box(v, 0, lk, hh*hd, hd)
@@ -33,7 +35,7 @@ func attend(q, k, v *rt.Tensor, heads, q0 int, causal bool) []headAttn {
 			top := math.Inf(-1)
 			for j := range row {
 				row[j] /= math.Sqrt(float64(hd))
-				if causal && j > q0+i {
+				if causal && kpos[j] > qpos[i] {
 					row[j] = math.Inf(-1)
 				}
 				top = max(top, row[j])
@@ -52,20 +54,47 @@ func attend(q, k, v *rt.Tensor, heads, q0 int, causal bool) []headAttn {
 	return out
 }
 
+func positions(p []int, n int) []int {
+	if p != nil {
+		return p
+	}
+	p = make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	return p
+}
+
 // joinHeads lays per-head [L, hd] blocks side by side.
 func joinHeads(hs []*rt.Tensor) *rt.Tensor { return rt.ConcatDim(hs, 1) }
 
-// ringAttention runs ring attention's data movement on n ranks (B = 1):
-// forward, K and V blocks travel n−1 hops and each rank attends its query
-// rows to all of them; backward, K and V travel again with dK and dV
-// accumulators, which take one hop more to get home.
-func ringAttention(t *testing.T, a algo.Attention, n int, causal bool) {
+// gather stacks the given rows of x.
+func gather(x *rt.Tensor, rows []int) *rt.Tensor {
+	var parts []*rt.Tensor
+	for _, r := range rows {
+		parts = append(parts, box(x, r, 1, 0, x.Shape[1]))
+	}
+	return rt.ConcatDim(parts, 0)
+}
+
+// ringAttention runs ring attention's data movement on n ranks (B = 1),
+// rank i holding the sequence rows rowsOf(i): forward, K and V blocks
+// travel n−1 hops and each rank attends its query rows to all of them;
+// backward, K and V travel again with dK and dV accumulators, which take
+// one hop more to get home. It returns the bytes each rank sent.
+func ringAttention(t *testing.T, a algo.Attention, n int, causal bool, rowsOf func(int) []int) (fwd, bwd []int64) {
 	require.Equal(t, 1, a.Batch)
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(a.Seq)))
 	q, k, v, do := random(rng, a.Seq, a.Hidden), random(rng, a.Seq, a.Hidden), random(rng, a.Seq, a.Hidden), random(rng, a.Seq, a.Hidden)
-	ref := attend(q, k, v, a.Heads, 0, causal)
+	ref := attend(q, k, v, a.Heads, nil, nil, causal)
 	w := newWorld(t, mesh.New("sp", mesh.Axis{Name: "sp", Size: n}))
-	rows := func(r int) (int, int) { return mesh.Split(a.Seq, n, r) }
+	// keys in ring-block order: block j's rows, j = 0..n−1
+	var kpos []int
+	col0 := make([]int, n+1) // block j's first column among them
+	for j := range n {
+		kpos = append(kpos, rowsOf(j)...)
+		col0[j+1] = len(kpos)
+	}
 	probs := make([][]headAttn, n)
 	hop := func(ctx context.Context, r, tag int, x *rt.Tensor) (*rt.Tensor, error) {
 		if err := w.tr.Send(ctx, r, (r+1)%n, tag, x); err != nil {
@@ -73,11 +102,10 @@ func ringAttention(t *testing.T, a algo.Attention, n int, causal bool) {
 		}
 		return w.tr.Recv(ctx, r, (r-1+n)%n, tag)
 	}
-	fwd := w.run(func(ctx context.Context, r int) error {
-		r0, lr := rows(r)
+	fwd = w.run(func(ctx context.Context, r int) error {
 		ks, vs := make([]*rt.Tensor, n), make([]*rt.Tensor, n)
 		j := r
-		ks[j], vs[j] = box(k, r0, lr, 0, a.Hidden), box(v, r0, lr, 0, a.Hidden)
+		ks[j], vs[j] = gather(k, rowsOf(r)), gather(v, rowsOf(r))
 		for range n - 1 {
 			nk, err := hop(ctx, r, 1, ks[j])
 			if err != nil {
@@ -90,24 +118,23 @@ func ringAttention(t *testing.T, a algo.Attention, n int, causal bool) {
 			j = (j - 1 + n) % n
 			ks[j], vs[j] = nk, nv
 		}
-		probs[r] = attend(box(q, r0, lr, 0, a.Hidden), rt.ConcatDim(ks, 0), rt.ConcatDim(vs, 0), a.Heads, r0, causal)
-		var os []*rt.Tensor
+		probs[r] = attend(gather(q, rowsOf(r)), rt.ConcatDim(ks, 0), rt.ConcatDim(vs, 0), a.Heads, rowsOf(r), kpos, causal)
 		for hh := range a.Heads {
-			os = append(os, box(ref[hh].o, r0, lr, 0, a.Hidden/a.Heads))
-			near(t, os[hh], probs[r][hh].o, fmt.Sprintf("O rows of rank %d head %d", r, hh))
+			near(t, gather(ref[hh].o, rowsOf(r)), probs[r][hh].o, fmt.Sprintf("O rows of rank %d head %d", r, hh))
 		}
 		return nil
 	})
-	// backward: dV_j = Σ_r P_rjᵀ·dO_r, dK_j = Σ_r dS_rjᵀ·Q_r/√hd with
-	// dS = P∘(dP − rowsum(dO∘O)), dP = dO·Vᵀ, per head
+	// backward, per head: dV_j = Σ_r P_rjᵀ·dO_r, dK_j = Σ_r dS_rjᵀ·Q_r/√hd
+	// with dS = P∘(dP − rowsum(dO∘O)), dP = dO·Vᵀ (V in ring-block order)
 	hd := a.Hidden / a.Heads
-	dsOf := func(r int) []*rt.Tensor { // dS_r for all keys, per head
-		r0, lr := rows(r)
+	vAll := gather(v, kpos)
+	dsOf := func(r int) []*rt.Tensor {
+		lr := len(rowsOf(r))
 		var out []*rt.Tensor
 		for hh := range a.Heads {
 			p := probs[r][hh].p
-			dO := box(do, r0, lr, hh*hd, hd)
-			dp := matmul(dO, box(v, 0, a.Seq, hh*hd, hd), false, true)
+			dO := box(gather(do, rowsOf(r)), 0, lr, hh*hd, hd)
+			dp := matmul(dO, box(vAll, 0, a.Seq, hh*hd, hd), false, true)
 			ds := p.Clone()
 			for i := range lr {
 				var dot float64
@@ -122,18 +149,19 @@ func ringAttention(t *testing.T, a algo.Attention, n int, causal bool) {
 		}
 		return out
 	}
-	bwd := w.run(func(ctx context.Context, r int) error {
-		r0, lr := rows(r)
+	bwd = w.run(func(ctx context.Context, r int) error {
+		lr := len(rowsOf(r))
+		qr, dor := gather(q, rowsOf(r)), gather(do, rowsOf(r))
 		ds := dsOf(r)
 		j := r
-		kj, vj := box(k, r0, lr, 0, a.Hidden), box(v, r0, lr, 0, a.Hidden)
+		kj, vj := gather(k, rowsOf(r)), gather(v, rowsOf(r))
 		dk, dv := rt.NewTensor(ir.F64, []int{lr, a.Hidden}), rt.NewTensor(ir.F64, []int{lr, a.Hidden})
 		for s := range n {
-			j0, lj := rows(j)
+			j0, lj := col0[j], col0[j+1]-col0[j]
 			for hh := range a.Heads {
 				pj := box(probs[r][hh].p, 0, lr, j0, lj)
-				addBlock(dv, matmul(pj, box(do, r0, lr, hh*hd, hd), true, false), hh*hd)
-				g := matmul(box(ds[hh], 0, lr, j0, lj), box(q, r0, lr, hh*hd, hd), true, false)
+				addBlock(dv, matmul(pj, box(dor, 0, lr, hh*hd, hd), true, false), hh*hd)
+				g := matmul(box(ds[hh], 0, lr, j0, lj), box(qr, 0, lr, hh*hd, hd), true, false)
 				for i := range f64(g) {
 					f64(g)[i] /= math.Sqrt(float64(hd))
 				}
@@ -155,38 +183,38 @@ func ringAttention(t *testing.T, a algo.Attention, n int, causal bool) {
 				if dv, err = hop(ctx, r, 6, dv); err != nil {
 					return err
 				}
-				dk, dv = dk.Clone(), dv.Clone() // the sender's copy is shared
 			}
 			j = (j - 1 + n) % n
 		}
-		// reference gradients of this rank's K and V rows
-		var wantDK, wantDV []*rt.Tensor
+		// the single-device gradients of this rank's K and V rows: the
+		// queries of every rank, in rank order, against every key
+		var allQ []int
+		for i := range n {
+			allQ = append(allQ, rowsOf(i)...)
+		}
 		all := make([][]*rt.Tensor, n)
 		for i := range n {
 			all[i] = dsOf(i)
 		}
+		var wantDK, wantDV []*rt.Tensor
 		for hh := range a.Heads {
 			var dsAll, pAll []*rt.Tensor
 			for i := range n {
 				dsAll = append(dsAll, all[i][hh])
 				pAll = append(pAll, probs[i][hh].p)
 			}
-			gk := matmul(box(rt.ConcatDim(dsAll, 0), 0, a.Seq, r0, lr), box(q, 0, a.Seq, hh*hd, hd), true, false)
+			gk := matmul(box(rt.ConcatDim(dsAll, 0), 0, a.Seq, col0[r], lr), box(gather(q, allQ), 0, a.Seq, hh*hd, hd), true, false)
 			for i := range f64(gk) {
 				f64(gk)[i] /= math.Sqrt(float64(hd))
 			}
 			wantDK = append(wantDK, gk)
-			wantDV = append(wantDV, matmul(box(rt.ConcatDim(pAll, 0), 0, a.Seq, r0, lr), box(do, 0, a.Seq, hh*hd, hd), true, false))
+			wantDV = append(wantDV, matmul(box(rt.ConcatDim(pAll, 0), 0, a.Seq, col0[r], lr), box(gather(do, allQ), 0, a.Seq, hh*hd, hd), true, false))
 		}
 		near(t, joinHeads(wantDV), dv, fmt.Sprintf("dV rows of rank %d", r))
 		near(t, joinHeads(wantDK), dk, fmt.Sprintf("dK rows of rank %d", r))
 		return nil
 	})
-	for r := range n {
-		c := a.Ring(n, nil, r)
-		require.Equal(t, fwd[r], c.Sent(algo.Forward), "rank %d forward", r)
-		require.Equal(t, bwd[r], c.Sent(algo.Backward), "rank %d backward", r)
-	}
+	return fwd, bwd
 }
 
 // addBlock adds g into columns [c0, c0+g's width) of dst.
@@ -202,10 +230,35 @@ func addBlock(dst, g *rt.Tensor, c0 int) {
 func TestRingAttentionBytesEqualTheRuntimes(t *testing.T) {
 	for _, c := range []struct {
 		n, seq, heads, hidden int
-		causal                bool
-	}{{2, 8, 1, 4, false}, {3, 7, 2, 4, true}, {4, 10, 2, 6, false}, {1, 5, 1, 3, true}} {
-		t.Run(fmt.Sprintf("n%d_L%d_causal=%v", c.n, c.seq, c.causal), func(t *testing.T) {
-			ringAttention(t, algo.Attention{Batch: 1, Seq: c.seq, Heads: c.heads, Hidden: c.hidden, Elem: 8}, c.n, c.causal)
+		causal, zigzag        bool
+	}{
+		{2, 8, 1, 4, false, false}, {3, 7, 2, 4, true, false}, {4, 10, 2, 6, false, false}, {1, 5, 1, 3, true, false},
+		{2, 8, 1, 4, true, true}, {3, 11, 2, 4, true, true}, {4, 13, 1, 2, true, true},
+	} {
+		t.Run(fmt.Sprintf("n%d_L%d_causal=%v_zigzag=%v", c.n, c.seq, c.causal, c.zigzag), func(t *testing.T) {
+			a := algo.Attention{Batch: 1, Seq: c.seq, Heads: c.heads, Hidden: c.hidden, Elem: 8}
+			rows := func(r int) []int {
+				o, l := mesh.Split(c.seq, c.n, r)
+				return positions(nil, o+l)[o:]
+			}
+			if c.zigzag {
+				rows = func(r int) []int {
+					var out []int
+					for _, ch := range algo.ZigzagRows(c.seq, c.n, r) {
+						out = append(out, positions(nil, ch[0]+ch[1])[ch[0]:]...)
+					}
+					return out
+				}
+			}
+			fwd, bwd := ringAttention(t, a, c.n, c.causal, rows)
+			for r := range c.n {
+				cost := a.Ring(c.n, nil, r)
+				if c.zigzag {
+					cost = a.RingBalanced(c.n, nil, r)
+				}
+				require.Equal(t, fwd[r], cost.Sent(algo.Forward), "rank %d forward", r)
+				require.Equal(t, bwd[r], cost.Sent(algo.Backward), "rank %d backward", r)
+			}
 		})
 	}
 }
@@ -268,7 +321,7 @@ func ulysses(t *testing.T, a algo.Attention, p int) {
 				return rt.FromSlice([]int{a.Seq, a.Hidden / p}, f64(rt.Extract(x, []int{b, 0, 0}, []int{1, a.Seq, a.Hidden / p})))
 			}
 			var hs []*rt.Tensor
-			for _, h := range attend(sl(sharded[0]), sl(sharded[1]), sl(sharded[2]), hp, 0, false) {
+			for _, h := range attend(sl(sharded[0]), sl(sharded[1]), sl(sharded[2]), hp, nil, nil, false) {
 				hs = append(hs, h.o)
 			}
 			o := joinHeads(hs)
@@ -280,7 +333,7 @@ func ulysses(t *testing.T, a algo.Attention, p int) {
 		}
 		for b := range a.Batch {
 			var hs []*rt.Tensor
-			for _, h := range attend(full[b][0], full[b][1], full[b][2], a.Heads, 0, false) {
+			for _, h := range attend(full[b][0], full[b][1], full[b][2], a.Heads, nil, nil, false) {
 				hs = append(hs, h.o)
 			}
 			want := box(joinHeads(hs), r0, lr, 0, a.Hidden)
