@@ -43,6 +43,8 @@
 //	ring attention (N)    Q, K, V split by sequence; K and V blocks travel N−1
 //	                      hops forward (2(N−1)·B·L/N·H); backward K and V travel
 //	                      N−1 hops again and their gradients N hops (home).
+//	                      Causal load balance (ZigzagRows): rank r holds
+//	                      chunks r and 2N−1−r of 2N; the same schedule.
 //	Ulysses (P)           all-to-all Q, K, V from sequence to head shards,
 //	                      attention, all-to-all O back: 4·(P−1)/P·B·L·H/P
 //	                      forward, the same backward.
