@@ -95,9 +95,12 @@ func validateGemm(ck *checks, pos []string, m, k, n, devices int, dtype string, 
 			ck.fail("--%s %d: want at least 1", d.name, d.v)
 		}
 	}
-	for _, p := range [][3]any{{"m×k", m, k}, {"k×n", k, n}, {"m×n", m, n}} {
-		if a, b := p[1].(int), p[2].(int); a > 0 && b > 0 && float64(a)*float64(b) > maxGemmElements {
-			ck.fail("%s = %d×%d: more than 2^40 elements", p[0], a, b)
+	for _, p := range []struct {
+		name string
+		a, b int
+	}{{"m×k", m, k}, {"k×n", k, n}, {"m×n", m, n}} {
+		if p.a > 0 && p.b > 0 && float64(p.a)*float64(p.b) > maxGemmElements {
+			ck.fail("%s = %d×%d: more than 2^40 elements", p.name, p.a, p.b)
 		}
 	}
 	switch {
