@@ -47,6 +47,15 @@ type Value struct {
 	// Declared is the placement the program fixes for this value: on
 	// sources, and on to(x, {...}) conversions. Nil elsewhere.
 	Declared sbp.NdSBP
+
+	// Local marks a value of a local function's body: its Type is one
+	// device's block, each device holds its own, and only explicit
+	// collectives move data between them (see lang's local view).
+	Local bool
+	// Vary is, for a local value, the mesh axes along which the devices'
+	// blocks may differ (bit a for axis a); along the others every device
+	// holds the same block. Autodiff reads it to transpose collectives.
+	Vary uint64
 }
 
 // Attrs are an op's static arguments.
@@ -61,6 +70,16 @@ type Attrs struct {
 	// Regather marks a to() that all-gathers a ZeRO-3 parameter: the
 	// backward gathers it again instead of keeping it alive.
 	Regather bool
+
+	// The local view's collectives: the mesh axes of their group, the
+	// root of broadcast and reduce, a shift's offset per axis, the dim
+	// all_to_all concatenates (Axis is the one it splits), and the
+	// boundary placement of to_local and from_local.
+	Axes  []int
+	Root  int
+	Shift []int
+	Dim2  int
+	Place sbp.NdSBP
 }
 
 // Init is how a source tensor gets its values.
@@ -85,6 +104,17 @@ func (v *Value) Label() string {
 		return v.Name
 	}
 	return fmt.Sprintf("%s#%d", v.Op, v.ID)
+}
+
+// HasLocal reports whether the graph holds local values (local
+// functions' bodies): they are blocks of its mesh, not global tensors.
+func (g *Graph) HasLocal() bool {
+	for _, v := range g.Values {
+		if v.Local {
+			return true
+		}
+	}
+	return false
 }
 
 // IsSource reports the values a step starts from: inputs, params,

@@ -83,13 +83,26 @@ type PlacementEntry struct {
 }
 
 // FuncDef: def f(a, b) { ... return e }; "checkpoint def" recomputes the
-// function's activations in the backward pass instead of keeping them.
+// function's activations in the backward pass instead of keeping them;
+// "local def f(x {r: S(0)}, w {c: S(1)}) -> {r: S(0)} { ... }" is a local
+// function: its body sees each device's block and communicates explicitly,
+// and its parameters and result declare their global placements.
 type FuncDef struct {
 	Pos        lexer.Position
-	Checkpoint bool     `parser:"@\"checkpoint\"?"`
-	Name       string   `parser:"\"def\" @Ident"`
-	Params     []string `parser:"\"(\" (@Ident (\",\" @Ident)*)? \")\""`
-	Body       []*Stmt  `parser:"\"{\" @@* \"}\""`
+	Checkpoint bool          `parser:"@\"checkpoint\"?"`
+	Local      bool          `parser:"@\"local\"?"`
+	Name       string        `parser:"\"def\" @Ident"`
+	Params     []*Param      `parser:"\"(\" (@@ (\",\" @@)*)? \")\""`
+	Result     *PlacementLit `parser:"(\"-\" \">\" @@)?"`
+	Body       []*Stmt       `parser:"\"{\" @@* \"}\""`
+}
+
+// Param is a function parameter; a local function's may declare the
+// placement its argument arrives in.
+type Param struct {
+	Pos       lexer.Position
+	Name      string        `parser:"@Ident"`
+	Placement *PlacementLit `parser:"@@?"`
 }
 
 // TrainBlock: train { loss = ...  optimizer = adam(lr=0.01)  steps = 20 }

@@ -71,6 +71,7 @@ func (c *Checker) newCall(pos Pos, name string, args []operand, kw map[string]op
 		b.Kw[k] = a.arg()
 	}
 	b.Const = func(f float64, dt DType) *Value { return c.constValue(numOp(f), dt, pos) }
+	b.Mesh = c.g.Mesh
 	return b
 }
 

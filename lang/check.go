@@ -28,6 +28,11 @@ type CheckOptions struct {
 	// "interleaved(2)" (meshrun trace --schedules compares them); naive
 	// then runs the whole batch as one micro-batch.
 	Pipeline string
+	// SingleDevice checks the program on a mesh of the same axes, each of
+	// size 1: the single-device reference of a program whose local
+	// functions are written per device (their blocks are then the whole
+	// tensors and every collective moves nothing).
+	SingleDevice bool
 }
 
 // Checker turns statements into a typed Graph. It keeps its environment
@@ -61,6 +66,9 @@ type Checker struct {
 	loopVars map[string]int
 	// remat > 0 while a checkpointed function is being expanded.
 	remat int
+	// local names the local function whose body is being expanded ("":
+	// none); its values are per-device blocks (see local.go).
+	local string
 	// work counts the statements checked and the values built since the
 	// checker was made, loops, calls and micro-batches unrolled; tooLarge
 	// is set once it passes MaxWork (see spend).
@@ -315,8 +323,11 @@ func (c *Checker) stmt(s *Stmt) {
 			c.errorf(s.Def.Pos, "function %s is already defined", s.Def.Name)
 			return
 		}
-		if isBuiltin(s.Def.Name) {
+		if isBuiltin(s.Def.Name) || isLocalCall(s.Def.Name) {
 			c.errorf(s.Def.Pos, "%s is a built-in op and cannot be redefined", s.Def.Name)
+			return
+		}
+		if !c.checkDef(s.Def) {
 			return
 		}
 		c.funcs[s.Def.Name] = s.Def
@@ -484,7 +495,11 @@ func (c *Checker) meshDecl(d *MeshDecl) {
 			c.errorf(a.Pos, "mesh axis %s has size %d; want 1 to 4096", a.Name, a.Size)
 			return
 		}
-		m.Axes = append(m.Axes, mesh.Axis{Name: a.Name, Size: a.Size})
+		size := a.Size
+		if c.opts.SingleDevice {
+			size = 1
+		}
+		m.Axes = append(m.Axes, mesh.Axis{Name: a.Name, Size: size})
 	}
 	if m.Size() > 1<<16 {
 		c.errorf(d.Pos, "mesh %s has %d devices; at most 65536 are supported", d.Name, m.Size())
@@ -533,7 +548,9 @@ func (c *Checker) use(u *UseStmt) {
 			c.errorf(s.Pos, "a library module may only define functions")
 			continue
 		}
-		defs[s.Def.Name] = s.Def
+		if c.checkDef(s.Def) {
+			defs[s.Def.Name] = s.Def
+		}
 	}
 	c.modules[u.Module] = defs
 }
@@ -610,6 +627,10 @@ func (c *Checker) add(v *Value) *Value {
 		// a program error, not a checker bug: broadcasting, matmul or
 		// reshape of in-range operands can build an uncountable result
 		c.errorf(v.Pos, "%s: result of shape %s is too large (more than 2^40 elements)", v.Op, ShapeString(v.Type.Shape))
+		v.ID = -1
+		return v
+	}
+	if !c.localize(v) {
 		v.ID = -1
 		return v
 	}

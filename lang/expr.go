@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/meshrun/meshrun/ops"
+	"github.com/meshrun/meshrun/sbp"
 )
 
 // operand is the result of evaluating an expression: a tensor value, a
@@ -15,15 +16,23 @@ type operand struct {
 	str       *string
 	placement *PlacementLit
 	bad       bool // an error was already reported
+	// ints and place are attributes the checker passes to the local
+	// view's ops (mesh axes, shift offsets, boundary placements).
+	ints  []int
+	place sbp.NdSBP
 }
 
 func numOp(f float64) operand { return operand{num: &f} }
 
 // arg is the operand as an op's argument (a placement literal is not one).
-func (a operand) arg() ops.Arg { return ops.Arg{V: a.v, Num: a.num, Str: a.str} }
+func (a operand) arg() ops.Arg {
+	return ops.Arg{V: a.v, Num: a.num, Str: a.str, Ints: a.ints, Place: a.place}
+}
 
 // fromArg is an op's argument as an operand.
-func fromArg(a ops.Arg) operand { return operand{v: a.V, num: a.Num, str: a.Str} }
+func fromArg(a ops.Arg) operand {
+	return operand{v: a.V, num: a.Num, str: a.Str, ints: a.Ints, place: a.Place}
+}
 
 func (c *Checker) expr(e *Expr) operand {
 	left := c.term(e.Left)
@@ -92,6 +101,12 @@ func (c *Checker) lookup(pos Pos, name string) operand {
 			return op
 		}
 	}
+	if c.local != "" {
+		if _, ok := c.globals[name]; ok {
+			c.errorf(pos, "local function %s sees only its arguments: pass %s as an argument with its placement", c.local, name)
+			return operand{bad: true}
+		}
+	}
 	if op, ok := c.override[name]; ok {
 		return op
 	}
@@ -126,6 +141,9 @@ func (c *Checker) binary(pos Pos, name string, a, b operand) operand {
 }
 
 func (c *Checker) call(call *Call) operand {
+	if call.Module == "" && isLocalCall(call.Name) {
+		return c.localCall(call)
+	}
 	var args []operand
 	kw := map[string]operand{}
 	for _, a := range call.Args {
@@ -172,9 +190,15 @@ func (c *Checker) call(call *Call) operand {
 			c.errorf(call.Pos, "module %s has no function %q%s", call.Module, call.Name, didYouMean(call.Name, names))
 			return operand{bad: true}
 		}
+		if def.Local {
+			return c.expandLocal(call, def, call.Module+"."+call.Name, args, kw)
+		}
 		return c.expand(call, def, call.Module+"."+call.Name, args, kw)
 	}
 	if def, ok := c.funcs[call.Name]; ok {
+		if def.Local {
+			return c.expandLocal(call, def, call.Name, args, kw)
+		}
 		return c.expand(call, def, call.Name, args, kw)
 	}
 	if isBuiltin(call.Name) {
@@ -207,7 +231,7 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 	saveScope, saveFn, saveRet := c.scope, c.fn, c.ret
 	c.scope = map[string]operand{}
 	for i, p := range def.Params {
-		c.scope[p] = args[i]
+		c.scope[p.Name] = args[i]
 	}
 	c.fn, c.ret = name, nil
 	c.calls = append(c.calls, call.Pos)

@@ -42,6 +42,7 @@ func checkGraph(p *Plan) error {
 			if v.Declared == nil || len(v.Args) != 1 {
 				bad(v, "internal: to() without a placement")
 			}
+		case isLocalOp(v):
 		default:
 			if _, ok := sbp.Lookup(v.Op); !ok {
 				bad(v, "op %s has no placement rule (this is a missing rule in package sbp)", v.Op)

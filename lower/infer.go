@@ -96,6 +96,9 @@ func inferPlacements(p *Plan) error {
 		case v.Op == "to":
 			p.Choice[v] = &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1}
 			p.Placement[v] = v.Declared
+		case isLocalOp(v):
+			p.Choice[v] = p.localChoice(v)
+			p.Placement[v] = p.Choice[v].Sig.Out
 		default:
 			c, err := p.choose(v)
 			if err != nil {

@@ -104,6 +104,9 @@ func (e *emitter) value(v *ir.Value) error {
 		e.slotOf[v] = args[0] // a conversion, already emitted; the value aliases its result
 		return nil
 	}
+	if isLocalOp(v) && e.emitLocal(v, args) {
+		return nil
+	}
 	out := e.newSlot(v.Type.DType)
 	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: KernelOf(v), DType: v.Type.DType, Shape: v.Type.Shape,
 		Placement: p.Placement[v], ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: v.Where()})

@@ -34,7 +34,7 @@ func Verify(p *Plan) error {
 			if v.Type.DType.IsInt() && pl.HasPartial() {
 				return fmt.Errorf("integer value %s is partial", v.Label())
 			}
-			if ch := p.Choice[v]; ch != nil && v.Op != "to" {
+			if ch := p.Choice[v]; ch != nil && v.Op != "to" && !isLocalOp(v) {
 				if err := verifySig(p, v, ch.Sig); err != nil {
 					return err
 				}

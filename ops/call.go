@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/sbp"
 )
 
 // Arg is one argument of an op call: a tensor, a number folded at compile
@@ -15,6 +17,11 @@ type Arg struct {
 	V   *ir.Value
 	Num *float64
 	Str *string
+	// Ints and Place are attributes only the compiler passes: the mesh
+	// axes of a local collective, the offsets of a shift, the boundary
+	// placement of to_local and from_local.
+	Ints  []int
+	Place sbp.NdSBP
 }
 
 // T, N, Str and Dims make arguments: a tensor, a number, a string, and a
@@ -42,7 +49,10 @@ type Call struct {
 	// Const makes a scalar constant of a dtype, for a number used where a
 	// tensor is needed; the caller owns the graph it joins.
 	Const func(f float64, dt ir.DType) *ir.Value
-	err   string
+	// Mesh is the program's mesh (without its pipeline axis): the local
+	// view's collectives need the sizes of their axes.
+	Mesh *mesh.Mesh
+	err  string
 }
 
 // Err is the first problem a type rule found, or "".

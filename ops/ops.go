@@ -82,6 +82,7 @@ const (
 	Forward Kind = iota // the ops programs compute with
 	Helper              // the gradient helper ops autodiff builds backward graphs from
 	Optim               // the fused optimizer ops the training step uses
+	LocalView           // the local view's boundary and collectives: placed by their attributes, not by rule tables
 )
 
 var (

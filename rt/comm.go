@@ -57,6 +57,9 @@ type Group interface {
 	// Broadcast returns root's x on every member; the others pass nil and
 	// the type and shape they expect.
 	Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, shape []int) (Buffer, error)
+	// Reduce returns the sum over the group on root and zeros of x's
+	// type and shape on the others.
+	Reduce(ctx context.Context, x Buffer, root int) (Buffer, error)
 }
 
 // ReduceOp combines partial values.
@@ -445,6 +448,37 @@ func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, s
 		return nil, fmt.Errorf("broadcast: got %s%v from the root, expected %s%v", t.DType, t.Shape, dt, shape)
 	}
 	return t, nil
+}
+
+// Reduce implements Group: the binomial tree of Broadcast run backwards;
+// every member but the root sends once. Half precision is summed in f32
+// (the partial sums travel in f32) and rounded once, on the root.
+func (g *Ring) Reduce(ctx context.Context, x Buffer, root int) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	acc := widen(t).Clone()
+	p := g.Size()
+	vr := mod(g.Rank-root, p)
+	for mask := 1; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			if err := g.send(ctx, g.at(vr-mask+root), acc); err != nil {
+				return nil, err
+			}
+			return NewTensor(t.DType, t.Shape), nil
+		}
+		if vr+mask < p {
+			got, err := g.recv(ctx, g.at(vr+mask+root))
+			if err != nil {
+				return nil, err
+			}
+			if err := accumulate(acc, got, OpSum); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return castTensor(acc, t.DType), nil
 }
 
 func balanced(n, p int) []int {

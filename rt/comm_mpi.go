@@ -309,6 +309,28 @@ func (g *mpiGroup) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DTyp
 	return t, nil
 }
 
+// Reduce implements Group with MPI's all-reduce, the root keeping the
+// sum and the others zeros; the bytes charged are those of the in-process
+// binomial tree (every member but the root sends its block once).
+func (g *mpiGroup) Reduce(ctx context.Context, x Buffer, root int) (Buffer, error) {
+	t, err := host(x)
+	if err != nil {
+		return nil, err
+	}
+	w := widen(t)
+	if g.Index() != root {
+		g.count(w.Bytes())
+	}
+	out := g.parent.pool.get(w.DType, w.Shape)
+	if err := reduceAny(ctx, g.c, w.Data, out.Data, nil, OpSum); err != nil {
+		return nil, mpiErr(err)
+	}
+	if g.Index() != root {
+		return NewTensor(t.DType, t.Shape), nil
+	}
+	return g.parent.narrowTo(out, t.DType), nil
+}
+
 // treeSends is how many copies member vr (counted from the root) sends in
 // the binomial-tree broadcast of the in-process communicator: one to
 // vr+m for every power of two m below vr's lowest set bit (all, for the

@@ -118,6 +118,12 @@ func init() {
 		return t
 	}), "const")
 	registerCPU(pure(func(call *OpCall) *Tensor { return castTensor(call.Args[0], call.Kernel.DType) }), "cast")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		// the device's block of [0, p) split along the axis: its coordinate
+		t := NewTensor(ir.F32, []int{1})
+		setScalar(t, float64(call.Out.Off[0]))
+		return t
+	}), "axis_index")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
 		return where(call.Args[0], call.Args[1], call.Args[2])
 	}, "where")

@@ -402,6 +402,13 @@ func collectiveStep(ctx context.Context, g Group, in *plan.Instr, b *plan.Bound,
 		return g.AllReduce(ctx, x, reduceOp(st))
 	case sbp.AllToAll:
 		return g.AllToAll(ctx, x, to.Dim, b.Lens, from.Dim, b.CatLens)
+	case sbp.RootBroadcast:
+		if b.Index != st.Root {
+			x = nil
+		}
+		return g.Broadcast(ctx, x, st.Root, in.DType, b.Out.Len)
+	case sbp.RootReduce:
+		return g.Reduce(ctx, x, st.Root)
 	}
 	return nil, fmt.Errorf("unknown collective step %s", st.Kind)
 }

@@ -18,6 +18,11 @@ const (
 	AllToAll      Collective = "all_to_all"     // S(i) → S(j)
 	LocalSlice    Collective = "slice"          // B → S(i), no communication
 	LocalPartial  Collective = "make_partial"   // B → P and S(i) → P, no communication
+	// The local view's rooted collectives (never chosen by boxing): the
+	// root's block to every member, and the sum to the root (zeros on
+	// the others). Both run as binomial trees.
+	RootBroadcast Collective = "broadcast"
+	RootReduce    Collective = "reduce"
 )
 
 // Communicates reports whether the step sends data between devices.
@@ -31,6 +36,7 @@ type Step struct {
 	From, To NdSBP
 	Kind     Collective
 	Reduce   Reduce  // of the partial values reduced or made
+	Root     int     // Broadcast and Reduce: the root's index in the group
 	Bytes    float64 // bytes sent by the busiest device (the model's figure)
 	Time     float64 // modelled seconds
 }

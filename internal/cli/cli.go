@@ -260,9 +260,20 @@ func (e *env) diag(err error, sources map[string][]byte) {
 	fmt.Fprint(e.stderr, lang.Render(err, sources))
 }
 
-// reference lowers the same graph onto one device.
+// reference lowers the same graph onto one device. A program with local
+// functions is written per device, so its graph holds the blocks of this
+// mesh: its reference is the program checked again on a mesh whose axes
+// have size 1, where each block is the whole tensor.
 func reference(p *lower.Plan) (*lower.Plan, error) {
-	return lower.Lower(p.Graph, lower.Options{Mesh: p.Mesh.Single(), Memory: referenceBudget(p)})
+	g := p.Graph
+	if !g.HasLocal() {
+		return lower.Lower(g, lower.Options{Mesh: p.Mesh.Single(), Memory: referenceBudget(p)})
+	}
+	single, err := lang.CheckSource(g.File, g.Sources[g.File], lang.CheckOptions{Dir: filepath.Dir(g.File), SingleDevice: true})
+	if err != nil {
+		return nil, err
+	}
+	return lower.Lower(single, lower.Options{Memory: referenceBudget(p)})
 }
 
 // execute runs a plan on its launcher. Under MPI only rank 0's process

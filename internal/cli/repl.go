@@ -254,7 +254,15 @@ func (s *session) show(st *lang.Stmt, file string) bool {
 		m := s.checker.Graph().Mesh
 		fmt.Fprintf(s.out, "mesh %s = %s: %d devices\n", m.Name, m, m.Size())
 	case st.Def != nil:
-		fmt.Fprintf(s.out, "defined %s(%s)\n", st.Def.Name, strings.Join(st.Def.Params, ", "))
+		var params []string
+		for _, p := range st.Def.Params {
+			params = append(params, p.Name)
+		}
+		kind := ""
+		if st.Def.Local {
+			kind = "local function "
+		}
+		fmt.Fprintf(s.out, "defined %s%s(%s)\n", kind, st.Def.Name, strings.Join(params, ", "))
 	case st.Use != nil:
 		fmt.Fprintf(s.out, "using module %s\n", st.Use.Module)
 	case st.Output != nil:

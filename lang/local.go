@@ -1,0 +1,293 @@
+package lang
+
+import (
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// The local view. A `local def` is written per device, as in MPI or
+// JAX's shard_map: its body sees each argument as the device's block under
+// the placement the parameter declares, asks for its coordinate with
+// axis_index, and moves data only by the collectives it writes. In the
+// global program a call is one value whose placement is the declared
+// result placement, so the rest of the program (inference, boxing,
+// autodiff, training) treats it like any op.
+//
+// A call expands into to_local(arg) for every argument (the compiler first
+// converts the argument to the declared placement), the body on local
+// values, and from_local(result). Local values are marked Local; their
+// type is one device's block.
+//
+// Autodiff needs to know, for every local value, the axes along which the
+// devices' blocks may differ (Value.Vary), as JAX's shard_map tracks:
+// along the others every device holds the same block, and its gradient is
+// the same everywhere too and stands for the derivative of that one value.
+// That makes every transpose exact and as cheap as the hand-written
+// backward passes: all_reduce (whose result no longer varies) passes the
+// gradient back unchanged, and where a value that does not vary meets one
+// that does, an identity pvary is inserted whose gradient is summed over
+// those axes — Megatron's f and g operators fall out of this rule. A result
+// declared B along an axis its blocks may differ on is taken as the mean of
+// equal copies (equal_copies), and its gradient is split evenly.
+
+// localCalls are the local view's built-in calls.
+var localCalls = map[string]bool{"all_reduce": true, "all_gather": true, "reduce_scatter": true, "all_to_all": true,
+	"broadcast": true, "reduce": true, "shift": true, "axis_index": true, "axis_size": true}
+
+func isLocalCall(name string) bool { return localCalls[name] }
+
+// checkDef checks what a function definition says about itself.
+func (c *Checker) checkDef(d *FuncDef) bool {
+	if !d.Local {
+		for _, p := range d.Params {
+			if p.Placement != nil {
+				c.errorf(p.Placement.Pos, "only a local function declares its parameters' placements (write `local def %s`)", d.Name)
+				return false
+			}
+		}
+		if d.Result != nil {
+			c.errorf(d.Result.Pos, "only a local function declares its result's placement (write `local def %s`)", d.Name)
+			return false
+		}
+		return true
+	}
+	if d.Checkpoint {
+		c.errorf(d.Pos, "a local function cannot be checkpointed")
+		return false
+	}
+	return true
+}
+
+// expandLocal checks a call of a local function.
+func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []operand, kw map[string]operand) operand {
+	if c.local != "" {
+		c.errorf(call.Pos, "local function %s cannot be called inside local function %s", name, c.local)
+		return operand{bad: true}
+	}
+	if len(args) != len(def.Params) {
+		c.errorf(call.Pos, "%s takes %s, got %d", name, plural(len(def.Params), "argument"), len(args))
+		return operand{bad: true}
+	}
+	if c.g.Mesh == nil {
+		c.errorf(call.Pos, "a local function needs a mesh; declare one first")
+		return operand{bad: true}
+	}
+	locals := make([]operand, len(args))
+	for i, a := range args {
+		if a.v == nil {
+			c.errorf(call.Pos, "argument %d of local function %s must be a tensor", i+1, name)
+			return operand{bad: true}
+		}
+		pl := sbp.Broadcasts(c.g.Mesh.NumAxes())
+		if lit := def.Params[i].Placement; lit != nil {
+			var ok bool
+			if pl, ok = c.placement(lit, a.v.Type); !ok {
+				return operand{bad: true}
+			}
+		}
+		locals[i] = c.apply(call.Pos, "to_local", []operand{a}, map[string]operand{"place": {place: pl}})
+		if locals[i].bad {
+			return operand{bad: true}
+		}
+	}
+	c.local = name
+	ret := c.expand(call, def, name, locals, kw)
+	c.local = ""
+	if ret.bad {
+		return ret
+	}
+	if ret.v == nil || !ret.v.Local {
+		c.errorf(call.Pos, "local function %s must return a value computed from its arguments", name)
+		return operand{bad: true}
+	}
+	out := sbp.Broadcasts(c.g.Mesh.NumAxes())
+	if def.Result != nil {
+		var ok bool
+		if out, ok = c.placement(def.Result, ret.v.Type); !ok {
+			return operand{bad: true}
+		}
+	}
+	return c.leaveLocal(call.Pos, ret, out)
+}
+
+// leaveLocal turns the body's result into the declared global value: a
+// result that must vary (S, P) but does not is made to (pvary), one
+// declared B along axes it varies on is taken as equal copies.
+func (c *Checker) leaveLocal(pos Pos, ret operand, out sbp.NdSBP) operand {
+	var needVary, equal uint64
+	for a, s := range out {
+		bit := uint64(1) << a
+		switch {
+		case !s.IsB() && ret.v.Vary&bit == 0:
+			needVary |= bit
+		case s.IsB() && ret.v.Vary&bit != 0:
+			equal |= bit
+		}
+	}
+	if needVary != 0 {
+		ret = operand{v: c.mk(pos, "pvary", []operand{ret}, map[string]operand{"axes": {ints: axesOf(needVary)}})}
+	}
+	if equal != 0 {
+		ret = operand{v: c.mk(pos, "equal_copies", []operand{ret}, map[string]operand{"axes": {ints: axesOf(equal)}})}
+	}
+	return c.apply(pos, "from_local", []operand{ret}, map[string]operand{"place": {place: out}})
+}
+
+func axesOf(mask uint64) []int {
+	var out []int
+	for mask != 0 {
+		a := bits.TrailingZeros64(mask)
+		out = append(out, a)
+		mask &^= 1 << a
+	}
+	return out
+}
+
+func maskOf(axes []int) uint64 {
+	var m uint64
+	for _, a := range axes {
+		m |= 1 << a
+	}
+	return m
+}
+
+// localize marks v local when it is computed from local values and
+// records the axes it varies along, inserting pvary where an argument that
+// does not vary along some axis meets one that does. It reports false
+// when v mixes local values with global ones (an error, reported).
+func (c *Checker) localize(v *Value) bool {
+	switch v.Op {
+	case "to_local":
+		v.Local = true
+		for a, s := range v.Attrs.Place {
+			if !s.IsB() {
+				v.Vary |= 1 << a
+			}
+		}
+		return true
+	case "axis_index":
+		v.Local, v.Vary = true, maskOf(v.Attrs.Axes)
+		return true
+	case "from_local":
+		return true
+	}
+	var union uint64
+	local := false
+	for _, a := range v.Args {
+		if a.Local {
+			local = true
+			union |= a.Vary
+		} else if a.Op != "const" && a.Type.Rank() > 0 {
+			if local || slices.ContainsFunc(v.Args, func(x *Value) bool { return x.Local }) {
+				c.errorf(v.Pos, "%s mixes a local value with the global value %s", v.Op, a.Label())
+				return false
+			}
+		}
+	}
+	if !local {
+		return true
+	}
+	v.Local = true
+	need, out := union, union
+	group := maskOf(v.Attrs.Axes)
+	switch v.Op {
+	case "all_reduce":
+		need, out = union|group, union&^group
+	case "pvary":
+		out = union | group
+	case "equal_copies":
+		out = union &^ group
+	case "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "shift":
+		need, out = union|group, union|group
+	}
+	for i, a := range v.Args {
+		if a.Local && a.Vary != need {
+			pv := c.mk(v.Pos, "pvary", []operand{{v: a}}, map[string]operand{"axes": {ints: axesOf(need &^ a.Vary)}})
+			if invalid(pv) {
+				return false
+			}
+			v.Args[i] = pv
+		}
+	}
+	v.Vary = out
+	return true
+}
+
+// localCall checks a call of the local view's collectives and queries:
+// the tensor first, then the mesh axes by name (all_gather(x, r, dim=0));
+// shift takes its offsets as axis=offset (shift(x, r=1, c=-1)).
+func (c *Checker) localCall(call *Call) operand {
+	if c.local == "" {
+		c.errorf(call.Pos, "%s belongs to the local view: call it inside a `local def`", call.Name)
+		return operand{bad: true}
+	}
+	m := c.g.Mesh
+	var x operand
+	var axes, offsets []int
+	kw := map[string]operand{}
+	for i, a := range call.Args {
+		if name, ok := bareIdent(a.Value); ok && m.AxisIndex(name) >= 0 && a.Name == "" && (i > 0 || call.Name == "axis_index" || call.Name == "axis_size") {
+			if slices.Contains(axes, m.AxisIndex(name)) {
+				c.errorf(a.Pos, "mesh axis %s named twice", name)
+				return operand{bad: true}
+			}
+			axes = append(axes, m.AxisIndex(name))
+			continue
+		}
+		op := c.expr(a.Value)
+		if op.bad {
+			return op
+		}
+		switch {
+		case a.Name != "" && call.Name == "shift" && m.AxisIndex(a.Name) >= 0:
+			if op.num == nil || *op.num != math.Trunc(*op.num) || math.Abs(*op.num) > 1<<20 {
+				c.errorf(a.Pos, "shift: the offset along %s must be an integer", a.Name)
+				return operand{bad: true}
+			}
+			axes = append(axes, m.AxisIndex(a.Name))
+			offsets = append(offsets, int(*op.num))
+		case a.Name != "":
+			kw[a.Name] = op
+		case i == 0 && call.Name != "axis_index" && call.Name != "axis_size":
+			x = op
+		default:
+			c.errorf(a.Pos, "%s: expected the name of a mesh axis of %s %s", call.Name, m.Name, m)
+			return operand{bad: true}
+		}
+	}
+	if len(axes) == 0 {
+		c.errorf(call.Pos, "%s needs at least one mesh axis of %s %s", call.Name, m.Name, m)
+		return operand{bad: true}
+	}
+	switch call.Name {
+	case "axis_size":
+		if len(axes) != 1 || len(kw) > 0 || x.v != nil {
+			c.errorf(call.Pos, "axis_size takes one mesh axis")
+			return operand{bad: true}
+		}
+		return numOp(float64(m.Axes[axes[0]].Size))
+	case "axis_index":
+		kw["axes"] = operand{ints: axes}
+		return c.apply(call.Pos, call.Name, nil, kw)
+	}
+	if x.v == nil || !x.v.Local {
+		c.errorf(call.Pos, "%s needs a local tensor (a value of the local function's body) as its first argument", call.Name)
+		return operand{bad: true}
+	}
+	kw["axes"] = operand{ints: axes}
+	if call.Name == "shift" {
+		kw["by"] = operand{ints: offsets}
+	}
+	return c.apply(call.Pos, call.Name, []operand{x}, kw)
+}
+
+// bareIdent reports an expression that is just a name.
+func bareIdent(e *Expr) (string, bool) {
+	if len(e.Ops) > 0 || len(e.Left.Ops) > 0 || e.Left.Left.Prim == nil || e.Left.Left.Prim.Name == nil {
+		return "", false
+	}
+	return *e.Left.Left.Prim.Name, true
+}
