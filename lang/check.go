@@ -69,6 +69,8 @@ type Checker struct {
 	// local names the local function whose body is being expanded ("":
 	// none); its values are per-device blocks (see local.go).
 	local string
+	// retPos is where the last return statement checked is.
+	retPos Pos
 	// work counts the statements checked and the values built since the
 	// checker was made, loops, calls and micro-batches unrolled; tooLarge
 	// is set once it passes MaxWork (see spend).
@@ -343,7 +345,7 @@ func (c *Checker) stmt(s *Stmt) {
 			return
 		}
 		op := c.expr(s.Return.Value)
-		c.ret = &op
+		c.ret, c.retPos = &op, s.Return.Pos
 	case s.Assign != nil:
 		a := s.Assign
 		if !c.checkNewName(a.Pos, a.Name) {

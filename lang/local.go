@@ -100,7 +100,7 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 		return ret
 	}
 	if ret.v == nil || !ret.v.Local {
-		c.errorf(call.Pos, "local function %s must return a value computed from its arguments", name)
+		c.errorf(c.retPos, "local function %s must return a value computed from its arguments", name)
 		return operand{bad: true}
 	}
 	out := sbp.Broadcasts(c.g.Mesh.NumAxes())
@@ -229,7 +229,13 @@ func (c *Checker) localCall(call *Call) operand {
 	var axes, offsets []int
 	kw := map[string]operand{}
 	for i, a := range call.Args {
-		if name, ok := bareIdent(a.Value); ok && m.AxisIndex(name) >= 0 && a.Name == "" && (i > 0 || call.Name == "axis_index" || call.Name == "axis_size") {
+		axisArg := a.Name == "" && (i > 0 || call.Name == "axis_index" || call.Name == "axis_size")
+		if axisArg {
+			name, ok := bareIdent(a.Value)
+			if !ok || m.AxisIndex(name) < 0 {
+				c.errorf(a.Pos, "%s: expected the name of a mesh axis of %s %s", call.Name, m.Name, m)
+				return operand{bad: true}
+			}
 			if slices.Contains(axes, m.AxisIndex(name)) {
 				c.errorf(a.Pos, "mesh axis %s named twice", name)
 				return operand{bad: true}
@@ -251,11 +257,8 @@ func (c *Checker) localCall(call *Call) operand {
 			offsets = append(offsets, int(*op.num))
 		case a.Name != "":
 			kw[a.Name] = op
-		case i == 0 && call.Name != "axis_index" && call.Name != "axis_size":
-			x = op
 		default:
-			c.errorf(a.Pos, "%s: expected the name of a mesh axis of %s %s", call.Name, m.Name, m)
-			return operand{bad: true}
+			x = op
 		}
 	}
 	if len(axes) == 0 {

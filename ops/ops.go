@@ -79,10 +79,10 @@ type TypeRule func(b *Call) *ir.Value
 type Kind uint8
 
 const (
-	Forward Kind = iota // the ops programs compute with
-	Helper              // the gradient helper ops autodiff builds backward graphs from
-	Optim               // the fused optimizer ops the training step uses
-	LocalView           // the local view's boundary and collectives: placed by their attributes, not by rule tables
+	Forward   Kind = iota // the ops programs compute with
+	Helper                // the gradient helper ops autodiff builds backward graphs from
+	Optim                 // the fused optimizer ops the training step uses
+	LocalView             // the local view's boundary and collectives: placed by their attributes, not by rule tables
 )
 
 var (
@@ -99,7 +99,9 @@ func Register(op Op) {
 	}
 	registry[op.Name] = &op
 	order = append(order, op.Name)
-	sbp.Register(op.Family, op.Placement, op.Name)
+	if op.Kind != LocalView { // placed by the local view's rules (package lower)
+		sbp.Register(op.Family, op.Placement, op.Name)
+	}
 }
 
 // RegisterCall adds a call name whose type rule builds another op

@@ -26,6 +26,7 @@ func Sections() map[string]string {
 		"ops":     OpTable(ops.Forward, lang.BuiltinRows()),
 		"helpers": OpTable(ops.Helper, nil),
 		"optim":   OpTable(ops.Optim, nil),
+		"local":   OpTable(ops.LocalView, nil),
 	}
 }
 
