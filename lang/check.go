@@ -69,6 +69,9 @@ type Checker struct {
 	// local names the local function whose body is being expanded ("":
 	// none); its values are per-device blocks (see local.go).
 	local string
+	// axisAlias binds the axis parameters of the local function being
+	// expanded to mesh axes (see axisArgs).
+	axisAlias map[string]int
 	// retPos is where the last return statement checked is.
 	retPos Pos
 	// work counts the statements checked and the values built since the

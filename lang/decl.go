@@ -115,7 +115,7 @@ func (c *Checker) placement(lit *PlacementLit, t Type) (sbp.NdSBP, bool) {
 		}
 		axis := i
 		if named {
-			axis = m.AxisIndex(e.Axis)
+			axis = c.axisIndex(e.Axis)
 			if axis < 0 {
 				var names []string
 				for _, a := range m.Axes {

@@ -145,8 +145,12 @@ func (c *Checker) call(call *Call) operand {
 		return c.localCall(call)
 	}
 	var args []operand
+	local := c.localDef(call) != nil
 	kw := map[string]operand{}
 	for _, a := range call.Args {
+		if local && a.Name != "" {
+			continue // an axis parameter, bound by expandLocal
+		}
 		op := c.expr(a.Value)
 		if a.Name != "" {
 			if _, dup := kw[a.Name]; dup {
@@ -191,13 +195,13 @@ func (c *Checker) call(call *Call) operand {
 			return operand{bad: true}
 		}
 		if def.Local {
-			return c.expandLocal(call, def, call.Module+"."+call.Name, args, kw)
+			return c.expandLocal(call, def, call.Module+"."+call.Name, args)
 		}
 		return c.expand(call, def, call.Module+"."+call.Name, args, kw)
 	}
 	if def, ok := c.funcs[call.Name]; ok {
 		if def.Local {
-			return c.expandLocal(call, def, call.Name, args, kw)
+			return c.expandLocal(call, def, call.Name, args)
 		}
 		return c.expand(call, def, call.Name, args, kw)
 	}
@@ -210,6 +214,20 @@ func (c *Checker) call(call *Call) operand {
 	}
 	c.errorf(call.Pos, "unknown function %q%s", call.Name, didYouMean(call.Name, names))
 	return operand{bad: true}
+}
+
+// localDef is the local function a call names, or nil.
+func (c *Checker) localDef(call *Call) *FuncDef {
+	if call.Module != "" {
+		if def := c.modules[call.Module][call.Name]; def != nil && def.Local {
+			return def
+		}
+		return nil
+	}
+	if def := c.funcs[call.Name]; def != nil && def.Local {
+		return def
+	}
+	return nil
 }
 
 // expand inlines a user function: its body runs in a fresh scope that sees

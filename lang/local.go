@@ -39,6 +39,38 @@ var localCalls = map[string]bool{"all_reduce": true, "all_gather": true, "reduce
 
 func isLocalCall(name string) bool { return localCalls[name] }
 
+// axisIndex resolves a mesh axis name: a local function's axis parameter
+// (bound by its call: f(x, r=dp)) or an axis of the mesh.
+func (c *Checker) axisIndex(name string) int {
+	if a, ok := c.axisAlias[name]; ok {
+		return a
+	}
+	return c.g.Mesh.AxisIndex(name)
+}
+
+// axisArgs binds a local function's axis parameters: each keyword of its
+// call names a mesh axis (summa(X, W, r=dp, c=tp)); the function's
+// placements and collectives then say r and c.
+func (c *Checker) axisArgs(call *Call) (map[string]int, bool) {
+	alias := map[string]int{}
+	for _, a := range call.Args {
+		if a.Name == "" {
+			continue
+		}
+		name, ok := bareIdent(a.Value)
+		if !ok || c.g.Mesh.AxisIndex(name) < 0 {
+			c.errorf(a.Pos, "%s=...: a local function's keyword arguments name mesh axes of %s %s", a.Name, c.g.Mesh.Name, c.g.Mesh)
+			return nil, false
+		}
+		if _, dup := alias[a.Name]; dup {
+			c.errorf(a.Pos, "argument %s given twice", a.Name)
+			return nil, false
+		}
+		alias[a.Name] = c.g.Mesh.AxisIndex(name)
+	}
+	return alias, true
+}
+
 // checkDef checks what a function definition says about itself.
 func (c *Checker) checkDef(d *FuncDef) bool {
 	if !d.Local {
@@ -62,17 +94,23 @@ func (c *Checker) checkDef(d *FuncDef) bool {
 }
 
 // expandLocal checks a call of a local function.
-func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []operand, kw map[string]operand) operand {
+func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []operand) operand {
 	if c.local != "" {
 		c.errorf(call.Pos, "local function %s cannot be called inside local function %s", name, c.local)
 		return operand{bad: true}
 	}
-	if len(args) != len(def.Params) {
-		c.errorf(call.Pos, "%s takes %s, got %d", name, plural(len(def.Params), "argument"), len(args))
-		return operand{bad: true}
-	}
 	if c.g.Mesh == nil {
 		c.errorf(call.Pos, "a local function needs a mesh; declare one first")
+		return operand{bad: true}
+	}
+	alias, ok := c.axisArgs(call)
+	if !ok {
+		return operand{bad: true}
+	}
+	c.axisAlias = alias
+	defer func() { c.axisAlias = nil }()
+	if len(args) != len(def.Params) {
+		c.errorf(call.Pos, "%s takes %s, got %d", name, plural(len(def.Params), "argument"), len(args))
 		return operand{bad: true}
 	}
 	locals := make([]operand, len(args))
@@ -94,7 +132,7 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 		}
 	}
 	c.local = name
-	ret := c.expand(call, def, name, locals, kw)
+	ret := c.expand(call, def, name, locals, nil)
 	c.local = ""
 	if ret.bad {
 		return ret
@@ -232,15 +270,15 @@ func (c *Checker) localCall(call *Call) operand {
 		axisArg := a.Name == "" && (i > 0 || call.Name == "axis_index" || call.Name == "axis_size")
 		if axisArg {
 			name, ok := bareIdent(a.Value)
-			if !ok || m.AxisIndex(name) < 0 {
+			if !ok || c.axisIndex(name) < 0 {
 				c.errorf(a.Pos, "%s: expected the name of a mesh axis of %s %s", call.Name, m.Name, m)
 				return operand{bad: true}
 			}
-			if slices.Contains(axes, m.AxisIndex(name)) {
+			if slices.Contains(axes, c.axisIndex(name)) {
 				c.errorf(a.Pos, "mesh axis %s named twice", name)
 				return operand{bad: true}
 			}
-			axes = append(axes, m.AxisIndex(name))
+			axes = append(axes, c.axisIndex(name))
 			continue
 		}
 		op := c.expr(a.Value)
@@ -248,12 +286,12 @@ func (c *Checker) localCall(call *Call) operand {
 			return op
 		}
 		switch {
-		case a.Name != "" && call.Name == "shift" && m.AxisIndex(a.Name) >= 0:
+		case a.Name != "" && call.Name == "shift" && c.axisIndex(a.Name) >= 0:
 			if op.num == nil || *op.num != math.Trunc(*op.num) || math.Abs(*op.num) > 1<<20 {
 				c.errorf(a.Pos, "shift: the offset along %s must be an integer", a.Name)
 				return operand{bad: true}
 			}
-			axes = append(axes, m.AxisIndex(a.Name))
+			axes = append(axes, c.axisIndex(a.Name))
 			offsets = append(offsets, int(*op.num))
 		case a.Name != "":
 			kw[a.Name] = op

@@ -17,6 +17,9 @@ type Report struct {
 	Mesh        MeshReport         `json:"mesh"`
 	Ops         []OpReport         `json:"ops"`
 	Collectives []CollectiveReport `json:"collectives"`
+	// Written are the collectives local functions write (see
+	// explain_local.go), in program order.
+	Written []CollectiveReport `json:"written,omitempty"`
 	Outputs     []OutputReport     `json:"outputs"`
 	Memory      []MemoryReport     `json:"memory"`
 	Totals      TotalsReport       `json:"totals"`
@@ -124,6 +127,12 @@ func Formula(k sbp.Collective) string {
 		return "2(p-1)/p·G bytes, 2(p-1)α + 2(p-1)/p·G·β + (p-1)/p·G·γ"
 	case sbp.AllToAll:
 		return "(p-1)/p·L bytes, (p-1)α + (p-1)/p·L·β"
+	case sbp.RootBroadcast:
+		return "⌈lg p⌉·L bytes (the root), ⌈lg p⌉(α + L·β)"
+	case sbp.RootReduce:
+		return "L bytes (every member but the root), ⌈lg p⌉(α + L·(β+γ))"
+	case "shift":
+		return "L bytes, α + L·β"
 	}
 	return "local, no communication"
 }
@@ -173,6 +182,7 @@ func Explain(p *Plan) *Report {
 			r.Totals.TimeUs += st.Time * 1e6
 		}
 	}
+	explainWritten(p, r, lines)
 	for _, o := range p.Outputs {
 		r.Outputs = append(r.Outputs, OutputReport{Name: o.Output.Name, Placement: o.Placement.String(), Shape: o.Output.Value.Type.Shape})
 	}
@@ -458,6 +468,7 @@ func (r *Report) Text() string {
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}
+	writeWritten(&b, r.Written)
 	if r.training && len(r.Memory) > 0 {
 		b.WriteString("\nmemory per device in a training step\n")
 		tw := newTable("devices", "parameters", "optimizer states", "gradients (reduced)", "activations and other", "peak")

@@ -3,6 +3,7 @@ package sbp
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"strings"
 
 	"github.com/meshrun/meshrun/mesh"
@@ -127,6 +128,14 @@ func StepCost(m *mesh.Mesh, topo *mesh.Topology, shape []int, elem int, cur NdSB
 	case AllToAll:
 		bytes = f * L
 		secs = (p-1)*l.Alpha + bytes*l.Beta
+	case RootBroadcast: // binomial tree: the root sends lg p copies
+		rounds := float64(bits.Len(uint(p) - 1))
+		bytes = rounds * L
+		secs = rounds * (l.Alpha + L*l.Beta)
+	case RootReduce: // the tree backwards: every member but the root sends once
+		rounds := float64(bits.Len(uint(p) - 1))
+		bytes = L
+		secs = rounds * (l.Alpha + L*(l.Beta+l.Gamma))
 	}
 	return bytes, secs
 }

@@ -1,0 +1,75 @@
+package lower
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// The collectives local functions write are listed by explain like the
+// ones the compiler inserts: each single-axis step with its source line,
+// its group, the local shapes it takes and gives, the bytes the busiest
+// device sends and the modelled time, priced by the same link model.
+
+func explainWritten(p *Plan, r *Report, lines *sourceLines) {
+	m := p.Mesh
+	for _, v := range p.Values {
+		if !v.Local {
+			continue
+		}
+		add := func(kind, axis string, size int, bytes, secs float64) {
+			cr := CollectiveReport{Index: len(r.Written) + 1, Kind: kind, Axis: axis, GroupSize: size, Value: v.Label(),
+				From: ir.ShapeString(v.Args[0].Type.Shape), To: ir.ShapeString(v.Type.Shape), Communicate: true,
+				Bytes: bytes, TimeUs: secs * 1e6, Formula: Formula(sbp.Collective(kind)), Cause: "written",
+				Where: ir.FormatPos(v.Pos), Line: v.Pos.Line, CalledFrom: formatAll(v.Calls), Source: lines.line(v.Pos.Filename, v.Pos.Line)}
+			r.Written = append(r.Written, cr)
+			r.Totals.Collectives++
+			r.Totals.ByKind[kind]++
+			r.Totals.Bytes += bytes
+			r.Totals.TimeUs += secs * 1e6
+		}
+		switch v.Op {
+		case "shift":
+			var names []string
+			worst := 0.0
+			secs := 0.0
+			L := float64(v.Type.Numel() * v.Type.DType.Size())
+			for _, a := range v.Attrs.Axes {
+				names = append(names, m.Axes[a].Name)
+				l := p.Planner.Topo.Link(a)
+				if t := l.Alpha + L*l.Beta; t > worst {
+					worst, secs = t, t
+				}
+			}
+			add("shift", strings.Join(names, "×"), len(v.Attrs.Axes), L, secs)
+		default:
+			for _, st := range localSteps(v, m, m.NumAxes()) {
+				bytes, secs := sbp.StepCost(m, p.Planner.Topo, st.shape, v.Type.DType.Size(), st.from, st.axis, st.kind)
+				add(string(st.kind), m.Axes[st.axis].Name, m.Axes[st.axis].Size, bytes, secs)
+			}
+		}
+	}
+}
+
+func writeWritten(b *strings.Builder, ws []CollectiveReport) {
+	if len(ws) == 0 {
+		return
+	}
+	b.WriteString("\ncollectives written in local functions\n")
+	tw := newTable("#", "kind", "axis", "value", "local shape", "bytes/device", "time", "at")
+	kinds := map[string]bool{}
+	for _, c := range ws {
+		tw.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
+			fmt.Sprintf("%s%s: %s", shortWhere(c.Where), via(c.CalledFrom), c.Source))
+	}
+	b.WriteString(tw.String())
+	b.WriteString("  formulas (p = group size, G = bytes the group holds, L = local bytes):\n")
+	for _, c := range ws {
+		if !kinds[c.Kind] {
+			kinds[c.Kind] = true
+			fmt.Fprintf(b, "    %-14s %s\n", c.Kind, c.Formula)
+		}
+	}
+}
