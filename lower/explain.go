@@ -19,11 +19,11 @@ type Report struct {
 	Collectives []CollectiveReport `json:"collectives"`
 	// Written are the collectives local functions write (see
 	// explain_local.go), in program order.
-	Written []CollectiveReport `json:"written,omitempty"`
-	Outputs     []OutputReport     `json:"outputs"`
-	Memory      []MemoryReport     `json:"memory"`
-	Totals      TotalsReport       `json:"totals"`
-	Pipeline    *PipelineReport    `json:"pipeline,omitempty"`
+	Written  []CollectiveReport `json:"written,omitempty"`
+	Outputs  []OutputReport     `json:"outputs"`
+	Memory   []MemoryReport     `json:"memory"`
+	Totals   TotalsReport       `json:"totals"`
+	Pipeline *PipelineReport    `json:"pipeline,omitempty"`
 	// Notes warn where a combination multiplies communication.
 	Notes []string `json:"notes,omitempty"`
 	// training: the program has a train block (the text report then
