@@ -56,6 +56,11 @@ type Value struct {
 	// blocks may differ (bit a for axis a); along the others every device
 	// holds the same block. Autodiff reads it to transpose collectives.
 	Vary uint64
+	// Equal is, of the axes in Vary, those along which the blocks are
+	// nevertheless equal (an all_gather's or a broadcast's result): a
+	// result may be declared B only along axes it does not vary on or is
+	// equal along.
+	Equal uint64
 }
 
 // Attrs are an op's static arguments.

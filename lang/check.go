@@ -72,6 +72,9 @@ type Checker struct {
 	// axisAlias binds the axis parameters of the local function being
 	// expanded to mesh axes (see axisArgs).
 	axisAlias map[string]int
+	// module is the library module whose function is being expanded
+	// (""; a user function): its calls see the module's other functions.
+	module string
 	// retPos is where the last return statement checked is.
 	retPos Pos
 	// work counts the statements checked and the values built since the
@@ -328,7 +331,7 @@ func (c *Checker) stmt(s *Stmt) {
 			c.errorf(s.Def.Pos, "function %s is already defined", s.Def.Name)
 			return
 		}
-		if isBuiltin(s.Def.Name) || isLocalCall(s.Def.Name) {
+		if isBuiltin(s.Def.Name) || isLocalCall(s.Def.Name) || s.Def.Name == "size" {
 			c.errorf(s.Def.Pos, "%s is a built-in op and cannot be redefined", s.Def.Name)
 			return
 		}

@@ -2,6 +2,7 @@ package lang
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/sbp"
@@ -144,6 +145,9 @@ func (c *Checker) call(call *Call) operand {
 	if call.Module == "" && isLocalCall(call.Name) {
 		return c.localCall(call)
 	}
+	if call.Module == "" && call.Name == "size" {
+		return c.sizeCall(call)
+	}
 	var args []operand
 	local := c.localDef(call) != nil
 	kw := map[string]operand{}
@@ -199,6 +203,14 @@ func (c *Checker) call(call *Call) operand {
 		}
 		return c.expand(call, def, call.Module+"."+call.Name, args, kw)
 	}
+	if def, ok := c.modules[c.module][call.Name]; ok && c.module != "" {
+		// a library function calls its module's other functions by name
+		call = &Call{Pos: call.Pos, Module: c.module, Name: call.Name, Args: call.Args}
+		if def.Local {
+			return c.expandLocal(call, def, c.module+"."+call.Name, args)
+		}
+		return c.expand(call, def, c.module+"."+call.Name, args, kw)
+	}
 	if def, ok := c.funcs[call.Name]; ok {
 		if def.Local {
 			return c.expandLocal(call, def, call.Name, args)
@@ -218,6 +230,12 @@ func (c *Checker) call(call *Call) operand {
 
 // localDef is the local function a call names, or nil.
 func (c *Checker) localDef(call *Call) *FuncDef {
+	if def := c.modules[c.module][call.Name]; call.Module == "" && c.module != "" && def != nil {
+		if def.Local {
+			return def
+		}
+		return nil
+	}
 	if call.Module != "" {
 		if def := c.modules[call.Module][call.Name]; def != nil && def.Local {
 			return def
@@ -246,7 +264,11 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 		c.errorf(call.Pos, "calls nested deeper than %d (recursion is not supported)", maxCallDepth)
 		return operand{bad: true}
 	}
-	saveScope, saveFn, saveRet := c.scope, c.fn, c.ret
+	saveScope, saveFn, saveRet, saveModule := c.scope, c.fn, c.ret, c.module
+	c.module, _, _ = strings.Cut(name, ".")
+	if !strings.Contains(name, ".") {
+		c.module = ""
+	}
 	c.scope = map[string]operand{}
 	for i, p := range def.Params {
 		c.scope[p.Name] = args[i]
@@ -266,7 +288,7 @@ func (c *Checker) expand(call *Call, def *FuncDef, name string, args []operand, 
 	}
 	ret := c.ret
 	c.calls = c.calls[:len(c.calls)-1]
-	c.scope, c.fn, c.ret = saveScope, saveFn, saveRet
+	c.scope, c.fn, c.ret, c.module = saveScope, saveFn, saveRet, saveModule
 	if ret == nil {
 		if len(c.errs) == nerr {
 			c.errorf(call.Pos, "%s returns no value", name)

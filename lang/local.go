@@ -35,7 +35,7 @@ import (
 
 // localCalls are the local view's built-in calls.
 var localCalls = map[string]bool{"all_reduce": true, "all_gather": true, "reduce_scatter": true, "all_to_all": true,
-	"broadcast": true, "reduce": true, "shift": true, "axis_index": true, "axis_size": true}
+	"broadcast": true, "reduce": true, "shift": true, "axis_index": true, "axis_size": true, "arange": true}
 
 func isLocalCall(name string) bool { return localCalls[name] }
 
@@ -115,8 +115,12 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 	}
 	locals := make([]operand, len(args))
 	for i, a := range args {
+		if a.num != nil && def.Params[i].Placement == nil {
+			locals[i] = a // a number: the same on every device
+			continue
+		}
 		if a.v == nil {
-			c.errorf(call.Pos, "argument %d of local function %s must be a tensor", i+1, name)
+			c.errorf(call.Pos, "argument %d of local function %s must be a tensor or a number", i+1, name)
 			return operand{bad: true}
 		}
 		pl := sbp.Broadcasts(c.g.Mesh.NumAxes())
@@ -148,19 +152,23 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 			return operand{bad: true}
 		}
 	}
-	return c.leaveLocal(call.Pos, ret, out)
+	return c.leaveLocal(call.Pos, name, ret, out)
 }
 
 // leaveLocal turns the body's result into the declared global value: a
 // result that must vary (S, P) but does not is made to (pvary), one
 // declared B along axes it varies on is taken as equal copies.
-func (c *Checker) leaveLocal(pos Pos, ret operand, out sbp.NdSBP) operand {
+func (c *Checker) leaveLocal(pos Pos, name string, ret operand, out sbp.NdSBP) operand {
 	var needVary, equal uint64
 	for a, s := range out {
 		bit := uint64(1) << a
 		switch {
 		case !s.IsB() && ret.v.Vary&bit == 0:
 			needVary |= bit
+		case s.IsB() && ret.v.Vary&bit != 0 && ret.v.Equal&bit == 0:
+			c.errorf(c.retPos, "the result of local function %s differs between the devices of %s, but the function declares it B there: all_reduce it, or declare it P or S",
+				name, c.g.Mesh.Axes[a].Name)
+			return operand{bad: true}
 		case s.IsB() && ret.v.Vary&bit != 0:
 			equal |= bit
 		}
@@ -209,15 +217,20 @@ func (c *Checker) localize(v *Value) bool {
 	case "axis_index":
 		v.Local, v.Vary = true, maskOf(v.Attrs.Axes)
 		return true
+	case "arange":
+		v.Local = true
+		return true
 	case "from_local":
 		return true
 	}
 	var union uint64
+	same := ^uint64(0) // axes along which every local argument is the same on every device
 	local := false
 	for _, a := range v.Args {
 		if a.Local {
 			local = true
 			union |= a.Vary
+			same &= a.Equal | ^a.Vary
 		} else if a.Op != "const" && a.Type.Rank() > 0 {
 			if local || slices.ContainsFunc(v.Args, func(x *Value) bool { return x.Local }) {
 				c.errorf(v.Pos, "%s mixes a local value with the global value %s", v.Op, a.Label())
@@ -235,12 +248,15 @@ func (c *Checker) localize(v *Value) bool {
 	case "all_reduce":
 		need, out = union|group, union&^group
 	case "pvary":
-		out = union | group
+		out, same = union|group, same|group
 	case "equal_copies":
 		out = union &^ group
-	case "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "shift":
-		need, out = union|group, union|group
+	case "all_gather", "broadcast":
+		need, out, same = union|group, union|group, same|group
+	case "reduce_scatter", "all_to_all", "reduce", "shift":
+		need, out, same = union|group, union|group, same&^group
 	}
+	v.Equal = same & out
 	for i, a := range v.Args {
 		if a.Local && a.Vary != need {
 			pv := c.mk(v.Pos, "pvary", []operand{{v: a}}, map[string]operand{"axes": {ints: axesOf(need &^ a.Vary)}})
@@ -263,6 +279,15 @@ func (c *Checker) localCall(call *Call) operand {
 		return operand{bad: true}
 	}
 	m := c.g.Mesh
+	if call.Name == "arange" {
+		var args []operand
+		for _, a := range call.Args {
+			if args = append(args, c.expr(a.Value)); args[len(args)-1].bad {
+				return operand{bad: true}
+			}
+		}
+		return c.apply(call.Pos, "arange", args, nil)
+	}
 	var x operand
 	var axes, offsets []int
 	kw := map[string]operand{}
@@ -331,4 +356,31 @@ func bareIdent(e *Expr) (string, bool) {
 		return "", false
 	}
 	return *e.Left.Left.Prim.Name, true
+}
+
+// sizeCall is size(x, axis): the length of a tensor's dim as a number (in
+// a local function, of the device's block), so library functions can
+// reshape whatever shapes they are given.
+func (c *Checker) sizeCall(call *Call) operand {
+	if len(call.Args) != 2 || call.Args[0].Name != "" || call.Args[1].Name != "" {
+		c.errorf(call.Pos, "size takes a tensor and a dim: size(x, 0)")
+		return operand{bad: true}
+	}
+	x, d := c.expr(call.Args[0].Value), c.expr(call.Args[1].Value)
+	if x.bad || d.bad {
+		return operand{bad: true}
+	}
+	if x.v == nil || d.num == nil || *d.num != math.Trunc(*d.num) {
+		c.errorf(call.Pos, "size takes a tensor and an integer dim: size(x, 0)")
+		return operand{bad: true}
+	}
+	r, i := x.v.Type.Rank(), int(*d.num)
+	if i < -r || i >= r {
+		c.errorf(call.Args[1].Pos, "size: dim %d out of range for rank %d", i, r)
+		return operand{bad: true}
+	}
+	if i < 0 {
+		i += r
+	}
+	return numOp(float64(x.v.Type.Shape[i]))
 }

@@ -13,10 +13,14 @@ import (
 // its group, the local shapes it takes and gives, the bytes the busiest
 // device sends and the modelled time, priced by the same link model.
 
+// writtenCollective are the local view's ops that communicate.
+var writtenCollective = map[string]bool{"all_reduce": true, "all_gather": true, "reduce_scatter": true,
+	"all_to_all": true, "broadcast": true, "reduce": true, "shift": true}
+
 func explainWritten(p *Plan, r *Report, lines *sourceLines) {
 	m := p.Mesh
 	for _, v := range p.Values {
-		if !v.Local {
+		if !v.Local || !writtenCollective[v.Op] {
 			continue
 		}
 		add := func(kind, axis string, size int, bytes, secs float64) {

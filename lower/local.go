@@ -57,6 +57,11 @@ func (e *emitter) emitLocal(v *ir.Value, args []int) bool {
 		e.slotOf[v] = e.localCollective(v, args[0])
 	case "shift":
 		e.slotOf[v] = e.shift(v, args[0])
+	case "arange":
+		out := e.newSlot(v.Type.DType)
+		e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: KernelOf(v), DType: v.Type.DType, Shape: v.Type.Shape,
+			Placement: sbp.Broadcasts(e.p.Mesh.NumAxes()), Out: out, Pos: v.Pos, Where: v.Where()})
+		e.slotOf[v] = out
 	case "axis_index":
 		// the device's block of [0, 1, ..., p-1] split along the axis
 		out := e.newSlot(v.Type.DType)

@@ -48,6 +48,8 @@ func init() {
 		"a value equal on the devices of some axes used where they differ: identity; its gradient is summed over those axes", collectiveOp(keepShape), pvaryVJP)
 	local("equal_copies", "(inserted) `equal_copies(y)`", "same shape",
 		"a result declared B on an axis its blocks may differ on: taken as the mean of equal copies; the gradient is split evenly", equalCopiesOp, equalCopiesVJP)
+	Register(Op{Name: "arange", Family: "local", Kind: LocalView, Type: arangeOp, NoGrad: true,
+		Doc: Doc{Rows: []Row{{"`arange(n)`", "`f32[n]`", "0, 1, …, n−1 on every device (positions for masks)"}}}})
 	Register(Op{Name: "axis_index", Family: "local", Kind: LocalView, Type: axisIndexOp, NoGrad: true,
 		Doc: Doc{Rows: []Row{{"`axis_index(r)`", "`f32[1]`", "this device's coordinate along mesh axis `r`"}}}})
 }
@@ -259,6 +261,20 @@ func equalCopiesOp(b *Call) *ir.Value {
 		v.Attrs.Scalar = float64(p)
 	}
 	return v
+}
+
+func arangeOp(b *Call) *ir.Value {
+	if !b.NArgs(1, 1) {
+		return nil
+	}
+	n, ok := b.IntAttr(0, "n", 0, true)
+	if !ok {
+		return nil
+	}
+	if n < 1 || n > 1<<30 {
+		return b.Failf("arange: n = %d out of range (1 to 2^30)", n)
+	}
+	return b.NewValue(ir.Type{DType: ir.F32, Shape: []int{n}})
 }
 
 func axisIndexOp(b *Call) *ir.Value {

@@ -124,6 +124,13 @@ func init() {
 		setScalar(t, float64(call.Out.Off[0]))
 		return t
 	}), "axis_index")
+	registerCPU(pure(func(call *OpCall) *Tensor {
+		t := NewTensor(ir.F32, call.Kernel.Shape)
+		for i := range t.Data.([]float32) {
+			t.Data.([]float32)[i] = float32(i)
+		}
+		return t
+	}), "arange")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
 		return where(call.Args[0], call.Args[1], call.Args[2])
 	}, "where")

@@ -1,0 +1,157 @@
+package rt
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/stretchr/testify/require"
+)
+
+// The local view's algorithms (stdlib/par.mesh) against the plain global
+// formulas they compute: each program holds both, the algorithm on its
+// mesh and the formula placed by the compiler, and every pair of outputs
+// must agree. Gradients: the same model trained with the algorithm and with
+// the formula (the same parameter names, so the same initial values) ends
+// with the same parameters.
+
+func runLocal(t *testing.T, src string) *Result {
+	t.Helper()
+	g, err := lang.CheckSource("t.mesh", []byte(src), lang.CheckOptions{})
+	require.NoError(t, err)
+	p, err := lower.Lower(g, lower.Options{Verify: true})
+	require.NoError(t, err)
+	res, err := Run(t.Context(), p, Options{Backend: &CPU{BLAS: GonumBLAS{}}})
+	require.NoError(t, err)
+	return res
+}
+
+func requireSame(t *testing.T, res *Result, got, want string) {
+	t.Helper()
+	g, w := res.Output(got), res.Output(want)
+	require.NotNil(t, g, got)
+	require.NotNil(t, w, want)
+	require.Equal(t, w.Shape, g.Shape, "%s vs %s", got, want)
+	d := CompareWithin(g, w, DefaultTolerance(ir.F32, 8))
+	require.True(t, d.OK, "%s vs %s: max abs err %g, rel %g", got, want, d.MaxAbs, d.MaxRel)
+}
+
+func TestLocalGEMMs(t *testing.T) {
+	cases := []struct{ name, mesh, decls, call string }{
+		{"1d column", "[t=3]", "input X : f32[5, 4] = normal(0, 1)\ninput W : f32[4, 9] {t: S(1)} = normal(0, 1)", "par.linear_col(X, W)"},
+		{"1d row", "[t=2]", "input X : f32[5, 6] {t: S(1)} = normal(0, 1)\ninput W : f32[6, 3] {t: S(0)} = normal(0, 1)", "par.linear_row(X, W)"},
+		{"2d q=2", "[r=2, c=2]", "input X : f32[8, 6] {r: S(0), c: S(1)} = normal(0, 1)\ninput W : f32[6, 4] {r: S(0), c: S(1)} = normal(0, 1)", "par.summa(X, W)"},
+		{"2d q=3 non-square", "[r=3, c=3]", "input X : f32[9, 6] = normal(0, 1)\ninput W : f32[6, 12] = normal(0, 1)", "par.summa(X, W)"},
+		{"2d on other axes", "[dp=2, tp=2]", "input X : f32[4, 10] = normal(0, 1)\ninput W : f32[10, 2] = normal(0, 1)", "par.summa(X, W, r=tp, c=dp)"},
+		{"2.5d d=1", "[d=1, r=2, c=2]", "input X : f32[4, 6] = normal(0, 1)\ninput W : f32[6, 8] = normal(0, 1)", "par.tesseract(X, W)"},
+		{"2.5d d=2", "[d=2, r=2, c=2]", "input X : f32[8, 6] = normal(0, 1)\ninput W : f32[6, 4] = normal(0, 1)", "par.tesseract(X, W)"},
+		{"2.5d d=2 q=3", "[d=2, r=3, c=3]", "input X : f32[6, 9] = normal(0, 1)\ninput W : f32[9, 3] = normal(0, 1)", "par.tesseract(X, W)"},
+		{"3d q=2", "[i=2, j=2, l=2]", "input X : f32[8, 8] = normal(0, 1)\ninput W : f32[12, 8] = normal(0, 1)", "par.linear_3d(X, transpose(W), a=i, b=j, w=l)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// the formula: the second argument as written (transpose(W) for 3d)
+			args := strings.TrimSuffix(c.call[strings.Index(c.call, "(")+1:], ")")
+			parts := strings.SplitN(args, ", ", 3)
+			src := fmt.Sprintf("mesh M = %s\nuse par\n%s\nY = %s\nZ = %s @ %s\noutput Y\noutput Z\n", c.mesh, c.decls, c.call, parts[0], parts[1])
+			res := runLocal(t, src)
+			requireSame(t, res, "Y", "Z")
+		})
+	}
+}
+
+func TestLocalAttention(t *testing.T) {
+	for _, c := range []struct{ mesh string }{{"[s=2]"}, {"[s=4]"}} {
+		for _, causal := range []int{0, 1} {
+			t.Run(fmt.Sprintf("ring %s causal=%d", c.mesh, causal), func(t *testing.T) {
+				src := fmt.Sprintf(`mesh M = %s
+use par
+input Q : f32[3, 8, 4] = normal(0, 1)
+input K : f32[3, 8, 4] = normal(0, 1)
+input V : f32[3, 8, 4] = normal(0, 1)
+input mask : f32[8, 8] = causal
+O = par.ring_attention(Q, K, V, 0.5, %d)
+R = softmax((Q @ transpose(K)) * 0.5 + mask * %d, axis=-1) @ V
+output O
+output R
+`, c.mesh, causal, causal)
+				requireSame(t, runLocal(t, src), "O", "R")
+			})
+			t.Run(fmt.Sprintf("ulysses %s causal=%d", c.mesh, causal), func(t *testing.T) {
+				src := fmt.Sprintf(`mesh M = %s
+use par
+input Q : f32[3, 4, 8, 2] = normal(0, 1)
+input K : f32[3, 4, 8, 2] = normal(0, 1)
+input V : f32[3, 4, 8, 2] = normal(0, 1)
+input mask : f32[8, 8] = causal
+m = mask * %d
+O = par.ulysses_attention(Q, K, V, m, 0.5)
+R = softmax((Q @ transpose(K)) * 0.5 + m, axis=-1) @ V
+output O
+output R
+`, c.mesh, causal)
+				requireSame(t, runLocal(t, src), "O", "R")
+			})
+		}
+	}
+}
+
+// trainBoth trains a model written with an algorithm and with the plain
+// formula and compares the final parameters (and the losses).
+func trainBoth(t *testing.T, mesh, decls, withAlgo, withFormula string) {
+	t.Helper()
+	train := func(body string) *TrainResult {
+		src := fmt.Sprintf("mesh M = %s\nuse par\n%s\ntrain {\n%s\n    optimizer = sgd(lr=0.2)\n    steps = 3\n}\n", mesh, decls, body)
+		g, err := lang.CheckSource("t.mesh", []byte(src), lang.CheckOptions{})
+		require.NoError(t, err)
+		p, err := lower.Lower(g, lower.Options{Verify: true})
+		require.NoError(t, err)
+		r, err := Train(t.Context(), p, Options{Backend: &CPU{BLAS: GonumBLAS{}}}, TrainConfig{})
+		require.NoError(t, err)
+		return r
+	}
+	a, b := train(withAlgo), train(withFormula)
+	require.InDeltaSlice(t, b.Losses, a.Losses, 1e-5)
+	require.Greater(t, a.Losses[0]-a.Losses[len(a.Losses)-1], 1e-4, "the model learns")
+	for i, p := range b.Params {
+		got := a.Param(p.Name)
+		require.NotNil(t, got, p.Name)
+		d := CompareWithin(got, b.Final[i], DefaultTolerance(ir.F32, 8))
+		require.True(t, d.OK, "%s: max abs err %g, rel %g", p.Name, d.MaxAbs, d.MaxRel)
+	}
+}
+
+func TestLocalGradients(t *testing.T) {
+	t.Run("summa q=2", func(t *testing.T) {
+		trainBoth(t, "[r=2, c=2]", "input X : f32[8, 6] = normal(0, 1)\ninput T : f32[8, 4] = normal(0, 1)\nparam W : f32[6, 4] {r: S(0), c: S(1)} = normal(0, 0.3)",
+			"    loss = mse(tanh(par.summa(X, W)), T)", "    loss = mse(tanh(X @ W), T)")
+	})
+	t.Run("summa q=3 non-square, both operands trained", func(t *testing.T) {
+		trainBoth(t, "[r=3, c=3]", "param X : f32[9, 6] = normal(0, 1)\ninput T : f32[9, 3] = normal(0, 1)\nparam W : f32[6, 3] = normal(0, 0.3)",
+			"    loss = mse(par.summa(X, W), T)", "    loss = mse(X @ W, T)")
+	})
+	t.Run("tesseract d=2 (W's gradient summed over depth)", func(t *testing.T) {
+		trainBoth(t, "[d=2, r=2, c=2]", "input X : f32[8, 6] = normal(0, 1)\ninput T : f32[8, 4] = normal(0, 1)\nparam W : f32[6, 4] = normal(0, 0.3)",
+			"    loss = mse(tanh(par.tesseract(X, W)), T)", "    loss = mse(tanh(X @ W), T)")
+	})
+	t.Run("3d two layers, roles swapped", func(t *testing.T) {
+		trainBoth(t, "[i=2, j=2, l=2]", "input X : f32[8, 12] = normal(0, 1)\ninput T : f32[8, 4] = normal(0, 1)\nparam W1 : f32[12, 8] = normal(0, 0.3)\nparam W2 : f32[8, 4] = normal(0, 0.3)",
+			"    h = tanh(par.linear_3d(X, W1, a=i, b=j, w=l))\n    loss = mse(par.linear_3d(h, W2, a=j, b=i, w=l), T)",
+			"    loss = mse(tanh(X @ W1) @ W2, T)")
+	})
+	t.Run("megatron mlp", func(t *testing.T) {
+		trainBoth(t, "[t=2]", "param X : f32[4, 6] = normal(0, 1)\ninput T : f32[4, 6] = normal(0, 1)\nparam W1 : f32[6, 8] = normal(0, 0.3)\nparam W2 : f32[8, 6] = normal(0, 0.3)",
+			"    loss = mse(par.mlp_1d(X, W1, W2), T)", "    loss = mse(gelu(X @ W1) @ W2, T)")
+	})
+	t.Run("ring attention causal", func(t *testing.T) {
+		trainBoth(t, "[s=2]", "param Q : f32[3, 4, 2] = normal(0, 1)\nparam K : f32[3, 4, 2] = normal(0, 1)\nparam V : f32[3, 4, 2] = normal(0, 1)\ninput T : f32[3, 4, 2] = normal(0, 1)\ninput mask : f32[4, 4] = causal",
+			"    loss = mse(par.ring_attention(Q, K, V, 0.7, 1), T)", "    loss = mse(softmax((Q @ transpose(K)) * 0.7 + mask, axis=-1) @ V, T)")
+	})
+	t.Run("ulysses", func(t *testing.T) {
+		trainBoth(t, "[s=2]", "param Q : f32[3, 2, 4, 2] = normal(0, 1)\nparam K : f32[3, 2, 4, 2] = normal(0, 1)\nparam V : f32[3, 2, 4, 2] = normal(0, 1)\ninput T : f32[3, 2, 4, 2] = normal(0, 1)\ninput mask : f32[4, 4] = causal",
+			"    loss = mse(par.ulysses_attention(Q, K, V, mask, 0.7), T)", "    loss = mse(softmax((Q @ transpose(K)) * 0.7 + mask, axis=-1) @ V, T)")
+	})
+}
