@@ -504,8 +504,8 @@ func (c *Checker) meshDecl(d *MeshDecl) {
 			return
 		}
 		size := a.Size
-		if c.opts.SingleDevice {
-			size = 1
+		if c.opts.SingleDevice && !a.Pipe {
+			size = 1 // the pipeline axis keeps its stages: lowering onto one device runs them in order
 		}
 		m.Axes = append(m.Axes, mesh.Axis{Name: a.Name, Size: size})
 	}

@@ -22,6 +22,10 @@ import (
 // the same bytes as one ring over all of them); a shift is a send and a
 // receive with tag 0 (the pipeline's transfers use tags from 1).
 
+// localShiftTag is the tag of a shift's send and receive; the pipeline's
+// transfers use tags from 1, so widening can tell them apart.
+const localShiftTag = 0
+
 // isLocalOp reports the values lowering places and emits by the local
 // view's rules instead of the rule tables.
 func isLocalOp(v *ir.Value) bool { return v.Local || v.Op == "from_local" }
@@ -168,9 +172,9 @@ func (e *emitter) shift(v *ir.Value, arg int) int {
 	}
 	b := sbp.Broadcasts(n)
 	e.emit(plan.Instr{Kind: plan.Send, Label: v.Label(), Peer: plan.Peer{Axes: slices.Clone(v.Attrs.Axes), Shift: slices.Clone(v.Attrs.Shift)},
-		Tag: 0, DType: v.Type.DType, Shape: v.Type.Shape, Placement: b, Args: []int{arg}, Out: -1, Pos: v.Pos, Where: v.Where()})
+		Tag: localShiftTag, DType: v.Type.DType, Shape: v.Type.Shape, Placement: b, Args: []int{arg}, Out: -1, Pos: v.Pos, Where: v.Where()})
 	out := e.newSlot(v.Type.DType)
 	e.emit(plan.Instr{Kind: plan.Recv, Label: v.Label(), Peer: plan.Peer{Axes: slices.Clone(v.Attrs.Axes), Shift: back},
-		Tag: 0, DType: v.Type.DType, Shape: v.Type.Shape, Placement: b, Out: out, Pos: v.Pos, Where: v.Where()})
+		Tag: localShiftTag, DType: v.Type.DType, Shape: v.Type.Shape, Placement: b, Out: out, Pos: v.Pos, Where: v.Where()})
 	return out
 }

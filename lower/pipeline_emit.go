@@ -214,6 +214,13 @@ func widenPlan(ex *plan.Plan, groups []plan.Group, axis int) {
 				args[k] = widen(pl, axis)
 			}
 			in.ArgPlace = args
+			if (in.Kind == plan.Send || in.Kind == plan.Recv) && in.Tag == localShiftTag {
+				// a local function's shift: its axes are the spmd mesh's
+				in.Peer.Axes = slices.Clone(in.Peer.Axes)
+				for k, a := range in.Peer.Axes {
+					in.Peer.Axes[k] = shift(a)
+				}
+			}
 			if in.Step != nil {
 				st := *in.Step
 				st.Axis, st.From, st.To = shift(st.Axis), widen(st.From, axis), widen(st.To, axis)

@@ -273,7 +273,7 @@ func reference(p *lower.Plan) (*lower.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return lower.Lower(single, lower.Options{Memory: referenceBudget(p)})
+	return lower.Lower(single, lower.Options{Mesh: single.Mesh.Single(), Memory: referenceBudget(p)})
 }
 
 // execute runs a plan on its launcher. Under MPI only rank 0's process
