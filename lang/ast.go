@@ -86,14 +86,19 @@ type PlacementEntry struct {
 // function's activations in the backward pass instead of keeping them;
 // "local def f(x {r: S(0)}, w {c: S(1)}) -> {r: S(0)} { ... }" is a local
 // function: its body sees each device's block and communicates explicitly,
-// and its parameters and result declare their global placements.
+// and its parameters and result declare their global placements;
+// "local padded def" accepts splits that do not divide, its blocks padded
+// with zeros to the largest, and gives its result's global shape after
+// the placement: -> {r: S(0)} [size(x, 0), size(w, 1)].
 type FuncDef struct {
 	Pos        lexer.Position
 	Checkpoint bool          `parser:"@\"checkpoint\"?"`
 	Local      bool          `parser:"@\"local\"?"`
+	Padded     bool          `parser:"@\"padded\"?"`
 	Name       string        `parser:"\"def\" @Ident"`
 	Params     []*Param      `parser:"\"(\" (@@ (\",\" @@)*)? \")\""`
-	Result     *PlacementLit `parser:"(\"-\" \">\" @@)?"`
+	Result     *PlacementLit `parser:"(\"-\" \">\" @@"`
+	Shape      []*Expr       `parser:"(\"[\" @@ (\",\" @@)* \"]\")?)?"`
 	Body       []*Stmt       `parser:"\"{\" @@* \"}\""`
 }
 

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/sbp"
 )
 
@@ -73,6 +74,10 @@ func (c *Checker) axisArgs(call *Call) (map[string]int, bool) {
 
 // checkDef checks what a function definition says about itself.
 func (c *Checker) checkDef(d *FuncDef) bool {
+	if d.Padded && !d.Local {
+		c.errorf(d.Pos, "only a local function pads its blocks (write `local padded def %s`)", d.Name)
+		return false
+	}
 	if !d.Local {
 		for _, p := range d.Params {
 			if p.Placement != nil {
@@ -130,7 +135,11 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 				return operand{bad: true}
 			}
 		}
-		locals[i] = c.apply(call.Pos, "to_local", []operand{a}, map[string]operand{"place": {place: pl}})
+		kw := map[string]operand{"place": {place: pl}}
+		if def.Padded {
+			kw["padded"] = numOp(1)
+		}
+		locals[i] = c.apply(call.Pos, "to_local", []operand{a}, kw)
 		if locals[i].bad {
 			return operand{bad: true}
 		}
@@ -152,13 +161,67 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 			return operand{bad: true}
 		}
 	}
-	return c.leaveLocal(call.Pos, name, ret, out)
+	shape, ok := c.resultShape(def, name, args, ret.v, out)
+	if !ok {
+		return operand{bad: true}
+	}
+	return c.leaveLocal(call.Pos, name, ret, out, shape)
+}
+
+// resultShape is a local function's global result shape: its blocks
+// joined, or for a padded function the shape it declares, evaluated with
+// its parameters bound to the global arguments.
+func (c *Checker) resultShape(def *FuncDef, name string, args []operand, ret *Value, out sbp.NdSBP) ([]int, bool) {
+	shape := slices.Clone(ret.Type.Shape)
+	for d := range shape {
+		shape[d] *= splitCount(out, d, c.g.Mesh.Axes)
+	}
+	if !def.Padded {
+		return shape, true
+	}
+	if len(def.Shape) != len(shape) {
+		pos := def.Pos
+		if def.Result != nil {
+			pos = def.Result.Pos
+		}
+		c.errorf(pos, "local padded function %s must give its result's shape after its placement, e.g. -> {...} [size(x, 0), size(w, 1)] (%d dims)", name, len(shape))
+		return nil, false
+	}
+	save := c.scope
+	c.scope = map[string]operand{}
+	for i, p := range def.Params {
+		c.scope[p.Name] = args[i]
+	}
+	defer func() { c.scope = save }()
+	for d, e := range def.Shape {
+		n := c.expr(e)
+		if n.bad {
+			return nil, false
+		}
+		if n.num == nil || *n.num != math.Trunc(*n.num) || *n.num < 1 || *n.num > float64(shape[d]) {
+			c.errorf(e.Pos, "%s: the result's dim %d must be an integer from 1 to %d (the padded blocks' whole)", name, d, shape[d])
+			return nil, false
+		}
+		shape[d] = int(*n.num)
+	}
+	return shape, true
+}
+
+// splitCount is how many blocks dim d is cut into by pl.
+func splitCount(pl sbp.NdSBP, d int, axes []mesh.Axis) int {
+	n := 1
+	for a, s := range pl {
+		if s.IsS() && s.Dim == d {
+			n *= axes[a].Size
+		}
+	}
+	return n
 }
 
 // leaveLocal turns the body's result into the declared global value: a
 // result that must vary (S, P) but does not is made to (pvary), one
 // declared B along axes it varies on is taken as equal copies.
-func (c *Checker) leaveLocal(pos Pos, name string, ret operand, out sbp.NdSBP) operand {
+func (c *Checker) leaveLocal(pos Pos, name string, ret operand, out sbp.NdSBP, shape []int) operand {
 	var needVary, equal uint64
 	for a, s := range out {
 		bit := uint64(1) << a
@@ -179,7 +242,7 @@ func (c *Checker) leaveLocal(pos Pos, name string, ret operand, out sbp.NdSBP) o
 	if equal != 0 {
 		ret = operand{v: c.mk(pos, "equal_copies", []operand{ret}, map[string]operand{"axes": {ints: axesOf(equal)}})}
 	}
-	return c.apply(pos, "from_local", []operand{ret}, map[string]operand{"place": {place: out}})
+	return c.apply(pos, "from_local", []operand{ret}, map[string]operand{"place": {place: out}, "shape": {ints: shape}})
 }
 
 func axesOf(mask uint64) []int {

@@ -55,8 +55,13 @@ func (p *Plan) localChoice(v *ir.Value) *Choice {
 // values that are ordinary kernels on local blocks.
 func (e *emitter) emitLocal(v *ir.Value, args []int) bool {
 	switch v.Op {
-	case "to_local", "from_local", "pvary", "equal_copies":
+	case "to_local", "from_local":
+		if padsBlocks(v, e.p.Mesh) {
+			return false // a kernel pads (to_local) or trims (from_local) the blocks
+		}
 		e.slotOf[v] = args[0] // the same blocks, seen differently
+	case "pvary", "equal_copies":
+		e.slotOf[v] = args[0]
 	case "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all":
 		e.slotOf[v] = e.localCollective(v, args[0])
 	case "shift":
@@ -80,6 +85,27 @@ func (e *emitter) emitLocal(v *ir.Value, args []int) bool {
 		return false
 	}
 	return true
+}
+
+// padsBlocks reports a boundary whose global tensor does not split evenly:
+// its local blocks are the largest block, zero-padded at the end.
+func padsBlocks(v *ir.Value, m *mesh.Mesh) bool {
+	global, local := v.Args[0].Type.Shape, v.Type.Shape
+	if v.Op == "from_local" {
+		global, local = local, global
+	}
+	for d := range global {
+		n := 1
+		for a, s := range v.Attrs.Place {
+			if s.IsS() && s.Dim == d {
+				n *= m.Axes[a].Size
+			}
+		}
+		if local[d]*n != global[d] {
+			return true
+		}
+	}
+	return false
 }
 
 // localStep is one single-axis step of a local collective: the global

@@ -210,10 +210,16 @@ func (b *Call) boundary() (*ir.Value, sbp.NdSBP, bool) {
 	return x, kv.Place.Clone(), true
 }
 
-// toLocalOp is a device's block of x under the declared placement; the
-// local view needs equal blocks, so every split must divide.
+// toLocalOp is a device's block of x under the declared placement. The
+// local view needs equal blocks: every split must divide, unless the
+// function is padded (keyword padded=1), when the blocks are the largest
+// one, zero-filled at the end.
 func toLocalOp(b *Call) *ir.Value {
 	x, pl, ok := b.boundary()
+	if !ok {
+		return nil
+	}
+	padded, ok := b.IntAttr(-1, "padded", 0, false)
 	if !ok {
 		return nil
 	}
@@ -223,28 +229,50 @@ func toLocalOp(b *Call) *ir.Value {
 			continue
 		}
 		p := b.Mesh.Axes[a].Size
-		if shape[s.Dim]%p != 0 {
-			return b.Failf("dim %d of size %d does not split evenly over %s=%d: a local function needs equal blocks (%s)",
+		if shape[s.Dim]%p != 0 && padded == 0 {
+			return b.Failf("dim %d of size %d does not split evenly over %s=%d: a local function needs equal blocks (%s); `local padded def` pads them with zeros",
 				s.Dim, x.Type.Shape[s.Dim], b.Mesh.Axes[a].Name, p, ir.ShapeString(x.Type.Shape))
 		}
-		shape[s.Dim] /= p
+		shape[s.Dim] = (shape[s.Dim] + p - 1) / p // the largest block of a balanced split
 	}
 	v := b.NewValue(ir.Type{DType: x.Type.DType, Shape: shape}, x)
 	v.Attrs.Place = pl
 	return v
 }
 
-// fromLocalOp is the global value whose blocks are y under the placement.
+// fromLocalOp is the global value whose blocks are y under the placement:
+// of the given shape (keyword shape), whose largest blocks must be y's,
+// or else the blocks joined whole.
 func fromLocalOp(b *Call) *ir.Value {
 	y, pl, ok := b.boundary()
 	if !ok {
 		return nil
 	}
+	kv := b.Kw["shape"]
+	delete(b.Kw, "shape")
 	shape := slices.Clone(y.Type.Shape)
 	for a, s := range pl {
 		if s.IsS() {
 			shape[s.Dim] *= b.Mesh.Axes[a].Size
 		}
+	}
+	if kv.Ints != nil {
+		if len(kv.Ints) != len(shape) {
+			return b.Failf("from_local: shape %v for a rank-%d block", kv.Ints, len(shape))
+		}
+		for d, n := range kv.Ints {
+			want := n
+			for a, s := range pl {
+				if s.IsS() && s.Dim == d {
+					p := b.Mesh.Axes[a].Size
+					want = (want + p - 1) / p
+				}
+			}
+			if want != y.Type.Shape[d] || n > shape[d] {
+				return b.Failf("from_local: blocks of %s do not make a tensor of shape %s under %s", ir.ShapeString(y.Type.Shape), ir.ShapeString(kv.Ints), pl)
+			}
+		}
+		shape = slices.Clone(kv.Ints)
 	}
 	v := b.NewValue(ir.Type{DType: y.Type.DType, Shape: shape}, y)
 	v.Attrs.Place = pl
@@ -313,7 +341,8 @@ func toLocalVJP(b *Grad) {
 			pl[a] = sbp.B
 		}
 	}
-	b.acc(b.V.Args[0], b.opKw("from_local", map[string]Arg{"place": {Place: pl}}, T(b.G)))
+	x := b.V.Args[0]
+	b.acc(x, b.opKw("from_local", map[string]Arg{"place": {Place: pl}, "shape": {Ints: x.Type.Shape}}, T(b.G)))
 }
 
 func fromLocalVJP(b *Grad) {
@@ -323,7 +352,7 @@ func fromLocalVJP(b *Grad) {
 			pl[a] = sbp.B
 		}
 	}
-	b.acc(b.V.Args[0], b.opKw("to_local", map[string]Arg{"place": {Place: pl}}, T(b.G)))
+	b.acc(b.V.Args[0], b.opKw("to_local", map[string]Arg{"place": {Place: pl}, "padded": N(1)}, T(b.G)))
 }
 
 func allReduceVJP(b *Grad) { b.acc(b.V.Args[0], b.G) }

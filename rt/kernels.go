@@ -124,6 +124,22 @@ func init() {
 		setScalar(t, float64(call.Out.Off[0]))
 		return t
 	}), "axis_index")
+	registerCPU(func(c *CPU, call *OpCall) (*Tensor, error) {
+		// a padded local function's argument: the block, zeros after it
+		x, err := c.Embed(call.Args[0], call.Out.Len, make([]int, len(call.Out.Len)), FillZero)
+		if err != nil {
+			return nil, err
+		}
+		return host(x)
+	}, "to_local")
+	registerCPU(func(c *CPU, call *OpCall) (*Tensor, error) {
+		// a padded local function's result: the block without its padding
+		x, err := c.Slice(call.Args[0], make([]int, len(call.Out.Len)), call.Out.Len)
+		if err != nil {
+			return nil, err
+		}
+		return host(x)
+	}, "from_local")
 	registerCPU(pure(func(call *OpCall) *Tensor {
 		t := NewTensor(ir.F32, call.Kernel.Shape)
 		for i := range t.Data.([]float32) {

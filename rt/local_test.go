@@ -49,6 +49,11 @@ func TestLocalGEMMs(t *testing.T) {
 		{"2.5d d=1", "[d=1, r=2, c=2]", "input X : f32[4, 6] = normal(0, 1)\ninput W : f32[6, 8] = normal(0, 1)", "par.tesseract(X, W)"},
 		{"2.5d d=2", "[d=2, r=2, c=2]", "input X : f32[8, 6] = normal(0, 1)\ninput W : f32[6, 4] = normal(0, 1)", "par.tesseract(X, W)"},
 		{"2.5d d=2 q=3", "[d=2, r=3, c=3]", "input X : f32[6, 9] = normal(0, 1)\ninput W : f32[9, 3] = normal(0, 1)", "par.tesseract(X, W)"},
+		{"2d uneven", "[r=2, c=2]", "input X : f32[7, 5] = normal(0, 1)\ninput W : f32[5, 3] = normal(0, 1)", "par.summa(X, W)"},
+		{"2d q=3 uneven", "[r=3, c=3]", "input X : f32[10, 7] = normal(0, 1)\ninput W : f32[7, 5] = normal(0, 1)", "par.summa(X, W)"},
+		{"1d row uneven", "[t=3]", "input X : f32[5, 7] = normal(0, 1)\ninput W : f32[7, 2] = normal(0, 1)", "par.linear_row(X, W)"},
+		{"2.5d uneven", "[d=2, r=2, c=2]", "input X : f32[9, 5] = normal(0, 1)\ninput W : f32[5, 3] = normal(0, 1)", "par.tesseract(X, W)"},
+		{"3d uneven", "[i=2, j=2, l=2]", "input X : f32[7, 8] = normal(0, 1)\ninput W : f32[5, 8] = normal(0, 1)", "par.linear_3d(X, transpose(W), a=i, b=j, w=l)"},
 		{"3d q=2", "[i=2, j=2, l=2]", "input X : f32[8, 8] = normal(0, 1)\ninput W : f32[12, 8] = normal(0, 1)", "par.linear_3d(X, transpose(W), a=i, b=j, w=l)"},
 	}
 	for _, c := range cases {
@@ -139,6 +144,15 @@ func TestLocalGradients(t *testing.T) {
 	})
 	t.Run("3d two layers, roles swapped", func(t *testing.T) {
 		trainBoth(t, "[i=2, j=2, l=2]", "input X : f32[8, 12] = normal(0, 1)\ninput T : f32[8, 4] = normal(0, 1)\nparam W1 : f32[12, 8] = normal(0, 0.3)\nparam W2 : f32[8, 4] = normal(0, 0.3)",
+			"    h = tanh(par.linear_3d(X, W1, a=i, b=j, w=l))\n    loss = mse(par.linear_3d(h, W2, a=j, b=i, w=l), T)",
+			"    loss = mse(tanh(X @ W1) @ W2, T)")
+	})
+	t.Run("summa uneven", func(t *testing.T) {
+		trainBoth(t, "[r=2, c=2]", "param X : f32[7, 5] = normal(0, 1)\ninput T : f32[7, 3] = normal(0, 1)\nparam W : f32[5, 3] = normal(0, 0.3)",
+			"    loss = mse(par.summa(X, W), T)", "    loss = mse(X @ W, T)")
+	})
+	t.Run("3d uneven", func(t *testing.T) {
+		trainBoth(t, "[i=2, j=2, l=2]", "input X : f32[7, 8] = normal(0, 1)\ninput T : f32[7, 3] = normal(0, 1)\nparam W1 : f32[8, 8] = normal(0, 0.3)\nparam W2 : f32[8, 3] = normal(0, 0.3)",
 			"    h = tanh(par.linear_3d(X, W1, a=i, b=j, w=l))\n    loss = mse(par.linear_3d(h, W2, a=j, b=i, w=l), T)",
 			"    loss = mse(tanh(X @ W1) @ W2, T)")
 	})
