@@ -161,6 +161,9 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 	nerr := len(c.errs)
 	k := tr.Accumulate
 	start := len(c.g.Values)
+	if tr.Zero == 3 && micro > 0 && tr.Pipe == nil {
+		seenBy = c.regatherForMicro(seenBy)
+	}
 	for _, name := range c.globalsInOrder() {
 		if x, ok := inputs[name]; ok {
 			mb := x
@@ -234,6 +237,32 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 		tr.Pipe.Micro = append(tr.Pipe.Micro, ir.MicroRange{Start: start, Backward: bwd, End: len(c.g.Values)})
 	}
 	return loss, true
+}
+
+// regatherForMicro gives ZeRO-3 a fresh forward gather of every parameter
+// for each micro-batch after the first (as DeepSpeed does): a gather kept
+// for the whole step would hold every full parameter across the
+// micro-batches, ZeRO-3's memory without its saving. The backward gathers
+// again as always, and the gradient of each new gather is reduce-scattered
+// the moment it is complete, like the first one's. (Pipelines keep one
+// gather per step: their stages place values by units, and a gather
+// before a micro-batch's first unit has none.)
+func (c *Checker) regatherForMicro(seenBy map[*Value]*Value) map[*Value]*Value {
+	out := make(map[*Value]*Value, len(seenBy))
+	for p, seen := range seenBy {
+		out[p] = seen
+		if seen == p || seen.Op != "to" || !seen.Attrs.Regather {
+			continue
+		}
+		g := c.add(&Value{Op: "to", Type: seen.Type, Args: seen.Args, Pos: seen.Pos, Declared: seen.Declared, Name: seen.Name})
+		g.Attrs.Regather = true
+		c.override[p.Name] = operand{v: g}
+		if hook := c.onFinal[seen]; hook != nil {
+			c.onFinal[g] = hook
+		}
+		out[p] = g
+	}
+	return out
 }
 
 // trainBody checks the block's statements (not its settings) in a fresh

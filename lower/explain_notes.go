@@ -150,6 +150,12 @@ func perMicroFigures(zero, micro int, steps []noteStep, pipelined bool) string {
 		if again, _ := busiest(steps, func(s noteStep) bool { return isRegather(s) && s.rank == rank }); again > 0 {
 			s += fmt.Sprintf(", and %s of the backward's gathers, %d× the %s of gathering once for all of them", HumanBytes(again), micro, HumanBytes(again/float64(micro)))
 		}
+		if !pipelined {
+			if fwd, _ := busiest(steps, func(s noteStep) bool { return isForwardGather(s) && s.rank == rank }); fwd > 0 {
+				s += fmt.Sprintf(", and %s of the forward's gathers (each micro-batch gathers the parameters again, so no full parameter is kept across micro-batches), %d× the %s of gathering once",
+					HumanBytes(fwd), micro, HumanBytes(fwd/float64(micro)))
+			}
+		}
 	}
 	return s
 }
@@ -170,7 +176,7 @@ func accumulateNote(zero, micro int, steps []noteStep) string {
 	}
 	what := "gradients are reduce-scattered"
 	if zero == 3 {
-		what += " and the parameters a backward reads gathered again"
+		what += ", the parameters gathered for the forward and those a backward reads gathered again,"
 	}
 	note := fmt.Sprintf("ZeRO-%d with accumulate = %d: %s once per micro-batch: %s", zero, micro, what, f)
 	if zero == 3 {
@@ -240,7 +246,7 @@ func regatherNote(zero, micro int, steps []noteStep) string {
 	dp := 2 * scattered / float64(micro)
 	paper := "the paper's 1.5× gathers every parameter again for the backward"
 	if micro > 1 {
-		paper = fmt.Sprintf("with %d micro-batches the paper's accounting, every parameter gathered for the forward and again for each backward and every gradient reduce-scattered each time, gives (1 + 2·%d)/2 = %.1f×", micro, micro, float64(1+2*micro)/2)
+		paper = fmt.Sprintf("with %d micro-batches the paper's accounting, every parameter gathered for each forward and again for each backward and every gradient reduce-scattered each time, gives 3·%d/2 = %.1f×", micro, micro, 1.5*float64(micro))
 	}
 	return fmt.Sprintf("ZeRO-3 sends %s of gathers and reduce-scatters per device, %.2f× the %s a plain data-parallel all-reduce of these gradients would send (%s): %s %s gathered for the forward only, since the backward does not read %s",
 		HumanBytes(sent), sent/dp, HumanBytes(dp), paper, strings.Join(once, ", "), isAre(len(once)), itThem(len(once)))

@@ -55,19 +55,22 @@ func TestExplainNotesZeRO2WithAccumulation(t *testing.T) {
 }
 
 // ZeRO-3 with 4 micro-batches: the gradients are reduce-scattered 4 times
-// (7.5 KiB, as above) and W2, which the backward reads, gathered again in
-// each backward: 4 × 3/4 × 512 B = 1.5 KiB, 384 B each. W1 is gathered once
-// for the forward (its input x needs no gradient). By hand, the step
-// sends 1920 B of forward gathers + 1536 + 7680 = 11136 B ≈ 10.9 KiB,
-// 2.90× the 3840 B (3.8 KiB) of DP's one all-reduce after the last
-// micro-batch; the paper's accounting gives (1 + 2·4)/2 = 4.5×.
+// (7.5 KiB, as above), every parameter is gathered for each micro-batch's
+// forward (4 × 1920 B = 7.5 KiB: no full parameter is kept across
+// micro-batches) and W2, which the backward reads, gathered again in each
+// backward: 4 × 3/4 × 512 B = 1.5 KiB, 384 B each. W1 is gathered for the
+// forward only (its input x needs no gradient). By hand, the step sends
+// 7680 + 1536 + 7680 = 16896 B = 16.5 KiB, 4.40× the 3840 B (3.8 KiB) of
+// DP's one all-reduce after the last micro-batch; the paper's accounting
+// gives 3·4/2 = 6×.
 func TestExplainNotesZeRO3WithAccumulation(t *testing.T) {
 	n := notesOf(t, strings.Replace(accumulated, "zero = 2", "zero = 3", 1), nil)
 	require.Len(t, n, 2)
-	require.Contains(t, n[0], "ZeRO-3 with accumulate = 4: gradients are reduce-scattered and the parameters a backward reads gathered again once per micro-batch: 7.5 KiB of gradient reduce-scatters per device per step, 4× the 1.9 KiB")
+	require.Contains(t, n[0], "ZeRO-3 with accumulate = 4: gradients are reduce-scattered, the parameters gathered for the forward and those a backward reads gathered again, once per micro-batch: 7.5 KiB of gradient reduce-scatters per device per step, 4× the 1.9 KiB")
 	require.Contains(t, n[0], "and 1.5 KiB of the backward's gathers, 4× the 384 B of gathering once")
-	require.Contains(t, n[1], "ZeRO-3 sends 10.9 KiB of gathers and reduce-scatters per device, 2.90× the 3.8 KiB")
-	require.Contains(t, n[1], "(1 + 2·4)/2 = 4.5×")
+	require.Contains(t, n[0], "and 7.5 KiB of the forward's gathers (each micro-batch gathers the parameters again, so no full parameter is kept across micro-batches), 4× the 1.9 KiB of gathering once")
+	require.Contains(t, n[1], "ZeRO-3 sends 16.5 KiB of gathers and reduce-scatters per device, 4.40× the 3.8 KiB")
+	require.Contains(t, n[1], "3·4/2 = 6.0×")
 	require.Contains(t, n[1], "W1 is gathered for the forward only")
 }
 

@@ -227,13 +227,13 @@ func argTypes(v *ir.Value) string {
 // Identical conversions of one value are shared.
 func insertBoxing(p *Plan) error {
 	byKey := map[string]*Conversion{}
-	get := func(v *ir.Value, to sbp.NdSBP, pos ir.Pos, calls []ir.Pos, cause string) (*Conversion, error) {
+	get := func(v *ir.Value, to sbp.NdSBP, pos ir.Pos, calls []ir.Pos, cause string, share bool) (*Conversion, error) {
 		from := p.Placement[v]
 		if from.Equal(to) {
 			return nil, nil
 		}
 		key := fmt.Sprintf("%d %s", v.ID, to)
-		if c, ok := byKey[key]; ok && cause != "regather" {
+		if c, ok := byKey[key]; ok && share {
 			return c, nil
 		}
 		path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), from, to)
@@ -261,7 +261,10 @@ func insertBoxing(p *Plan) error {
 				// than keeping the forward's gather alive: never shared
 				cause = "regather"
 			}
-			c, err := get(a, ch.Sig.In[i], v.Pos, v.Calls, cause)
+			// ZeRO-3's gathers are one per use (the backward's, each
+			// micro-batch's): sharing them would keep a full parameter alive
+			share := !(v.Op == "to" && v.Attrs.Regather)
+			c, err := get(a, ch.Sig.In[i], v.Pos, v.Calls, cause, share)
 			if err != nil {
 				return err
 			}
@@ -271,7 +274,7 @@ func insertBoxing(p *Plan) error {
 	for _, o := range p.Graph.Outputs {
 		op := &OutputPlan{Output: o, Placement: p.Placement[o.Value]}
 		if o.Placement != nil && len(o.Placement) == p.Mesh.NumAxes() {
-			c, err := get(o.Value, o.Placement, o.Pos, nil, "output "+o.Name)
+			c, err := get(o.Value, o.Placement, o.Pos, nil, "output "+o.Name, true)
 			if err != nil {
 				return err
 			}
@@ -282,7 +285,7 @@ func insertBoxing(p *Plan) error {
 	if t := p.Graph.Train; t != nil {
 		for _, c := range t.Carry {
 			cp := &CarryPlan{Source: c.Source, Next: c.Next}
-			conv, err := get(c.Next, p.Placement[c.Source], c.Next.Pos, c.Next.Calls, "next "+c.Source.Label())
+			conv, err := get(c.Next, p.Placement[c.Source], c.Next.Pos, c.Next.Calls, "next "+c.Source.Label(), true)
 			if err != nil {
 				return err
 			}
