@@ -61,7 +61,10 @@ type Event struct {
 	Start time.Duration
 	Dur   time.Duration
 	Bytes int64 // bytes this device sent
-	Where string
+	// Copied is, for an offload or fetch, the bytes copied between the
+	// device's memory and its host's (ZeRO-Offload's host tier).
+	Copied int64
+	Where  string
 }
 
 // DeviceStats is what one device did.
@@ -72,8 +75,13 @@ type DeviceStats struct {
 	BytesSent int64
 	// Held is, in a training run, the bytes of parameters and optimizer
 	// states the device keeps from one step to the next.
-	Held   int64
-	Events []Event
+	Held int64
+	// HostPeak, HostFinal and HostHeld are Peak, Final and Held for the
+	// rank's host tier (offload; 0 otherwise); ToHost and ToDevice are the
+	// bytes its offload and fetch instructions copied.
+	HostPeak, HostFinal, HostHeld int64
+	ToHost, ToDevice              int64
+	Events                        []Event
 	// Pipe is, on a pipelined plan, the rank's actions and activations.
 	Pipe *PipeStats
 }

@@ -1,0 +1,181 @@
+package rt
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/stretchr/testify/require"
+)
+
+// ZeRO-Offload (offload = optimizer | optimizer+params): the update runs
+// in each rank's host tier, and the step copies gradients there and
+// parameters back. These tests hold the offloaded run to the run without
+// offload (same losses and parameters, bit for bit), and read the copies'
+// bytes and the two tiers' memory from what the runtime measured.
+
+// offloadProgram is zeroProgram's model (every parameter is read by the
+// backward) with a precision, a ZeRO stage, an offload setting and
+// optionally clipping (whose global norm is reduced in host memory).
+func offloadProgram(zero int, prec, offload string, clip bool) string {
+	extra := ""
+	if prec != "" {
+		extra += "    precision = " + prec + "\n"
+	}
+	if offload != "" {
+		extra += "    offload = " + offload + "\n"
+	}
+	if clip {
+		extra += "    clip = 0.5\n"
+	}
+	return fmt.Sprintf(`mesh M = [dp=4]
+input x  : f32[16, 8] {S(0)} = normal(0, 1)
+param W1 : f32[8, 8]  {B} = normal(0, 0.5)
+param W2 : f32[8, 4]  {B} = normal(0, 0.5)
+input t  : f32[16, 4] {S(0)} = normal(0, 1)
+train {
+    h = tanh(tanh(x @ W1) @ W1)
+    loss = mse(h @ W2, t)
+    optimizer = adam(lr=0.01)
+    steps = 4
+    zero = %d
+%s}
+`, zero, extra)
+}
+
+const offloadPsi = 8*8 + 8*4 // parameters
+
+func compileSrc(t *testing.T, src string) *lower.Plan {
+	t.Helper()
+	g, err := lang.CheckSource("m.mesh", []byte(src), lang.CheckOptions{})
+	require.NoError(t, err, lang.Render(err, map[string][]byte{"m.mesh": []byte(src)}))
+	p, err := lower.Lower(g, lower.Options{Verify: true})
+	require.NoError(t, err)
+	return p
+}
+
+func trainSrc(t *testing.T, src string) (*lower.Plan, *TrainResult) {
+	t.Helper()
+	p := compileSrc(t, src)
+	res, err := Train(context.Background(), p, Options{}, TrainConfig{})
+	require.NoError(t, err)
+	return p, res
+}
+
+// Offloading changes where the update runs, not what it computes: every
+// step's loss and every final parameter equal the run without offload,
+// exactly, with and without ZeRO, in f32, bf16 and f16 (loss scaling),
+// with clipping.
+func TestOffloadTrainsLikeWithout(t *testing.T) {
+	for _, zero := range []int{0, 1, 2, 3} {
+		for _, prec := range []string{"", "bf16", "f16"} {
+			for _, clip := range []bool{false, true} {
+				if clip && prec == "bf16" {
+					continue // clipping is covered by f32 and f16
+				}
+				_, ref := trainSrc(t, offloadProgram(zero, prec, "", clip))
+				for _, off := range []string{"optimizer", "optimizer+params"} {
+					name := fmt.Sprintf("zero=%d precision=%q clip=%v offload=%s", zero, prec, clip, off)
+					p, res := trainSrc(t, offloadProgram(zero, prec, off, clip))
+					require.True(t, p.Exec.HasHost(), name)
+					require.Len(t, res.Losses, 4, name)
+					require.Equal(t, ref.Losses, res.Losses, name)
+					require.Equal(t, len(ref.Final), len(res.Final), name)
+					for i := range ref.Final {
+						require.Equal(t, ref.Final[i].Float64s(), res.Final[i].Float64s(), "%s: %s", name, res.Params[i].Name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// copied sums what device d's offload and fetch events copied, as the
+// runtime measured it.
+func copied(st DeviceStats) (toHost, toDevice int64, events int) {
+	for _, e := range st.Events {
+		switch e.Kind {
+		case plan.Offload.String():
+			toHost += e.Copied
+			events++
+		case plan.Fetch.String():
+			toDevice += e.Copied
+			events++
+		}
+	}
+	return toHost, toDevice, events
+}
+
+// Per step each device copies its reduced gradients to the host and the
+// parameters it reads back, in the precision the forward computes in:
+// with bf16, 2Ψ bytes each way (ZeRO-Offload's figure), 2Ψ/N_d under ZeRO
+// (each host keeps its own part); with f32, 4Ψ. offload = optimizer+params
+// fetches each parameter again for the backward (this model's backward
+// reads every one): twice the bytes to the device. The figures are the
+// runtime's, from its copy events; the plan's count (explain) agrees.
+func TestOffloadCopiesPerStep(t *testing.T) {
+	for _, zero := range []int{0, 2, 3} {
+		for _, prec := range []string{"", "bf16"} {
+			for _, off := range []string{"optimizer", "optimizer+params"} {
+				name := fmt.Sprintf("zero=%d precision=%q offload=%s", zero, prec, off)
+				p, res := trainSrc(t, offloadProgram(zero, prec, off, false))
+				elem := int64(4)
+				if prec != "" {
+					elem = 2
+				}
+				want := elem * offloadPsi
+				if zero > 0 {
+					want /= 4
+				}
+				back := want
+				if off == "optimizer+params" {
+					back *= 2
+				}
+				for d, st := range res.Last.Devices {
+					toHost, toDevice, n := copied(st)
+					require.Positive(t, n, name)
+					require.Equal(t, want, toHost, "%s device %d: gradients to the host", name, d)
+					require.Equal(t, back, toDevice, "%s device %d: parameters to the device", name, d)
+					require.Equal(t, toHost, st.ToHost, name)
+					require.Equal(t, toDevice, st.ToDevice, name)
+					h, dv := lower.CopiedBytes(p.Exec, d)
+					require.Equal(t, [2]int64{toHost, toDevice}, [2]int64{h, dv}, "%s: plan and runtime", name)
+				}
+			}
+		}
+	}
+}
+
+// The two tiers' memory: the runtime's measured device and host peaks
+// equal the plan's; between steps the device holds nothing of the model's
+// state and the host holds the ZeRO paper's K·Ψ/N_d (f32 master weights
+// and Adam's two moments: 12 bytes a parameter, split over the 4 devices
+// from stage 1 on); and the device's peak falls below the run without
+// offload, and further with optimizer+params.
+func TestOffloadMemoryTiers(t *testing.T) {
+	for _, zero := range []int{0, 2} {
+		pRef, ref := trainSrc(t, offloadProgram(zero, "bf16", "", false))
+		var peaks []int64
+		for _, off := range []string{"optimizer", "optimizer+params"} {
+			name := fmt.Sprintf("zero=%d offload=%s", zero, off)
+			p, res := trainSrc(t, offloadProgram(zero, "bf16", off, false))
+			state := int64(12 * offloadPsi)
+			if zero > 0 {
+				state /= 4
+			}
+			for d, st := range res.Last.Devices {
+				require.Equal(t, p.Peak[d], st.Peak, "%s device %d: device peak", name, d)
+				require.Equal(t, p.HostPeak[d], st.HostPeak, "%s device %d: host peak", name, d)
+				require.Zero(t, st.Held, name)
+				require.Equal(t, state, st.HostHeld, name)
+				require.Less(t, st.Peak, ref.Last.Devices[d].Peak, name)
+				require.Equal(t, pRef.Peak[d], ref.Last.Devices[d].Peak)
+			}
+			peaks = append(peaks, p.Peak[0])
+		}
+		require.LessOrEqual(t, peaks[1], peaks[0], "zero=%d: optimizer+params keeps less on the device", zero)
+	}
+}
