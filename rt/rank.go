@@ -108,21 +108,21 @@ type PipeStats struct {
 
 // execution is one run of a worker's program: its slots and accounting.
 type execution struct {
-	w      *Worker
-	feed   Feed
-	start  time.Time
-	slots  []Buffer
-	refs   map[Buffer]int // slots (and sends in flight) holding each buffer: freed when none does
-	sent   []Buffer       // buffers of buffered sends, held until Flush
-	args   []Buffer       // the current instruction's arguments
-	cur    int64
-	peak   int64
+	w     *Worker
+	feed  Feed
+	start time.Time
+	slots []Buffer
+	refs  map[Buffer]int // slots (and sends in flight) holding each buffer: freed when none does
+	sent  []Buffer       // buffers of buffered sends, held until Flush
+	args  []Buffer       // the current instruction's arguments
+	cur   int64
+	peak  int64
 	// the host tier's bytes held and peak, and the bytes copied each way
 	hostCur, hostPeak int64
 	toHost, toDevice  int64
 	events            []Event
-	clk    *clockState // nil: wall time
-	pipe   *pipeStats  // nil: not a pipelined plan
+	clk               *clockState // nil: wall time
+	pipe              *pipeStats  // nil: not a pipelined plan
 }
 
 // now is the execution's time: simulated, or since start.
