@@ -168,6 +168,10 @@ func (c *Checker) reduceWhenFinal(tr *Train, seenBy map[*Value]*Value) map[*Valu
 		hooks[seen] = func(g *Value) *Value {
 			r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tr.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
 			tr.Reduced[p] = true
+			if tr.Offload != "" {
+				// ZeRO-Offload: each reduced gradient leaves the device at once
+				r = c.add(&Value{Op: "offload", Type: r.Type, Args: []*Value{r}, Pos: tr.Pos, Name: p.Name + ".grad.host", Backward: true})
+			}
 			return r
 		}
 	}

@@ -3,6 +3,7 @@ package rt
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/meshrun/meshrun/lang"
@@ -63,6 +64,30 @@ func trainSrc(t *testing.T, src string) (*lower.Plan, *TrainResult) {
 	res, err := Train(context.Background(), p, Options{}, TrainConfig{})
 	require.NoError(t, err)
 	return p, res
+}
+
+// With gradient accumulation each micro-batch's reduced gradients go to
+// the host (ZeRO-2: the moment the backward reduces them) and add up
+// there; the step still equals the run without offload.
+func TestOffloadWithAccumulation(t *testing.T) {
+	for _, zero := range []int{0, 2} {
+		src := func(off string) string {
+			s := offloadProgram(zero, "bf16", off, false)
+			return strings.Replace(s, "    steps = 4\n", "    steps = 3\n    accumulate = 2\n", 1)
+		}
+		_, ref := trainSrc(t, src(""))
+		_, res := trainSrc(t, src("optimizer"))
+		require.Equal(t, ref.Losses, res.Losses, "zero=%d", zero)
+		for i := range ref.Final {
+			require.Equal(t, ref.Final[i].Float64s(), res.Final[i].Float64s(), "zero=%d %s", zero, res.Params[i].Name)
+		}
+		want := int64(2 * offloadPsi)
+		if zero == 2 {
+			want = 2 * want / 4 // once per micro-batch, a quarter each
+		}
+		toHost, _, _ := copied(res.Last.Devices[0])
+		require.Equal(t, want, toHost, "zero=%d", zero)
+	}
 }
 
 // Offloading changes where the update runs, not what it computes: every

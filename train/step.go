@@ -122,9 +122,10 @@ func (s *step) reduce() {
 		if !tr.Reduced[p] {
 			g = s.b.Add(&ir.Value{Op: "to", Type: g.Type, Args: []*ir.Value{g}, Pos: tr.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
 		}
-		if tr.Offload != "" {
+		if tr.Offload != "" && !tr.Reduced[p] {
 			// ZeRO-Offload: the reduced gradient goes to the host in the
 			// precision it was reduced in; the rest of the step runs there
+			// (ZeRO-2/3 send each one the moment the backward reduces it)
 			g = s.b.Add(&ir.Value{Op: "offload", Type: g.Type, Args: []*ir.Value{g}, Pos: tr.Pos, Name: p.Name + ".grad.host", Backward: true})
 		}
 		if g.Type.DType != p.Type.DType {
