@@ -378,6 +378,7 @@ func (e *env) estimate(args []string) int {
 		return ExitUsage
 	}
 	printEstimate(e.stdout, cfg, *dtype, *link, *gpuMem)
+	printOffloadEstimate(e.stdout, cfg, *dtype, *link, *gpuMem)
 	return ExitOK
 }
 
