@@ -29,9 +29,15 @@ type HostMemoryReport struct {
 	ToDeviceBytes int64 `json:"to_device_bytes"`
 }
 
-// offloadedGrads are the reduced gradients the step copies to the host:
-// the arguments of its offload values (device memory).
+// offloadedGrads are the reduced gradients the device holds until the
+// step copies them to the host: the arguments of its offload values. With
+// ZeRO-2/3 the backward sends each one the moment it reduces it, so the
+// device holds none (one at a time, transiently: "activations and
+// other"), as estimate's offload row counts.
 func offloadedGrads(p *Plan) []*ir.Value {
+	if t := p.Graph.Train; t == nil || t.Zero >= 2 {
+		return nil
+	}
 	var out []*ir.Value
 	for _, v := range p.Values {
 		if v.Op == "offload" {

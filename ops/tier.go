@@ -11,7 +11,7 @@ package ops
 
 func init() {
 	for _, name := range []string{"offload", "fetch"} {
-		doc := Doc{Examples: []Example{{"Y[m,n] = " + name + "(X) (a copy between device and host memory)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}
+		doc := Doc{Examples: []Example{{"Y[m,n] = offload(X) (also fetch: copies between device and host memory the training step makes)", OpDesc{In: [][]int{{4, 4}}, Out: []int{4, 4}}}}}
 		if name == "fetch" {
 			doc = Doc{RulesWith: "offload"}
 		}

@@ -2,6 +2,7 @@ package rt
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -203,4 +204,28 @@ func TestOffloadMemoryTiers(t *testing.T) {
 		}
 		require.LessOrEqual(t, peaks[1], peaks[0], "zero=%d: optimizer+params keeps less on the device", zero)
 	}
+}
+
+// The timeline shows the copies: one event per offload and fetch, with
+// the bytes copied, in the Chrome trace too.
+func TestOffloadTimeline(t *testing.T) {
+	p, res := trainSrc(t, offloadProgram(2, "bf16", "optimizer", false))
+	var buf strings.Builder
+	require.NoError(t, WriteChromeTrace(&buf, p.Exec.Mesh, res.Last))
+	var doc struct {
+		TraceEvents []struct {
+			Cat  string         `json:"cat"`
+			Tid  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(buf.String()), &doc))
+	sum := map[string]float64{}
+	for _, e := range doc.TraceEvents {
+		if e.Tid == 1 && (e.Cat == "offload" || e.Cat == "fetch") {
+			sum[e.Cat] += e.Args["bytes_copied"].(float64)
+		}
+	}
+	want := float64(2 * offloadPsi / 4)
+	require.Equal(t, map[string]float64{"offload": want, "fetch": want}, sum)
 }

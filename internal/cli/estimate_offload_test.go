@@ -30,12 +30,14 @@ func TestEstimateOffloadRow(t *testing.T) {
 // words: a device line and a host line per group of devices. The model
 // has Ψ = 16·32 + 32 + 32·32 + 32·4 = 1696 parameters on dp = 4 with bf16
 // and ZeRO-2; by hand, each host keeps 4Ψ/4 = 1696 B of f32 masters (1.7
-// KiB) and 8Ψ/4 = 3392 B of Adam's moments (3.3 KiB), the device no model
-// state between steps, and 2Ψ/4 = 848 B are copied each way per step.
+// KiB), 8Ψ/4 = 3392 B of Adam's moments (3.3 KiB) and receives 2Ψ/4 =
+// 848 B of bf16 gradients, which it casts to f32 (1.7 KiB); the device
+// keeps no model state between steps and no gradients (each leaves as
+// the backward reduces it); 848 B are copied each way per step.
 func TestExplainOffloadTable(t *testing.T) {
 	code, out, errs := meshrun(t, "", "explain", "../../examples/train/mlp_offload.mesh")
 	require.Equal(t, ExitOK, code, errs)
 	require.Regexp(t, `devices memory parameters optimizer states gradients \(reduced\) activations and other peak +copied per step`, out)
-	require.Regexp(t, `d0-3 +device 0 B +0 B +848 B .* 848 B to host`, out)
-	require.Regexp(t, `\n +host +1\.7 KiB +3\.3 KiB .* 848 B to device`, out)
+	require.Regexp(t, `d0-3 +device 0 B +0 B +0 B .* 848 B to host`, out)
+	require.Regexp(t, `\n +host +1\.7 KiB +3\.3 KiB +1\.7 KiB .* 848 B to device`, out)
 }
