@@ -78,7 +78,8 @@ func CopiedBytes(ex *plan.Plan, r int) (toHost, toDevice int64) {
 }
 
 const offloadHeading = "  (offload: parameters and optimizer states are kept in host memory and updated there; the device\n" +
-	"   holds the copies it reads, under \"activations and other\"; gradients leave the device once reduced)\n"
+	"   holds the copies it reads, under \"activations and other\"; gradients leave the device once reduced,\n" +
+	"   with ZeRO-2/3 each the moment the backward reduces it)\n"
 
 // tieredMemoryTable is explain's memory table with a device and a host
 // row per group of devices with equal figures.
