@@ -238,7 +238,11 @@ func decodeStats(rank int, prog *plan.Program, t *Tensor) DeviceStats {
 		HostPeak: v[4], HostFinal: v[5], HostHeld: v[6], ToHost: v[7], ToDevice: v[8]}
 	for i, l := range labelsOf(prog) {
 		e := v[statsHeader+3*i:]
-		st.Events = append(st.Events, l.event(time.Duration(e[0]), time.Duration(e[1]), e[2]))
+		ev := l.event(time.Duration(e[0]), time.Duration(e[1]), e[2])
+		if l.kind == plan.Offload.String() || l.kind == plan.Fetch.String() {
+			ev.Bytes, ev.Copied = 0, e[2] // a copy sends nothing
+		}
+		st.Events = append(st.Events, ev)
 	}
 	return st
 }

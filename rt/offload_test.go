@@ -229,3 +229,18 @@ func TestOffloadTimeline(t *testing.T) {
 	want := float64(2 * offloadPsi / 4)
 	require.Equal(t, map[string]float64{"offload": want, "fetch": want}, sum)
 }
+
+// Under MPI a rank's statistics travel to rank 0 flattened: the host
+// tier's figures and each copy event's bytes survive the trip.
+func TestOffloadStatsTravel(t *testing.T) {
+	p, res := trainSrc(t, offloadProgram(2, "bf16", "optimizer", false))
+	st := res.Last.Devices[1]
+	st.HostHeld, st.Held = 288, 0
+	back := decodeStats(1, p.Exec.ProgramOf(1), encodeStats(st))
+	require.Equal(t, st.HostPeak, back.HostPeak)
+	require.Equal(t, st.HostFinal, back.HostFinal)
+	require.Equal(t, st.HostHeld, back.HostHeld)
+	require.Equal(t, [2]int64{st.ToHost, st.ToDevice}, [2]int64{back.ToHost, back.ToDevice})
+	h, d, n := copied(back)
+	require.Equal(t, [3]int64{st.ToHost, st.ToDevice, 4}, [3]int64{h, d, int64(n)}) // W1's and W2's offload and fetch
+}
