@@ -350,17 +350,13 @@ func sumHeld(p *Plan, d int) heldBytes {
 			h.optimizer += local(v)
 		}
 	}
-	if t := p.Graph.Train; t != nil {
+	if t := p.Graph.Train; t != nil && p.Host == nil {
 		for _, g := range t.Grads {
-			if p.Host[g] {
-				h.hostGradient += local(g)
-			} else {
-				h.gradient += local(g)
-			}
+			h.gradient += local(g)
 		}
 	}
-	for _, g := range offloadedGrads(p) {
-		h.gradient += local(g) // the reduced gradient before it goes to the host
+	if p.Host != nil {
+		h.gradient, h.hostGradient = offloadGradBytes(p, local)
 	}
 	return h
 }

@@ -47,6 +47,23 @@ func offloadedGrads(p *Plan) []*ir.Value {
 	return out
 }
 
+// offloadGradBytes is, under offload, the gradient bytes a device holds
+// in each tier: the reduced gradients its device keeps until they leave
+// (offloadedGrads) and the gradients its host receives, as received (the
+// offload results, in the precision they were reduced in; their f32 cast
+// is one of the update's temporaries), as estimate counts them.
+func offloadGradBytes(p *Plan, local func(*ir.Value) int64) (device, host int64) {
+	for _, g := range offloadedGrads(p) {
+		device += local(g)
+	}
+	for _, v := range p.Values {
+		if v.Op == "offload" {
+			host += local(v)
+		}
+	}
+	return device, host
+}
+
 // hostMemory is device d's host tier, or nil without offload.
 func hostMemory(p *Plan, d int, h heldBytes) *HostMemoryReport {
 	if p.HostPeak == nil {

@@ -2,8 +2,10 @@ package lower
 
 import (
 	"bytes"
+	"os"
 	"testing"
 
+	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/stretchr/testify/require"
 )
@@ -87,4 +89,34 @@ func TestTierPass(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, back.HasHost())
 	require.Equal(t, p.Exec.Dump(), back.Dump())
+}
+
+// explain's device and host rows and estimate's offload row count the
+// same things: on the shipped example (ZeRO-2, bf16, Adam, Ψ = 1696 on 4
+// devices) the host's parameters, optimizer states and received gradients
+// and the bytes copied each way are EstimateOffload's figures exactly,
+// and the device holds no model state and no gradients in either.
+func TestExplainOffloadMatchesEstimate(t *testing.T) {
+	src, err := os.ReadFile("../examples/train/mlp_offload.mesh")
+	require.NoError(t, err)
+	g, err := lang.CheckSource("mlp_offload.mesh", src, lang.CheckOptions{Dir: "../examples/train"})
+	require.NoError(t, err)
+	p, err := Lower(g, Options{Verify: true})
+	require.NoError(t, err)
+	psi := 0
+	for _, v := range p.Values {
+		if v.Op == "param" {
+			psi += v.Type.Numel()
+		}
+	}
+	require.Equal(t, 16*32+32+32*32+32*4, psi)
+	est := EstimateOffload(EstimateConfig{Psi: float64(psi), Devices: 4, ElemBytes: 2, K: 12})
+	for _, m := range Explain(p).Memory {
+		h := m.Host
+		require.NotNil(t, h)
+		require.Equal(t, []float64{est.Host.Params, est.Host.Optimizer, est.Host.Grads, est.Copied, est.Copied},
+			[]float64{float64(h.ParamBytes), float64(h.OptimizerBytes), float64(h.GradientBytes), float64(h.ToHostBytes), float64(h.ToDeviceBytes)}, "device %d", m.Device)
+		require.Equal(t, []float64{est.Device.Params, est.Device.Optimizer, est.Device.Grads},
+			[]float64{float64(m.ParamBytes), float64(m.OptimizerBytes), float64(m.GradientBytes)}, "device %d", m.Device)
+	}
 }
