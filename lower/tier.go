@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
@@ -68,8 +69,48 @@ func assignTiers(p *Plan) error {
 	for i, s := range prog.OutputSlots {
 		p.Exec.Outputs[i].Host = host[s]
 	}
+	sinkFetches(p, prog)
 	p.HostPeak = p.Exec.HostPeaks()
 	return nil
+}
+
+// sinkFetches moves each fetch, and the boxing steps that convert what it
+// fetched (ZeRO's gather), down to just before the first instruction that
+// reads it. The checker makes every parameter's copy at the top of the
+// step; fetched there, every copy would sit on the device from the start
+// of the forward. Moved, a device holds a parameter from its first use on
+// (and, with optimizer+params, only until its last forward use). Every
+// rank runs the same program, so the collectives keep one order on all of
+// them; the slots' last uses are found again.
+func sinkFetches(p *Plan, prog *plan.Program) {
+	sinkable := make([]bool, prog.NumSlots()) // written by a fetch or a step on one
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i]
+		if in.Kind == plan.Fetch || ((in.Kind == plan.Local || in.Kind == plan.Collective) && sinkable[in.Args[0]]) {
+			sinkable[in.Out] = true
+		}
+	}
+	for j := len(prog.Instrs) - 1; j >= 0; j-- {
+		in := prog.Instrs[j]
+		if in.Out < 0 || !sinkable[in.Out] {
+			continue
+		}
+		r := j + 1 // the first reader (sunk readers are already in place)
+		for r < len(prog.Instrs) && !slices.Contains(prog.Instrs[r].Args, in.Out) {
+			r++
+		}
+		if r == len(prog.Instrs) {
+			continue // an output or carried value: leave it
+		}
+		v := p.InstrValue[j]
+		copy(prog.Instrs[j:r-1], prog.Instrs[j+1:r])
+		copy(p.InstrValue[j:r-1], p.InstrValue[j+1:r])
+		prog.Instrs[r-1], p.InstrValue[r-1] = in, v
+	}
+	for i := range prog.Instrs {
+		prog.Instrs[i].Free = nil
+	}
+	freeAfterLastUse(prog)
 }
 
 // valueTiers gives every value its tier: OnHost sources, offload results
