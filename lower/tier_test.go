@@ -60,6 +60,8 @@ func TestTierPass(t *testing.T) {
 			offloads++
 		case plan.Fetch:
 			fetches++
+			// fetched just before use: the next instruction reads it
+			require.Contains(t, prog.Instrs[i+1].Args, in.Out, "%s is fetched early", in.Label)
 		}
 	}
 	require.Equal(t, 2, offloads) // W's and c's gradients
