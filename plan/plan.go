@@ -14,7 +14,10 @@
 // Instructions are straight-line over numbered slots: materialise a source,
 // run a kernel, a local boxing step (slice, make_partial), a collective on
 // a declared group (a group may span several mesh axes), or a tagged
-// point-to-point send/recv with a peer given as a shift along mesh axes.
+// point-to-point send/recv with a peer given as a shift along mesh axes,
+// or a copy of a slot between the rank's device memory and its host
+// memory (offload, fetch: ZeRO-Offload's host tier, where instructions
+// marked Host run).
 // Verify checks the ranks' programs against each other by simulating all
 // of them (see verify.go); Encode and Decode round-trip a plan.
 package plan

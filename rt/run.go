@@ -15,6 +15,12 @@
 // waits at most Options.Timeout, and a fault names the rank, its
 // coordinate, the op and the source line.
 //
+// A plan with a host tier (offload) gives each worker a second backend,
+// a CPU of its own for the rank's host memory: instructions marked Host
+// run there, offload and fetch copy a buffer from one backend into a new
+// buffer of the other, and each tier's bytes are counted apart, with the
+// bytes each copy moved on the timeline.
+//
 // On a pipelined plan each rank runs its own program (its stages' actions
 // in the schedule's order); the worker records each action's span and the
 // activations each stage keeps alive, and with Options.Clock a SimClock
