@@ -170,32 +170,12 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 			return nil, w.fault(in, b, err)
 		}
 		t1 := x.now()
-		ev := w.labels[i].event(t0, t1-t0, w.Comm.BytesSent()-before)
-		switch in.Kind {
-		case plan.Offload:
-			ev.Copied = out.Bytes()
-			x.toHost += ev.Copied
-		case plan.Fetch:
-			ev.Copied = out.Bytes()
-			x.toDevice += ev.Copied
-		}
-		x.events = append(x.events, ev)
+		x.record(in, w.labels[i].event(t0, t1-t0, w.Comm.BytesSent()-before), out)
 		if x.pipe != nil {
 			x.pipe.step(in, t0, t1)
 		}
-		if in.Out >= 0 && in.Host {
-			x.slots[in.Out] = out
-			x.refs[out]++
-			x.hostCur += out.Bytes()
-			x.hostPeak = max(x.hostPeak, x.hostCur)
-		} else if in.Out >= 0 {
-			x.slots[in.Out] = out
-			x.refs[out]++
-			x.cur += out.Bytes()
-			x.peak = max(x.peak, x.cur)
-			if x.pipe != nil {
-				x.pipe.made(in, out)
-			}
+		if in.Out >= 0 {
+			x.hold(in, out)
 		}
 		for _, s := range in.Free {
 			x.release(s)
@@ -231,6 +211,37 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		res.Carry = append(res.Carry, held(s))
 	}
 	return res, nil
+}
+
+// record adds an instruction's event to the timeline; a copy between the
+// tiers also records the bytes it moved.
+func (x *execution) record(in *plan.Instr, ev Event, out Buffer) {
+	switch in.Kind {
+	case plan.Offload:
+		ev.Copied = out.Bytes()
+		x.toHost += ev.Copied
+	case plan.Fetch:
+		ev.Copied = out.Bytes()
+		x.toDevice += ev.Copied
+	}
+	x.events = append(x.events, ev)
+}
+
+// hold puts an instruction's result in its slot and counts it in its
+// tier's memory.
+func (x *execution) hold(in *plan.Instr, out Buffer) {
+	x.slots[in.Out] = out
+	x.refs[out]++
+	if in.Host {
+		x.hostCur += out.Bytes()
+		x.hostPeak = max(x.hostPeak, x.hostCur)
+		return
+	}
+	x.cur += out.Bytes()
+	x.peak = max(x.peak, x.cur)
+	if x.pipe != nil {
+		x.pipe.made(in, out)
+	}
 }
 
 // ringStep records one step of a ring collective on the timeline.
