@@ -252,3 +252,21 @@ func TestOffloadStatsTravel(t *testing.T) {
 	h, d, n := copied(back)
 	require.Equal(t, [3]int64{st.ToHost, st.ToDevice, 4}, [3]int64{h, d, int64(n)}) // W1's and W2's offload and fetch
 }
+
+// Every optimizer's update runs on the host to the same numbers: SGD (no
+// state), momentum, Adam with L2 weight decay and AdamW, under ZeRO-1.
+func TestOffloadEveryOptimizer(t *testing.T) {
+	for _, opt := range []string{"sgd(lr=0.1)", "momentum(lr=0.05, momentum=0.9)", "adam(lr=0.01, weight_decay=0.1)", "adamw(lr=0.01, weight_decay=0.1)"} {
+		src := func(off string) string {
+			return strings.Replace(offloadProgram(1, "", off, false), "adam(lr=0.01)", opt, 1)
+		}
+		require.Contains(t, src(""), opt)
+		_, ref := trainSrc(t, src(""))
+		p, res := trainSrc(t, src("optimizer"))
+		require.True(t, p.Exec.HasHost(), opt)
+		require.Equal(t, ref.Losses, res.Losses, opt)
+		for i := range ref.Final {
+			require.Equal(t, ref.Final[i].Float64s(), res.Final[i].Float64s(), "%s: %s", opt, res.Params[i].Name)
+		}
+	}
+}
