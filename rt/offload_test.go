@@ -270,3 +270,29 @@ func TestOffloadEveryOptimizer(t *testing.T) {
 		}
 	}
 }
+
+// offload = optimizer adds copies, not communication: every device sends
+// the bytes it sends without offload, measured, for every ZeRO stage.
+// optimizer+params keeps no gathered copy for the backward, so under
+// ZeRO-1/2 it gathers again for the backward: it sends what ZeRO-3 sends.
+func TestOffloadSendsWhatItSendsWithout(t *testing.T) {
+	for _, prec := range []string{"", "bf16"} {
+		ref := map[int]*TrainResult{}
+		for zero := 0; zero <= 3; zero++ {
+			_, ref[zero] = trainSrc(t, offloadProgram(zero, prec, "", false))
+		}
+		for zero := 0; zero <= 3; zero++ {
+			for _, off := range []string{"optimizer", "optimizer+params"} {
+				like := ref[zero]
+				if off == "optimizer+params" && zero > 0 {
+					like = ref[3]
+				}
+				_, res := trainSrc(t, offloadProgram(zero, prec, off, false))
+				for d := range res.Last.Devices {
+					require.Equal(t, like.Last.Devices[d].BytesSent, res.Last.Devices[d].BytesSent, "zero=%d precision=%q offload=%s device %d", zero, prec, off, d)
+				}
+			}
+		}
+		require.Greater(t, ref[3].Last.Devices[0].BytesSent, ref[2].Last.Devices[0].BytesSent)
+	}
+}
