@@ -18,7 +18,8 @@ import (
 // records each value's tier (Plan.Host) and marks the spmd program: the
 // copies become Offload and Fetch instructions, and every instruction
 // whose result is in host memory gets Instr.Host, which the runtime runs
-// on the rank's host backend and the memory pass counts apart.
+// on the rank's host backend; the pass also replays each rank's host
+// memory (Plan.HostPeak), which the memory pass (device memory) leaves out.
 
 // assignTiers is the tier pass.
 func assignTiers(p *Plan) error {
