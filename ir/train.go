@@ -30,6 +30,14 @@ type Train struct {
 	Hyper    map[string]*Value // "lr", "bc1", "bc2": fed every step
 	// Pipe is set when the mesh has a pipeline axis.
 	Pipe *PipeTrain
+	// Offload is ZeRO-Offload's host tier: "" (none), "optimizer" (the
+	// master weights, optimizer states and the update live in host
+	// memory) or "optimizer+params" (also the device's copy of each
+	// parameter is fetched for each use instead of kept for the step).
+	Offload string
+	// OnHost marks the sources the step keeps in the host tier (params,
+	// optimizer states, the update's per-step scalars).
+	OnHost map[*Value]bool
 }
 
 // Optimizer is the update rule and its hyperparameters (PyTorch defaults).

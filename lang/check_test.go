@@ -17,7 +17,7 @@ var devicesRe = regexp.MustCompile(`^# devices: (\d+)`)
 // TestErrors runs the chunked error files: every chunk must produce
 // exactly the errors its "###" marks say, each at its line.
 func TestErrors(t *testing.T) {
-	for _, f := range []string{"testdata/errors.mesh", "testdata/pipeline_errors.mesh", "testdata/local_errors.mesh"} {
+	for _, f := range []string{"testdata/errors.mesh", "testdata/pipeline_errors.mesh", "testdata/local_errors.mesh", "testdata/offload_errors.mesh"} {
 		t.Run(f, func(t *testing.T) { testErrorFile(t, f) })
 	}
 }

@@ -25,7 +25,7 @@ import (
 // settingNames are the train block's assignments that configure the step
 // rather than compute in it.
 var settingNames = map[string]bool{"steps": true, "zero": true, "clip": true, "optimizer": true, "schedule": true,
-	"accumulate": true, "batch": true, "precision": true, "data_axis": true, "microbatches": true, "pipeline": true}
+	"accumulate": true, "batch": true, "precision": true, "data_axis": true, "microbatches": true, "pipeline": true, "offload": true}
 
 func (c *Checker) trainBlock(tb *TrainBlock) {
 	if c.scope != nil {
@@ -112,12 +112,17 @@ func (c *Checker) paramViews(tr *Train) map[*Value]*Value {
 			seen.Name = name + "." + tr.Precision
 			tr.Views[v] = seen
 		}
+		if tr.Offload != "" {
+			seen = c.fetchParam(tr, v, seen)
+		}
 		// ZeRO-3 stores parameters split and gathers them for the forward
 		// (and again for the backward). With mixed precision every stage
 		// does the paper's layout: the f32 master weights belong to the
 		// optimizer state (split from stage 1 on) and the forward gathers
 		// their half copy, which stays alive for the step (stages 1–2).
-		if tr.Zero == 3 || (tr.Zero >= 1 && tr.Precision != "") {
+		// Offloaded master weights are split the same way: each device's
+		// host keeps and updates its part only.
+		if tr.Zero == 3 || (tr.Zero >= 1 && (tr.Precision != "" || tr.Offload != "")) {
 			compute := v.Declared
 			c.touch(v) // a failed train block leaves the param as declared
 			v.Declared = train.Storage(v, compute, tr.DataAxis)
@@ -125,6 +130,7 @@ func (c *Checker) paramViews(tr *Train) map[*Value]*Value {
 			// the gather moves 2-byte values
 			g := c.add(&Value{Op: "to", Type: seen.Type, Args: []*Value{seen}, Pos: v.Pos, Declared: compute, Name: name + ".gathered"})
 			g.Attrs.Regather = tr.Zero == 3
+			g.Remat = tr.Offload == "optimizer+params"
 			seen = g
 		}
 		if seen != v {
@@ -133,6 +139,22 @@ func (c *Checker) paramViews(tr *Train) map[*Value]*Value {
 		seenBy[v] = seen
 	}
 	return seenBy
+}
+
+// fetchParam is, under offload, the device copy of param v's host master
+// (or of its half copy x, cast on the host) that the forward reads: a
+// fetch, which the gradients are taken with respect to. With
+// offload = optimizer+params the backward fetches it again (Remat) rather
+// than keep the forward's copy alive on the device.
+func (c *Checker) fetchParam(tr *Train, v, x *Value) *Value {
+	if tr.OnHost == nil {
+		tr.OnHost = map[*Value]bool{}
+	}
+	tr.OnHost[v] = true
+	f := c.add(&Value{Op: "fetch", Type: x.Type, Args: []*Value{x}, Pos: v.Pos, Name: v.Name + ".fetched"})
+	f.Remat = tr.Offload == "optimizer+params"
+	tr.Views[v] = f
+	return f
 }
 
 // reduceWhenFinal is, for ZeRO-2/3, the backward hooks that reduce-scatter
@@ -146,6 +168,10 @@ func (c *Checker) reduceWhenFinal(tr *Train, seenBy map[*Value]*Value) map[*Valu
 		hooks[seen] = func(g *Value) *Value {
 			r := c.add(&Value{Op: "to", Type: g.Type, Args: []*Value{g}, Pos: tr.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
 			tr.Reduced[p] = true
+			if tr.Offload != "" {
+				// ZeRO-Offload: each reduced gradient leaves the device at once
+				r = c.add(&Value{Op: "offload", Type: r.Type, Args: []*Value{r}, Pos: tr.Pos, Name: p.Name + ".grad.host", Backward: true})
+			}
 			return r
 		}
 	}

@@ -3,6 +3,7 @@ package lang
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/meshrun/meshrun/train"
 )
@@ -14,6 +15,7 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 	nerr := len(c.errs)
 	opt, optSet := Optimizer{}, false
 	var dataAxis *Assign // data_axis = NAME
+	var offload *Assign  // offload = optimizer | optimizer+params
 	accSet, microSet := false, false
 	for _, s := range tb.Body {
 		a := s.Assign
@@ -48,6 +50,9 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 			c.schedule(a, tr)
 		case "data_axis":
 			dataAxis = a
+		case "offload":
+			offload = a
+			c.offloadSetting(a, tr)
 		}
 	}
 	if len(c.errs) > nerr {
@@ -59,6 +64,9 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 	}
 	tr.Optimizer = opt
 	c.pipelineDefaults(tb, tr, microSet || accSet)
+	if offload != nil && tr.Pipe != nil {
+		c.errorf(offload.Value.Pos, "offload does not combine with a pipeline axis yet (the host tier is modelled for one stage per device)")
+	}
 	if len(c.errs) > nerr {
 		return nil, false
 	}
@@ -192,5 +200,32 @@ func (c *Checker) schedule(a *Assign, tr *Train) {
 			c.errorf(arg.Pos, "cosine takes warmup=N and min_lr=X")
 			return
 		}
+	}
+}
+
+// offloadSetting reads offload = optimizer | optimizer+params: names
+// joined by +, in that order (ZeRO-Offload's two tiers).
+func (c *Checker) offloadSetting(a *Assign, tr *Train) {
+	var names []string
+	terms := []*Term{a.Value.Left}
+	for _, op := range a.Value.Ops {
+		if op.Op != "+" {
+			terms = nil
+			break
+		}
+		terms = append(terms, op.Right)
+	}
+	for _, t := range terms {
+		if len(t.Ops) != 0 || t.Left.Prim == nil || t.Left.Prim.Name == nil {
+			names = nil
+			break
+		}
+		names = append(names, *t.Left.Prim.Name)
+	}
+	switch strings.Join(names, "+") {
+	case "optimizer", "optimizer+params":
+		tr.Offload = strings.Join(names, "+")
+	default:
+		c.errorf(a.Value.Pos, "offload must be optimizer or optimizer+params (ZeRO-Offload: the optimizer states and the update, and with +params the parameters, in host memory)")
 	}
 }

@@ -105,6 +105,9 @@ type MemoryReport struct {
 	OptimizerBytes  int64 `json:"optimizer_bytes"`
 	GradientBytes   int64 `json:"gradient_bytes"`
 	ActivationBytes int64 `json:"activation_bytes"`
+	// Host is, under offload, the device's host tier (explain_tier.go);
+	// the fields above are then its device memory alone.
+	Host *HostMemoryReport `json:"host,omitempty"`
 }
 
 type TotalsReport struct {
@@ -192,6 +195,7 @@ func Explain(p *Plan) *Report {
 		mr := MemoryReport{Device: d, Coord: p.Exec.Mesh.CoordString(d), PeakBytes: peak,
 			ParamBytes: h.param, OptimizerBytes: h.optimizer, GradientBytes: h.gradient}
 		mr.ActivationBytes = peak - mr.ParamBytes - mr.OptimizerBytes
+		mr.Host = hostMemory(p, d, h)
 		r.Memory = append(r.Memory, mr)
 		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
 	}
@@ -275,7 +279,12 @@ func nextCoord(m *mesh.Mesh, coord []int, marked []bool) bool {
 
 // heldBytes is what a device holds of the parameters, the optimizer
 // state and the gradients.
-type heldBytes struct{ param, optimizer, gradient int64 }
+// heldBytes is what a device holds of the parameters, optimizer states
+// and gradients, in device memory and (offload) in host memory.
+type heldBytes struct {
+	param, optimizer, gradient             int64
+	hostParam, hostOptimizer, hostGradient int64
+}
 
 // heldByDevice returns the bytes each device holds of the parameters,
 // optimizer state and gradients. When all of them are split evenly
@@ -315,7 +324,7 @@ func heldValues(p *Plan) []*ir.Value {
 			vs = append(vs, g)
 		}
 	}
-	return vs
+	return append(vs, offloadedGrads(p)...)
 }
 
 // sumHeld adds up device d's blocks of the parameters, optimizer state
@@ -330,17 +339,24 @@ func sumHeld(p *Plan, d int) heldBytes {
 	}
 	var h heldBytes
 	for _, v := range p.Values {
-		switch v.Op {
-		case "param":
+		switch {
+		case v.Op == "param" && p.Host[v]:
+			h.hostParam += local(v)
+		case v.Op == "param":
 			h.param += local(v)
-		case "state":
+		case v.Op == "state" && p.Host[v]:
+			h.hostOptimizer += local(v)
+		case v.Op == "state":
 			h.optimizer += local(v)
 		}
 	}
-	if t := p.Graph.Train; t != nil {
+	if t := p.Graph.Train; t != nil && p.Host == nil {
 		for _, g := range t.Grads {
 			h.gradient += local(g)
 		}
+	}
+	if p.Host != nil {
+		h.gradient, h.hostGradient = offloadGradBytes(p, local)
 	}
 	return h
 }
@@ -485,6 +501,10 @@ func (r *Report) Text() string {
 			m := r.Memory[seen[k][0]]
 			tw.row(DeviceRanges(seen[k]), HumanBytes(float64(m.ParamBytes)), HumanBytes(float64(m.OptimizerBytes)),
 				HumanBytes(float64(m.GradientBytes)), HumanBytes(float64(m.ActivationBytes)), HumanBytes(float64(m.PeakBytes)))
+		}
+		if r.Memory[0].Host != nil {
+			tw = tieredMemoryTable(r.Memory)
+			b.WriteString(offloadHeading)
 		}
 		b.WriteString(tw.String())
 	}

@@ -18,6 +18,8 @@
 //	        every rank whose work differs only by its coordinate, the
 //	        groups its collectives use, and the slots each instruction
 //	        frees last; it refers to nothing in the graph
+//	tier    with offload (ZeRO-Offload): mark what lives in host memory
+//	        and turn the step's copies into copy instructions (tier.go)
 //	pipeline  with a pipeline axis: give every value a stage and each
 //	        pipeline rank its program (its stages' work in the schedule's
 //	        order, send/recv between stages; see pipeline.go)
@@ -93,6 +95,10 @@ type Plan struct {
 	// Pipe is the pipeline pass's result (nil without a pipeline axis).
 	Pipe *PipePlan
 	Peak []int64 // per-device peak bytes (memory pass)
+	// Host is, under offload (tier pass), the values kept in host memory;
+	// HostPeak the per-device peak bytes of that memory (memory pass).
+	Host     map[*ir.Value]bool
+	HostPeak []int64
 
 	done map[string]bool
 }
@@ -142,6 +148,7 @@ var Passes = []Pass{
 	{Name: "infer", Run: inferPlacements, Requires: []string{"check"}},
 	{Name: "boxing", Run: insertBoxing, Requires: []string{"infer"}},
 	{Name: "spmd", Run: buildPrograms, Requires: []string{"boxing"}},
+	{Name: "tier", Run: assignTiers, Requires: []string{"spmd"}},
 	{Name: "pipeline", Run: buildPipeline, Requires: []string{"spmd"}},
 	{Name: "memory", Run: simulateMemory, Requires: []string{"spmd"}},
 }

@@ -109,6 +109,12 @@ const maxDevices = 1e15
 // nearly). c.Devices is not used. Activations are not counted.
 func FewestDevices(c EstimateConfig, stage int, memory float64) int {
 	r := EstimateZeRO(EstimateConfig{Psi: c.Psi, Devices: 1, ElemBytes: c.ElemBytes, K: c.K})[stage]
+	return fewest(r, memory)
+}
+
+// fewest is the smallest N_d on which r's total (at N_d = 1) fits in
+// memory, its Fixed part whole and the rest split N_d ways; 0: none.
+func fewest(r ZeROEstimate, memory float64) int {
 	split := r.Total - r.Fixed // everything at N_d = 1
 	if split == 0 {
 		if r.Fixed <= memory {
@@ -129,4 +135,44 @@ func FewestDevices(c EstimateConfig, stage int, memory float64) int {
 		n--
 	}
 	return n
+}
+
+// OffloadEstimate is ZeRO-Offload (Ren et al., "ZeRO-Offload:
+// Democratizing Billion-Scale Model Training", 2021) on ZeRO-2, laid out
+// as meshrun's offload = optimizer does it (spec, Training: offload): the
+// device keeps the copy of the weights the forward and backward read
+// (Half: bf16/f16, or the f32 weights themselves without mixed precision)
+// and no gradients between uses: each reduced gradient leaves the moment
+// the backward reduces it, so one parameter's gradient is alive at a time
+// (counted as transient, like activations, not here); the host keeps
+// its part of the f32 master weights (Params), of the optimizer states
+// and of the gradients it receives, and runs the update. Copied is the
+// bytes each device copies each way per step: its part of the gradients
+// to the host, its part of the updated weights back.
+type OffloadEstimate struct {
+	Device, Host ZeROEstimate
+	Copied       float64
+}
+
+// EstimateOffload is the offload row for c.
+func EstimateOffload(c EstimateConfig) OffloadEstimate {
+	psi, n := c.Psi, float64(c.Devices)
+	zero2 := EstimateZeRO(c)[2]
+	e := c.ElemBytes
+	moments := c.K
+	if c.Mixed() {
+		moments = c.K - 4 // K counts the master weights, which are Params here
+	}
+	dev := ZeROEstimate{Stage: 2, Name: "ZeRO-2 + offload", Half: e * psi, Fixed: e * psi,
+		Sent: zero2.Sent, SentPsi: zero2.SentPsi, CommNote: zero2.CommNote}
+	dev.Total = dev.Half + dev.Grads
+	host := ZeROEstimate{Stage: 2, Name: dev.Name, Params: 4 * psi / n, Grads: e * psi / n, Optimizer: moments * psi / n}
+	host.Total = host.Params + host.Grads + host.Optimizer
+	return OffloadEstimate{Device: dev, Host: host, Copied: e * psi / n}
+}
+
+// FewestDevicesOffload is FewestDevices for the offload row's device
+// memory: the copy the forward reads stays whole on every device.
+func FewestDevicesOffload(c EstimateConfig, memory float64) int {
+	return fewest(EstimateOffload(EstimateConfig{Psi: c.Psi, Devices: 1, ElemBytes: c.ElemBytes, K: c.K}).Device, memory)
 }

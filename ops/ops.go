@@ -83,6 +83,7 @@ const (
 	Helper                // the gradient helper ops autodiff builds backward graphs from
 	Optim                 // the fused optimizer ops the training step uses
 	LocalView             // the local view's boundary and collectives: placed by their attributes, not by rule tables
+	Tier                  // copies between device and host memory (ZeRO-Offload), made by the training step only
 )
 
 var (

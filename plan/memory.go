@@ -5,17 +5,40 @@ import (
 	"github.com/meshrun/meshrun/sbp"
 )
 
-// Peak replays rank r's allocations: every slot holds its local block from
-// the instruction that writes it until the instruction that frees it. The
-// runtime's accounting counts the same tensors, so its measured peak
-// equals this one.
+// Peak replays rank r's allocations in device memory: every slot holds
+// its local block from the instruction that writes it until the
+// instruction that frees it. The runtime's accounting counts the same
+// tensors, so its measured peak equals this one. Slots in the host tier
+// (Instr.Host) are not device memory: HostPeak counts them.
 func (p *Plan) Peak(r int) int64 {
+	return p.peakIn(r, false)
+}
+
+// HostPeak is Peak for rank r's host tier: the most bytes its host memory
+// holds at once (0 without offload).
+func (p *Plan) HostPeak(r int) int64 {
+	return p.peakIn(r, true)
+}
+
+func (p *Plan) peakIn(r int, host bool) int64 {
 	var peak int64
-	p.replay(r, func(_ int, cur int64) bool {
+	p.replayTier(r, host, func(_ int, cur int64) bool {
 		peak = max(peak, cur)
 		return true
 	})
 	return peak
+}
+
+// HasHost reports whether some program keeps slots in the host tier.
+func (p *Plan) HasHost() bool {
+	for _, prog := range p.Programs {
+		for i := range prog.Instrs {
+			if prog.Instrs[i].Host {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Peaks is Peak of every rank. A rank's peak depends only on its program
@@ -23,7 +46,12 @@ func (p *Plan) Peak(r int) int64 {
 // axes that split some block unevenly (sbp.MarkVarying); ranks that agree
 // on both share one replay, so 4096 ranks of evenly split programs cost
 // one replay per program.
-func (p *Plan) Peaks() []int64 {
+func (p *Plan) Peaks() []int64 { return p.peaks(false) }
+
+// HostPeaks is HostPeak of every rank, shared as Peaks shares.
+func (p *Plan) HostPeaks() []int64 { return p.peaks(true) }
+
+func (p *Plan) peaks(host bool) []int64 {
 	peaks := make([]int64, p.Mesh.Size())
 	varying := make(map[*Program][]bool)
 	first := make(map[peakKey]int) // the rank whose replay the others reuse
@@ -40,7 +68,7 @@ func (p *Plan) Peaks() []int64 {
 			continue
 		}
 		first[k] = r
-		peaks[r] = p.Peak(r)
+		peaks[r] = p.peakIn(r, host)
 	}
 	return peaks
 }
@@ -96,12 +124,18 @@ func (p *Plan) FirstOver(r int, budget int64) (instr int, held int64, ok bool) {
 // (size.AddBytes) rather than wrap, so a program of very many such blocks
 // reads as over every budget, never under.
 func (p *Plan) replay(r int, visit func(i int, cur int64) bool) {
+	p.replayTier(r, false, visit)
+}
+
+// replayTier is replay over the slots of one tier (host or device); a
+// slot of the other tier counts nothing.
+func (p *Plan) replayTier(r int, host bool, visit func(i int, cur int64) bool) {
 	prog := p.ProgramOf(r)
 	var cur int64
 	slot := make([]int64, prog.NumSlots())
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
-		if in.Out >= 0 {
+		if in.Out >= 0 && in.Host == host {
 			n := int64(sbp.Layout(p.Mesh, in.Shape, in.Placement, r).Numel())
 			slot[in.Out] = n * int64(in.DType.Size())
 			cur = size.AddBytes(cur, slot[in.Out])

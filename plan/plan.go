@@ -14,7 +14,10 @@
 // Instructions are straight-line over numbered slots: materialise a source,
 // run a kernel, a local boxing step (slice, make_partial), a collective on
 // a declared group (a group may span several mesh axes), or a tagged
-// point-to-point send/recv with a peer given as a shift along mesh axes.
+// point-to-point send/recv with a peer given as a shift along mesh axes,
+// or a copy of a slot between the rank's device memory and its host
+// memory (offload, fetch: ZeRO-Offload's host tier, where instructions
+// marked Host run).
 // Verify checks the ranks' programs against each other by simulating all
 // of them (see verify.go); Encode and Decode round-trip a plan.
 package plan
@@ -40,9 +43,11 @@ const (
 	Send                   // send a slot to a peer, with a tag
 	Recv                   // receive a tensor from a peer, with a tag
 	Mark                   // a pipeline action (Act) is complete: timelines and the simulated clock
+	Offload                // copy a device slot into host memory (ZeRO-Offload's host tier)
+	Fetch                  // copy a host slot into device memory
 )
 
-var kindNames = [...]string{"source", "compute", "local", "collective", "send", "recv", "mark"}
+var kindNames = [...]string{"source", "compute", "local", "collective", "send", "recv", "mark", "offload", "fetch"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -116,6 +121,8 @@ type Tensor struct {
 	Shape     []int
 	Placement sbp.NdSBP
 	Init      *ir.Init // sources: how they get their values
+	// Host says the tensor lives in the host tier (see Instr.Host).
+	Host bool
 	// Home is, in a pipelined plan, the pipeline coordinate that holds
 	// the tensor (-1: every coordinate that needs it makes its own).
 	Home int
@@ -156,6 +163,12 @@ type Instr struct {
 	Args      []int       // slots read
 	Out       int         // slot written; -1 for Send
 	Free      []int       // slots whose last use this is
+	// Host says the instruction runs in, and its result lives in, the
+	// rank's host memory rather than its device's (ZeRO-Offload's host
+	// tier): every slot it reads is a host slot too, except that an
+	// Offload reads a device slot; a Fetch reads a host slot and writes a
+	// device one (Host false).
+	Host bool
 
 	Pos   ir.Pos
 	Where string // Pos with the call chain, for errors
@@ -198,6 +211,10 @@ func (in *Instr) Name() string {
 		return fmt.Sprintf("%s(%s) tag %d", in.Kind, in.Label, in.Tag)
 	case Mark:
 		return "end of " + in.Act.String()
+	case Offload:
+		return "offload " + in.Label + " to host"
+	case Fetch:
+		return "fetch " + in.Label + " to device"
 	}
 	return fmt.Sprintf("%s -> %s", in.Kernel.Op, in.Label)
 }
@@ -260,6 +277,9 @@ func (prog *Program) Dump() string {
 			b.WriteString("  ")
 		}
 		fmt.Fprintf(&b, "%s(%s) %s%s %s", in.Name(), strings.Join(args, ", "), in.DType, ir.ShapeString(in.Shape), in.Placement)
+		if in.Host {
+			b.WriteString(" host")
+		}
 		switch in.Kind {
 		case Collective:
 			fmt.Fprintf(&b, " g%d", in.Group)

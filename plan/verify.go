@@ -49,6 +49,7 @@ func (p *Plan) WellFormed() error {
 func (p *Plan) wellFormed(prog *Program) error {
 	n := prog.NumSlots()
 	written := make([]bool, n)
+	onHost := make([]bool, n) // the tier of each written slot
 	slot := func(s int) bool { return s >= 0 && s < n }
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
@@ -73,6 +74,9 @@ func (p *Plan) wellFormed(prog *Program) error {
 			if !written[a] {
 				return bad("reads slot %d before it is written", a)
 			}
+			if want := argTier(in); onHost[a] != want {
+				return bad("reads slot %d in %s memory; a %s instruction in %s memory reads %s memory", a, tierName(onHost[a]), in.Kind, tierName(in.Host), tierName(want))
+			}
 		}
 		if in.Kind == Send || in.Kind == Mark {
 			if in.Out != -1 {
@@ -83,6 +87,7 @@ func (p *Plan) wellFormed(prog *Program) error {
 				return bad("writes slot %d of %d", in.Out, n)
 			}
 			written[in.Out] = true
+			onHost[in.Out] = in.Host
 		}
 		for _, s := range in.Free {
 			if !slot(s) {
@@ -139,6 +144,19 @@ func (p *Plan) kindFields(in *Instr) error {
 		if in.Act == nil || len(in.Args) != 0 || in.Out != -1 {
 			return fmt.Errorf("a mark names its action and reads and writes nothing")
 		}
+	case Offload, Fetch:
+		if len(in.Args) != 1 || len(in.ArgPlace) != 1 || !in.ArgPlace[0].Equal(in.Placement) {
+			return fmt.Errorf("a copy reads one slot and keeps its placement")
+		}
+		if in.Host != (in.Kind == Offload) {
+			return fmt.Errorf("an offload writes host memory, a fetch device memory")
+		}
+	}
+	if in.Host && (in.Kind == Send || in.Kind == Recv || in.Kind == Mark) {
+		return fmt.Errorf("a %s does not run in host memory", in.Kind)
+	}
+	switch in.Kind {
+	case Source, Compute, Local, Collective, Send, Recv, Mark, Offload, Fetch:
 	default:
 		return fmt.Errorf("unknown instruction kind %d", in.Kind)
 	}
@@ -318,4 +336,23 @@ func (s *sim) state(r int) string {
 		return fmt.Sprintf("rank %d (finished)", r)
 	}
 	return fmt.Sprintf("rank %d (at %s, %s)", r, in.Name(), ir.FormatPos(in.Pos))
+}
+
+// argTier is the tier an instruction's arguments must be in: its own,
+// except for the copies between tiers.
+func argTier(in *Instr) bool {
+	switch in.Kind {
+	case Offload:
+		return false
+	case Fetch:
+		return true
+	}
+	return in.Host
+}
+
+func tierName(host bool) string {
+	if host {
+		return "host"
+	}
+	return "device"
 }

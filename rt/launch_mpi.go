@@ -141,7 +141,7 @@ func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer
 			if !slices.Contains(readers, me) {
 				continue // a replica rank 0 will not read: nothing to send
 			}
-			mine, err := m.w.Backend.CopyOut(blocks[0][j])
+			mine, err := m.w.BackendOf(specs[j].Host).CopyOut(blocks[0][j])
 			if err != nil {
 				return nil, err
 			}
@@ -153,7 +153,7 @@ func (m *MPI) Gather(ctx context.Context, specs []plan.Tensor, blocks [][]Buffer
 		parts := make([]*Tensor, m.comm.Size())
 		for _, r := range readers {
 			if r == 0 {
-				mine, err := m.w.Backend.CopyOut(blocks[0][j])
+				mine, err := m.w.BackendOf(specs[j].Host).CopyOut(blocks[0][j])
 				if err != nil {
 					return nil, err
 				}
@@ -209,7 +209,7 @@ func (m *MPI) GatherStats(ctx context.Context, stats []DeviceStats) ([]DeviceSta
 	out := []DeviceStats{st}
 	for r := 1; r < m.comm.Size(); r++ {
 		prog := m.plan.ProgramOf(r)
-		b, err := m.comm.Recv(ctx, r, gatherTag, ir.I64, []int{4 + 3*len(prog.Instrs)})
+		b, err := m.comm.Recv(ctx, r, gatherTag, ir.I64, []int{statsHeader + 3*len(prog.Instrs)})
 		if err != nil {
 			return nil, fmt.Errorf("gathering statistics from rank %d: %w", r, err)
 		}
@@ -218,20 +218,31 @@ func (m *MPI) GatherStats(ctx context.Context, stats []DeviceStats) ([]DeviceSta
 	return out, nil
 }
 
+// statsHeader is how many numbers precede the events in encoded stats.
+const statsHeader = 9
+
+// encodeStats flattens a rank's statistics; an event's third number is
+// the bytes it sent or, for a copy between tiers, the bytes it copied
+// (an instruction never does both).
 func encodeStats(st DeviceStats) *Tensor {
-	v := []int64{st.Peak, st.Final, st.BytesSent, st.Held}
+	v := []int64{st.Peak, st.Final, st.BytesSent, st.Held, st.HostPeak, st.HostFinal, st.HostHeld, st.ToHost, st.ToDevice}
 	for _, e := range st.Events {
-		v = append(v, int64(e.Start), int64(e.Dur), e.Bytes)
+		v = append(v, int64(e.Start), int64(e.Dur), e.Bytes+e.Copied)
 	}
 	return FromSlice([]int{len(v)}, v)
 }
 
 func decodeStats(rank int, prog *plan.Program, t *Tensor) DeviceStats {
 	v := t.Data.([]int64)
-	st := DeviceStats{Device: rank, Peak: v[0], Final: v[1], BytesSent: v[2], Held: v[3]}
+	st := DeviceStats{Device: rank, Peak: v[0], Final: v[1], BytesSent: v[2], Held: v[3],
+		HostPeak: v[4], HostFinal: v[5], HostHeld: v[6], ToHost: v[7], ToDevice: v[8]}
 	for i, l := range labelsOf(prog) {
-		e := v[4+3*i:]
-		st.Events = append(st.Events, l.event(time.Duration(e[0]), time.Duration(e[1]), e[2]))
+		e := v[statsHeader+3*i:]
+		ev := l.event(time.Duration(e[0]), time.Duration(e[1]), e[2])
+		if l.kind == plan.Offload.String() || l.kind == plan.Fetch.String() {
+			ev.Bytes, ev.Copied = 0, e[2] // a copy sends nothing
+		}
+		st.Events = append(st.Events, ev)
 	}
 	return st
 }

@@ -120,7 +120,7 @@ func (l *Local) Gather(_ context.Context, specs []plan.Tensor, blocks [][]Buffer
 	for j := range specs {
 		parts := make([]*Tensor, len(l.Workers))
 		for _, r := range BlockReaders(l.plan, &specs[j]) { // replicas once
-			t, err := l.Workers[r].Backend.CopyOut(blocks[r][j])
+			t, err := l.Workers[r].BackendOf(specs[j].Host).CopyOut(blocks[r][j])
 			if err != nil {
 				return nil, err
 			}

@@ -19,6 +19,11 @@ type Worker struct {
 	Plan    *plan.Plan
 	Prog    *plan.RankProgram
 	Backend Backend
+	// Host is the rank's host memory, where a plan with offload keeps its
+	// host tier (Instr.Host) and runs the update: a CPU backend of its own,
+	// so that even on the CPU the tiers are distinct buffers joined by
+	// real copies. Nil when the plan has no host tier.
+	Host    Backend
 	Comm    Comm
 	Groups  []Group // per plan group: this rank's
 	Timeout time.Duration
@@ -27,6 +32,7 @@ type Worker struct {
 	clock   *SimClock
 	files   *npyCache
 	labels  []eventLabel // per instruction, formatted once
+	onHost  []bool       // per slot: written by a host-tier instruction
 	// rings names the ring steps on the timeline, formatted once per
 	// worker: the same steps recur in every execution.
 	rings map[ringKey]string
@@ -55,6 +61,12 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 		w.files = &npyCache{}
 	}
 	w.labels, w.rings = labelsOf(rp.Prog), map[ringKey]string{}
+	w.onHost = make([]bool, rp.Prog.NumSlots())
+	for i := range rp.Prog.Instrs {
+		if in := &rp.Prog.Instrs[i]; in.Out >= 0 && in.Host {
+			w.onHost[in.Out], w.Host = true, &CPU{BLAS: DefaultBLAS()}
+		}
+	}
 	for gi, g := range p.Groups {
 		cctx, cancel := context.WithTimeout(ctx, w.Timeout)
 		grp, err := c.NewGroup(cctx, gi, p.Mesh.Group(rank, g.Axes...))
@@ -96,18 +108,21 @@ type PipeStats struct {
 
 // execution is one run of a worker's program: its slots and accounting.
 type execution struct {
-	w      *Worker
-	feed   Feed
-	start  time.Time
-	slots  []Buffer
-	refs   map[Buffer]int // slots (and sends in flight) holding each buffer: freed when none does
-	sent   []Buffer       // buffers of buffered sends, held until Flush
-	args   []Buffer       // the current instruction's arguments
-	cur    int64
-	peak   int64
-	events []Event
-	clk    *clockState // nil: wall time
-	pipe   *pipeStats  // nil: not a pipelined plan
+	w     *Worker
+	feed  Feed
+	start time.Time
+	slots []Buffer
+	refs  map[Buffer]int // slots (and sends in flight) holding each buffer: freed when none does
+	sent  []Buffer       // buffers of buffered sends, held until Flush
+	args  []Buffer       // the current instruction's arguments
+	cur   int64
+	peak  int64
+	// the host tier's bytes held and peak, and the bytes copied each way
+	hostCur, hostPeak int64
+	toHost, toDevice  int64
+	events            []Event
+	clk               *clockState // nil: wall time
+	pipe              *pipeStats  // nil: not a pipelined plan
 }
 
 // now is the execution's time: simulated, or since start.
@@ -155,18 +170,12 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 			return nil, w.fault(in, b, err)
 		}
 		t1 := x.now()
-		x.events = append(x.events, w.labels[i].event(t0, t1-t0, w.Comm.BytesSent()-before))
+		x.record(in, w.labels[i].event(t0, t1-t0, w.Comm.BytesSent()-before), out)
 		if x.pipe != nil {
 			x.pipe.step(in, t0, t1)
 		}
 		if in.Out >= 0 {
-			x.slots[in.Out] = out
-			x.refs[out]++
-			x.cur += out.Bytes()
-			x.peak = max(x.peak, x.cur)
-			if x.pipe != nil {
-				x.pipe.made(in, out)
-			}
+			x.hold(in, out)
 		}
 		for _, s := range in.Free {
 			x.release(s)
@@ -182,10 +191,10 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		return nil, fmt.Errorf("rank %d %s: completing its sends: %w", w.Prog.Rank, w.Plan.Mesh.CoordString(w.Prog.Rank), err)
 	}
 	for _, b := range x.sent {
-		x.drop(b)
+		x.drop(b, w.Backend)
 	}
 	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
-		BytesSent: w.Comm.BytesSent() - sent0}}
+		BytesSent: w.Comm.BytesSent() - sent0, HostPeak: x.hostPeak, HostFinal: x.hostCur, ToHost: x.toHost, ToDevice: x.toDevice}}
 	if x.pipe != nil {
 		res.Stats.Pipe = &PipeStats{Actions: x.pipe.spans, PeakLive: x.pipe.PeakLive, PeakBytes: x.pipe.PeakBytes, PeakKept: x.pipe.PeakKept, End: end}
 	}
@@ -204,6 +213,37 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	return res, nil
 }
 
+// record adds an instruction's event to the timeline; a copy between the
+// tiers also records the bytes it moved.
+func (x *execution) record(in *plan.Instr, ev Event, out Buffer) {
+	switch in.Kind {
+	case plan.Offload:
+		ev.Copied = out.Bytes()
+		x.toHost += ev.Copied
+	case plan.Fetch:
+		ev.Copied = out.Bytes()
+		x.toDevice += ev.Copied
+	}
+	x.events = append(x.events, ev)
+}
+
+// hold puts an instruction's result in its slot and counts it in its
+// tier's memory.
+func (x *execution) hold(in *plan.Instr, out Buffer) {
+	x.slots[in.Out] = out
+	x.refs[out]++
+	if in.Host {
+		x.hostCur += out.Bytes()
+		x.hostPeak = max(x.hostPeak, x.hostCur)
+		return
+	}
+	x.cur += out.Bytes()
+	x.peak = max(x.peak, x.cur)
+	if x.pipe != nil {
+		x.pipe.made(in, out)
+	}
+}
+
 // ringStep records one step of a ring collective on the timeline.
 func (x *execution) ringStep(phase string, k int, bytes int64, start, end time.Time) {
 	name, ok := x.w.rings[ringKey{phase, k}]
@@ -220,19 +260,33 @@ func (x *execution) ringStep(phase string, k int, bytes int64, start, end time.T
 func (x *execution) release(s int) {
 	b := x.slots[s]
 	x.slots[s] = nil
+	if x.w.onHost[s] {
+		x.hostCur -= b.Bytes()
+		x.drop(b, x.w.Host)
+		return
+	}
 	x.cur -= b.Bytes()
 	if x.pipe != nil {
 		x.pipe.released(b)
 	}
-	x.drop(b)
+	x.drop(b, x.w.Backend)
 }
 
-// drop gives up one hold on b and frees it when none is left.
-func (x *execution) drop(b Buffer) {
+// drop gives up one hold on b and frees it into be (the backend whose
+// memory it is) when none is left.
+func (x *execution) drop(b Buffer, be Backend) {
 	if x.refs[b]--; x.refs[b] == 0 {
 		delete(x.refs, b)
-		x.w.Backend.Free(b)
+		be.Free(b)
 	}
+}
+
+// BackendOf is the backend of one tier: the host's (Host) or the device's.
+func (w *Worker) BackendOf(host bool) Backend {
+	if host && w.Host != nil {
+		return w.Host
+	}
+	return w.Backend
 }
 
 // fault wraps an instruction's error with the rank, its coordinate, the
@@ -257,6 +311,8 @@ func (w *Worker) describe(in *plan.Instr) string {
 		return fmt.Sprintf("%s over %s of %s", in.Step.Kind, w.Plan.Mesh.Axes[in.Step.Axis].Name, in.Label)
 	case plan.Source:
 		return "initialising " + in.Label
+	case plan.Offload, plan.Fetch:
+		return in.Name()
 	case plan.Send, plan.Recv:
 		return fmt.Sprintf("%s of %s (tag %d)", in.Kind, in.Label, in.Tag)
 	}
@@ -297,13 +353,18 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 		x.args = append(x.args, x.slots[s])
 	}
 	args := x.args
+	be := w.BackendOf(in.Host)
 	switch in.Kind {
 	case plan.Source:
 		return x.source(in)
 	case plan.Compute:
-		return w.Backend.Launch(ctx, in.Kernel, args, b.In, b.Out)
+		return be.Launch(ctx, in.Kernel, args, b.In, b.Out)
 	case plan.Local:
-		return localStep(w.Backend, in, b, args[0])
+		return localStep(be, in, b, args[0])
+	case plan.Offload:
+		return copyBetween(w.Backend, w.Host, args[0])
+	case plan.Fetch:
+		return copyBetween(w.Host, w.Backend, args[0])
 	}
 	if in.Kind == plan.Mark {
 		if x.clk != nil {
@@ -379,7 +440,22 @@ func (x *execution) source(in *plan.Instr) (Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return x.w.Backend.CopyIn(t)
+	return x.w.BackendOf(in.Host).CopyIn(t)
+}
+
+// copyBetween copies a buffer of one tier into a new buffer of the other
+// (ZeRO-Offload's transfers): read out of from, a fresh copy into to. The
+// copy is real even where both are CPU memory, so neither tier ever holds
+// the other's storage.
+func copyBetween(from, to Backend, b Buffer) (Buffer, error) {
+	if from == nil || to == nil {
+		return nil, fmt.Errorf("a copy between device and host memory in a plan without a host tier")
+	}
+	t, err := from.CopyOut(b)
+	if err != nil {
+		return nil, err
+	}
+	return to.CopyIn(t.Clone())
 }
 
 func reduceOp(st *sbp.Step) ReduceOp {

@@ -15,6 +15,12 @@
 // waits at most Options.Timeout, and a fault names the rank, its
 // coordinate, the op and the source line.
 //
+// A plan with a host tier (offload) gives each worker a second backend,
+// a CPU of its own for the rank's host memory: instructions marked Host
+// run there, offload and fetch copy a buffer from one backend into a new
+// buffer of the other, and each tier's bytes are counted apart, with the
+// bytes each copy moved on the timeline.
+//
 // On a pipelined plan each rank runs its own program (its stages' actions
 // in the schedule's order); the worker records each action's span and the
 // activations each stage keeps alive, and with Options.Clock a SimClock
@@ -61,7 +67,10 @@ type Event struct {
 	Start time.Duration
 	Dur   time.Duration
 	Bytes int64 // bytes this device sent
-	Where string
+	// Copied is, for an offload or fetch, the bytes copied between the
+	// device's memory and its host's (ZeRO-Offload's host tier).
+	Copied int64
+	Where  string
 }
 
 // DeviceStats is what one device did.
@@ -72,8 +81,13 @@ type DeviceStats struct {
 	BytesSent int64
 	// Held is, in a training run, the bytes of parameters and optimizer
 	// states the device keeps from one step to the next.
-	Held   int64
-	Events []Event
+	Held int64
+	// HostPeak, HostFinal and HostHeld are Peak, Final and Held for the
+	// rank's host tier (offload; 0 otherwise); ToHost and ToDevice are the
+	// bytes its offload and fetch instructions copied.
+	HostPeak, HostFinal, HostHeld int64
+	ToHost, ToDevice              int64
+	Events                        []Event
 	// Pipe is, on a pipelined plan, the rank's actions and activations.
 	Pipe *PipeStats
 }

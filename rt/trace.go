@@ -30,6 +30,9 @@ func WriteChromeTrace(w io.Writer, m *mesh.Mesh, res *Result) error {
 			if e.Bytes > 0 {
 				args["bytes_sent"] = e.Bytes
 			}
+			if e.Copied > 0 { // offload, fetch: between device and host memory
+				args["bytes_copied"] = e.Copied
+			}
 			evs = append(evs, ev{Name: e.Name, Cat: e.Kind, Ph: "X", Ts: float64(e.Start.Nanoseconds()) / 1e3, Dur: float64(e.Dur.Nanoseconds()) / 1e3, Pid: 0, Tid: d.Device, Args: args})
 		}
 		if d.Pipe == nil {

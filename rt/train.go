@@ -9,6 +9,7 @@ import (
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/train"
 )
 
 // StepInfo reports one finished training step.
@@ -146,7 +147,7 @@ func (tr *trainer) start(initial map[string]*Tensor) error {
 			if !ex.HeldBy(src, r) {
 				continue // another pipeline stage's
 			}
-			b, err := tr.l.Worker(r).Backend.CopyIn(Scatter(ex.Mesh, full, src.Placement, r))
+			b, err := tr.l.Worker(r).BackendOf(src.Host).CopyIn(Scatter(ex.Mesh, full, src.Placement, r))
 			if err != nil {
 				return err
 			}
@@ -181,8 +182,9 @@ func (tr *trainer) snapshot(ctx context.Context) (map[string]*Tensor, error) {
 func (tr *trainer) feeds(batches map[int]*Tensor, hyper map[int]float64) func(rank int) Feed {
 	ex := tr.p.Exec
 	return func(r int) Feed {
-		be := tr.l.Worker(r).Backend
+		w := tr.l.Worker(r)
 		return func(src int) (Buffer, error) {
+			be := w.BackendOf(ex.Sources[src].Host) // a host-tier source is fed to the host
 			if b, ok := batches[src]; ok {
 				return be.CopyIn(Scatter(ex.Mesh, b, ex.Sources[src].Placement, r))
 			}
@@ -233,6 +235,9 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 		if scaler != nil {
 			scale = scaler.Scale
 			hyper[src(t.Hyper["loss_scale"])] = scale
+			if v := t.Hyper[train.HostLossScale]; v != nil {
+				hyper[src(v)] = scale // offload: the host unscales with the same scale
+			}
 		}
 		batches := map[int]*Tensor{}
 		for _, bi := range t.Batches {
@@ -248,9 +253,13 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 		}
 		for k, rr := range rs {
 			copy(tr.state[k], rr.Carry)
-			rr.Stats.Held = 0
-			for _, b := range rr.Carry {
-				if b != nil { // nil: another pipeline rank's
+			rr.Stats.Held, rr.Stats.HostHeld = 0, 0
+			for i, b := range rr.Carry {
+				switch {
+				case b == nil: // another pipeline rank's
+				case p.Exec.Sources[p.Exec.Carry[i]].Host:
+					rr.Stats.HostHeld += b.Bytes()
+				default:
 					rr.Stats.Held += b.Bytes()
 				}
 			}

@@ -15,4 +15,11 @@
 // and again for the backward. The collectives are ordinary boxing. No mesh
 // axis name is special: the data-parallel axis is named by the block or
 // follows from how the inputs are split (DataAxis).
+//
+// Offload (ZeRO-Offload) moves the update to a host tier: the checker
+// makes the parameters host sources and the forward read a fetched copy
+// (fetch), Step offloads each reduced gradient (offload; with ZeRO-2/3 the
+// backward's reduce hook already did) and marks the optimizer states and
+// the update's scalars as host sources (ir.Train.OnHost); everything the
+// update computes from them is then host work (package lower's tier pass).
 package train

@@ -67,13 +67,44 @@ func (s *step) op(name string, args ...ops.Arg) *ir.Value {
 	return v
 }
 
-// hyper is a scalar the trainer feeds every step.
+// hyper is a scalar the trainer feeds every step; under offload the
+// update that reads it runs on the host, and so it is fed there.
 func (s *step) hyper(name string) *ir.Value {
 	v := s.b.Add(&ir.Value{Op: "hyper", Type: ir.Type{DType: s.tr.Loss.Type.DType, Shape: []int{}}, Name: name, Pos: s.tr.Pos,
 		Declared: sbp.Broadcasts(s.b.Graph().Mesh.NumAxes()), Attrs: ir.Attrs{Init: &ir.Init{Kind: "fed"}}})
 	s.tr.Hyper[name] = v
+	s.onHost(v)
 	return v
 }
+
+// onHost marks a source of the update as kept in the host tier (offload).
+func (s *step) onHost(v *ir.Value) {
+	if s.tr.Offload == "" {
+		return
+	}
+	if s.tr.OnHost == nil {
+		s.tr.OnHost = map[*ir.Value]bool{}
+	}
+	s.tr.OnHost[v] = true
+}
+
+// lossScale is the f16 loss scale the gradients are divided by: the one
+// the forward multiplies the loss by, or under offload a second feed of
+// the same scale on the host, where the gradients are unscaled.
+func (s *step) lossScale() *ir.Value {
+	scale := s.tr.Hyper["loss_scale"]
+	if scale == nil || s.tr.Offload == "" {
+		return scale
+	}
+	if h := s.tr.Hyper[HostLossScale]; h != nil {
+		return h
+	}
+	return s.hyper(HostLossScale)
+}
+
+// HostLossScale names the host tier's copy of the loss scale (offload with
+// f16), which the trainer feeds with the same value as loss_scale.
+const HostLossScale = "loss_scale.host"
 
 // reduce converts each gradient straight into the placement the optimizer
 // keeps its parameter's state in: all-reduce for plain data parallelism,
@@ -91,10 +122,16 @@ func (s *step) reduce() {
 		if !tr.Reduced[p] {
 			g = s.b.Add(&ir.Value{Op: "to", Type: g.Type, Args: []*ir.Value{g}, Pos: tr.Pos, Declared: st, Name: p.Name + ".grad", Backward: true})
 		}
+		if tr.Offload != "" && !tr.Reduced[p] {
+			// ZeRO-Offload: the reduced gradient goes to the host in the
+			// precision it was reduced in; the rest of the step runs there
+			// (ZeRO-2/3 send each one the moment the backward reduces it)
+			g = s.b.Add(&ir.Value{Op: "offload", Type: g.Type, Args: []*ir.Value{g}, Pos: tr.Pos, Name: p.Name + ".grad.host", Backward: true})
+		}
 		if g.Type.DType != p.Type.DType {
 			g = s.op("cast", ops.T(g), ops.Str(p.Type.DType.String()))
 		}
-		if scale := tr.Hyper["loss_scale"]; scale != nil {
+		if scale := s.lossScale(); scale != nil {
 			g = s.op("div", ops.T(g), ops.T(scale)) // unscale
 		}
 		tr.Grads[p] = g
@@ -145,7 +182,9 @@ func (s *step) update(p, g, lr, bc1, bc2 *ir.Value) *ir.Value {
 		g = s.op("add", ops.T(g), ops.T(s.op("mul", ops.T(p), ops.N(o.WeightDecay))))
 	}
 	state := func(suffix string) *ir.Value {
-		return s.b.Add(&ir.Value{Op: "state", Type: p.Type, Name: p.Name + "." + suffix, Pos: s.tr.Pos, Declared: s.storage[p], Attrs: ir.Attrs{Init: &ir.Init{Kind: "zeros"}}})
+		st := s.b.Add(&ir.Value{Op: "state", Type: p.Type, Name: p.Name + "." + suffix, Pos: s.tr.Pos, Declared: s.storage[p], Attrs: ir.Attrs{Init: &ir.Init{Kind: "zeros"}}})
+		s.onHost(st)
+		return st
 	}
 	switch o.Kind {
 	case "momentum":

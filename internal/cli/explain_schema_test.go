@@ -95,7 +95,7 @@ func TestExplainJSONFollowsItsSchema(t *testing.T) {
 	scalar := writeFile(t, dir, "scalar.mesh", "mesh M = [dp=2]\nparam w : f32[] {B} = ones\ny = w * 2.0\noutput y\n")
 	bare := writeFile(t, dir, "bare.mesh", "mesh M = [dp=2]\ninput x : f32[4] {S(0)} = ones\n")
 	local := writeFile(t, dir, "local.mesh", "mesh M = [r=2, c=2]\nuse par\ninput x : f32[4, 4] = ones\ny = par.summa(x, x)\noutput y\n")
-	for _, f := range []string{scalar, bare, local, "../../examples/megatron_mlp.mesh", "../../examples/train/mlp_dp.mesh", "../../examples/train/gpt/gpt_3d.mesh"} {
+	for _, f := range []string{scalar, bare, local, "../../examples/megatron_mlp.mesh", "../../examples/train/mlp_dp.mesh", "../../examples/train/mlp_offload.mesh", "../../examples/train/gpt/gpt_3d.mesh"} {
 		code, out, errs := meshrun(t, "", "explain", "--json", f)
 		require.Equal(t, ExitOK, code, errs)
 		var doc any

@@ -334,6 +334,12 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 	}
 	fmt.Fprintf(e.stdout, "%s: %d training steps on %s (%d devices) vs 1 device:\n", file, len(want.Losses), p.Exec.Mesh, p.Exec.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives per step: %s\n", summary(lower.Explain(p)))
+	if p.Graph.Train.Offload != "" && got.Last != nil && len(got.Last.Devices) > 0 {
+		d := got.Last.Devices[0] // measured by the runtime in the last step
+		hb := func(b int64) string { return lower.HumanBytes(float64(b)) }
+		fmt.Fprintf(e.stdout, "  offload = %s, device 0 per step: %s to host, %s to device; peak %s device, %s host\n",
+			p.Graph.Train.Offload, hb(d.ToHost), hb(d.ToDevice), hb(d.Peak), hb(d.HostPeak))
+	}
 	dt := p.Graph.Train.Loss.Type.DType.String()
 	if prec := p.Graph.Train.Precision; prec != "" {
 		dt = prec // half-precision compute: compare at its resolution
@@ -378,6 +384,7 @@ func (e *env) estimate(args []string) int {
 		return ExitUsage
 	}
 	printEstimate(e.stdout, cfg, *dtype, *link, *gpuMem)
+	printOffloadEstimate(e.stdout, cfg, *dtype, *link, *gpuMem)
 	return ExitOK
 }
 

@@ -31,7 +31,7 @@ func Sections() map[string]string {
 }
 
 // kinds orders the op kinds in the rule tables.
-var kinds = []ops.Kind{ops.Forward, ops.Optim, ops.Helper}
+var kinds = []ops.Kind{ops.Forward, ops.Optim, ops.Helper, ops.Tier}
 
 // Rules renders every op's one-axis signatures, from the examples each op
 // registers (package ops).
