@@ -69,6 +69,22 @@ func TestLocalGEMMs(t *testing.T) {
 }
 
 func TestLocalAttention(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("ring zigzag s=%d", n), func(t *testing.T) {
+			src := fmt.Sprintf(`mesh M = [s=%d]
+use par
+input Q : f32[3, %d, 4] = normal(0, 1)
+input K : f32[3, %d, 4] = normal(0, 1)
+input V : f32[3, %d, 4] = normal(0, 1)
+input mask : f32[%d, %d] = causal
+O = par.unzigzag(par.ring_attention_zigzag(par.zigzag(Q, %d), par.zigzag(K, %d), par.zigzag(V, %d), 0.5), %d)
+R = softmax((Q @ transpose(K)) * 0.5 + mask, axis=-1) @ V
+output O
+output R
+`, n, 4*n, 4*n, 4*n, 4*n, 4*n, n, n, n, n)
+			requireSame(t, runLocal(t, src), "O", "R")
+		})
+	}
 	for _, c := range []struct{ mesh string }{{"[s=2]"}, {"[s=4]"}} {
 		for _, causal := range []int{0, 1} {
 			t.Run(fmt.Sprintf("ring %s causal=%d", c.mesh, causal), func(t *testing.T) {
@@ -163,6 +179,11 @@ func TestLocalGradients(t *testing.T) {
 	t.Run("ring attention causal", func(t *testing.T) {
 		trainBoth(t, "[s=2]", "param Q : f32[3, 4, 2] = normal(0, 1)\nparam K : f32[3, 4, 2] = normal(0, 1)\nparam V : f32[3, 4, 2] = normal(0, 1)\ninput T : f32[3, 4, 2] = normal(0, 1)\ninput mask : f32[4, 4] = causal",
 			"    loss = mse(par.ring_attention(Q, K, V, 0.7, 1), T)", "    loss = mse(softmax((Q @ transpose(K)) * 0.7 + mask, axis=-1) @ V, T)")
+	})
+	t.Run("ring attention zigzag", func(t *testing.T) {
+		trainBoth(t, "[s=2]", "param Q : f32[3, 8, 2] = normal(0, 1)\nparam K : f32[3, 8, 2] = normal(0, 1)\nparam V : f32[3, 8, 2] = normal(0, 1)\ninput T : f32[3, 8, 2] = normal(0, 1)\ninput mask : f32[8, 8] = causal",
+			"    loss = mse(par.unzigzag(par.ring_attention_zigzag(par.zigzag(Q, 2), par.zigzag(K, 2), par.zigzag(V, 2), 0.7), 2), T)",
+			"    loss = mse(softmax((Q @ transpose(K)) * 0.7 + mask, axis=-1) @ V, T)")
 	})
 	t.Run("ulysses", func(t *testing.T) {
 		trainBoth(t, "[s=2]", "param Q : f32[3, 2, 4, 2] = normal(0, 1)\nparam K : f32[3, 2, 4, 2] = normal(0, 1)\nparam V : f32[3, 2, 4, 2] = normal(0, 1)\ninput T : f32[3, 2, 4, 2] = normal(0, 1)\ninput mask : f32[4, 4] = causal",
