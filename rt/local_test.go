@@ -190,3 +190,50 @@ func TestLocalGradients(t *testing.T) {
 			"    loss = mse(par.ulysses_attention(Q, K, V, mask, 0.7), T)", "    loss = mse(softmax((Q @ transpose(K)) * 0.7 + mask, axis=-1) @ V, T)")
 	})
 }
+
+// Groups over several axes, multi-axis shifts and coordinates, against
+// what they must give.
+func TestLocalMultiAxisGroups(t *testing.T) {
+	src := `mesh M = [a=2, b=3]
+input x : f32[12, 2] = normal(0, 1)
+local def gather2(v {a: S(0), b: S(0)}) {
+    return all_gather(v, a, b, dim=0)
+}
+local def scatter2(v) -> {a: S(0), b: S(0)} {
+    return reduce_scatter(v, a, b, dim=0)
+}
+local def reduce2(v {a: P, b: P}) {
+    return all_reduce(v, a, b)
+}
+local def around(v {a: S(0), b: S(0)}) -> {a: S(0), b: S(0)} {
+    w = shift(v, a=1, b=2)
+    return shift(w, a=-1, b=-2) * 1 + shift(shift(w, b=1), a=1) * 0
+}
+local def coords(v {a: S(0), b: S(0)}) -> {a: S(0), b: S(0)} {
+    return v * 0 + axis_index(a) * 3 + axis_index(b)
+}
+g = gather2(x)
+s = scatter2(x)
+x6 = x * 6
+r = reduce2(x)
+o = around(x)
+c = coords(x)
+output g
+output x
+output s
+output x6
+output r
+output o
+output c
+`
+	res := runLocal(t, src)
+	requireSame(t, res, "g", "x")
+	requireSame(t, res, "s", "x6")
+	requireSame(t, res, "r", "x")
+	requireSame(t, res, "o", "x")
+	want := []float64{}
+	for d := range 6 {
+		want = append(want, float64(d), float64(d), float64(d), float64(d))
+	}
+	require.Equal(t, want, res.Output("c").Float64s())
+}
