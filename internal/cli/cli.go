@@ -462,16 +462,24 @@ func summary(r *lower.Report) string {
 		}
 		sends = fmt.Sprintf("%d sends between pipeline stages (%s per device, all stages together)", len(r.Pipeline.Transfers), lower.HumanBytes(float64(b)))
 	}
-	if len(r.Collectives) == 0 {
-		if sends != "" {
-			return sends + " — details: meshrun explain"
-		}
+	parts := kindCounts(r.Collectives, "")
+	parts = append(parts, kindCounts(r.Written, " written in local functions")...)
+	if sends != "" {
+		parts = append(parts, sends)
+	}
+	if len(parts) == 0 {
 		return "none"
 	}
+	return strings.Join(parts, ", ") + " — details: meshrun explain"
+}
+
+// kindCounts counts collectives by kind, in order of first appearance:
+// "3 all_gather (1.5 KiB per device)".
+func kindCounts(cs []lower.CollectiveReport, qualifier string) []string {
 	var kinds []string
 	counts := map[string]int{}
 	bytes := map[string]float64{}
-	for _, c := range r.Collectives {
+	for _, c := range cs {
 		if counts[c.Kind] == 0 {
 			kinds = append(kinds, c.Kind)
 		}
@@ -480,12 +488,9 @@ func summary(r *lower.Report) string {
 	}
 	var parts []string
 	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%d %s (%s per device)", counts[k], k, lower.HumanBytes(bytes[k])))
+		parts = append(parts, fmt.Sprintf("%d %s%s (%s per device)", counts[k], k, qualifier, lower.HumanBytes(bytes[k])))
 	}
-	if sends != "" {
-		parts = append(parts, sends)
-	}
-	return strings.Join(parts, ", ") + " — details: meshrun explain"
+	return parts
 }
 
 // tolerance is check's --rtol or --atol: unset means the dtype's default.
