@@ -255,11 +255,11 @@ func moeExpert(v, w1, w2 []float64, f int) []float64 {
 }
 
 // moeTrain trains the loss of a body (assignments ending in Y) for three
-// steps.
-func moeTrain(t *testing.T, c moeCase, body string) *TrainResult {
+// steps, on the case's mesh or (single) on its axes of size 1.
+func moeTrain(t *testing.T, c moeCase, body string, single ...bool) *TrainResult {
 	t.Helper()
 	src := c.decls("param") + fmt.Sprintf("input Target : f32[%d, %d] = normal(0, 1)\ntrain {\n%s    loss = mse(Y, Target)\n    optimizer = sgd(lr=0.5)\n    steps = 3\n}\n", c.tokens, c.hidden, body)
-	g, err := lang.CheckSource("t.mesh", []byte(src), lang.CheckOptions{})
+	g, err := lang.CheckSource("t.mesh", []byte(src), lang.CheckOptions{SingleDevice: len(single) > 0 && single[0]})
 	require.NoError(t, err, lang.Render(err, map[string][]byte{"t.mesh": []byte(src)}))
 	p, err := lower.Lower(g, lower.Options{Verify: true})
 	require.NoError(t, err)
@@ -268,19 +268,27 @@ func moeTrain(t *testing.T, c moeCase, body string) *TrainResult {
 	return r
 }
 
+// TestMoETrainedEqualsDense: three sgd steps with the layer end with the
+// same loss curve and parameters as with the dense program, and as with
+// the layer on one device.
 func TestMoETrainedEqualsDense(t *testing.T) {
 	for _, c := range moeCases {
 		t.Run(c.String(), func(t *testing.T) {
 			a := moeTrain(t, c, "    Y = "+c.layer()+"\n")
-			b := moeTrain(t, c, c.dense()+"    Y = R\n")
-			require.InDeltaSlice(t, b.Losses, a.Losses, 1e-5)
 			require.Greater(t, a.Losses[0]-a.Losses[len(a.Losses)-1], 1e-4, "the model learns")
-			for i, p := range b.Params {
-				got := a.Param(p.Name)
-				require.NotNil(t, got, p.Name)
-				d := CompareWithin(got, b.Final[i], DefaultTolerance(ir.F32, 8))
-				require.True(t, d.OK, "%s: max abs err %g, rel %g", p.Name, d.MaxAbs, d.MaxRel)
-				require.NotEqual(t, got.Float64s(), moeTrainInitial(t, c, p.Name), "%s was trained", p.Name)
+			dense := moeTrain(t, c, c.dense()+"    Y = R\n")
+			one := moeTrain(t, c, "    Y = "+c.layer()+"\n", true)
+			for _, b := range []*TrainResult{dense, one} {
+				require.InDeltaSlice(t, b.Losses, a.Losses, 1e-5)
+				for i, p := range b.Params {
+					got := a.Param(p.Name)
+					require.NotNil(t, got, p.Name)
+					d := CompareWithin(got, b.Final[i], DefaultTolerance(ir.F32, 8))
+					require.True(t, d.OK, "%s: max abs err %g, rel %g", p.Name, d.MaxAbs, d.MaxRel)
+				}
+			}
+			for _, p := range a.Params {
+				require.NotEqual(t, a.Param(p.Name).Float64s(), moeTrainInitial(t, c, p.Name), "%s was trained", p.Name)
 			}
 		})
 	}
@@ -296,7 +304,8 @@ func moeTrainInitial(t *testing.T, c moeCase, name string) []float64 {
 // TestMoEBytesEqualAlgo: a forward run sends the two all-to-alls of
 // algo's model; a training step (tokens trained too, so the dispatch's
 // transpose runs) sends, in the layer's collectives, the model's forward
-// and backward, and outside it only the loss's all-reduce.
+// and backward, and outside it only the loss's all-reduce; the parameters
+// a device holds are the model's (its experts are 1/ep of them).
 func TestMoEBytesEqualAlgo(t *testing.T) {
 	for _, c := range moeCases {
 		t.Run(c.String(), func(t *testing.T) {
@@ -321,6 +330,9 @@ func TestMoEBytesEqualAlgo(t *testing.T) {
 				}
 				require.Equal(t, map[string]int{"all_to_all": 4, "all_reduce": 1}, kinds, "device %d", r)
 				require.Equal(t, cost.Sent(algo.Forward)+cost.Sent(algo.Backward), layer, "device %d forward and backward", r)
+				// sgd keeps no state: a device holds its tokens (a param
+				// here), the router and its E/ep experts
+				require.Equal(t, cost.Inputs+cost.Weights, tr.Last.Devices[r].Held, "device %d parameters held", r)
 			}
 		})
 	}
