@@ -337,3 +337,19 @@ func TestMoEBytesEqualAlgo(t *testing.T) {
 		})
 	}
 }
+
+// TestMoEBadArguments: arguments the layer cannot take are compile
+// errors that say which, at the call or at the library line that checks.
+func TestMoEBadArguments(t *testing.T) {
+	c := moeCase{ep: 2, tokens: 12, experts: 4, hidden: 3, ffn: 2, k: 2, groups: 2, cf: 1}
+	for _, b := range []struct{ call, want string }{
+		{"moe.layer(X, Wg, W1, W2, 2, 1, 3)", "moe.mesh:33:9: moe: groups / the size of ep (the groups per device) must be a whole number, not 1.5"},
+		{"moe.layer(X, Wg, W1, W2, 2, 1, 8)", "moe.mesh:35:9: moe: the tokens per capacity group (a device's tokens / its groups) must be a whole number, not 1.5"},
+		{"moe.dropped(X, Wg, 5, 1, 2)", "moe: 1 / ⌈k / E⌉ (1 when k is at most the E experts) must be a whole number, not 0.5"},
+		{"moe.layer(X, Wg, slice(W1, 0, 0, 3), slice(W2, 0, 0, 3), 2, 1, 2)", "t.mesh:8:5: dim 0 of size 3 does not split evenly over ep=2"},
+	} {
+		src := c.decls("input") + "Y = " + b.call + "\noutput Y\n"
+		_, err := lang.CheckSource("t.mesh", []byte(src), lang.CheckOptions{})
+		require.ErrorContains(t, err, b.want, b.call)
+	}
+}
