@@ -51,7 +51,11 @@
 //	MoE (P)               experts split over P ranks; a fixed-capacity buffer
 //	                      [E, C, H] per rank (C = ⌈c·k·T/(P·E)⌉) goes out in one
 //	                      all-to-all (dispatch) and comes back in another
-//	                      (combine): 2·(P−1)/P·E·C·H forward, the same backward.
+//	                      (combine): 2·(P−1)/P·E·C·H forward, the same backward
+//	                      plus the all-reduce of the replicated router's
+//	                      gradient, 2(P−1)/P·H·E. With G capacity groups
+//	                      (G/P per rank) C is ⌈c·k·T/(G·E)⌉ per group and the
+//	                      buffer [E, G/P·C, H].
 //
 // The bytes are what the runtime's collectives send (rt.Ring), so a test
 // can compare them with what a run measures: ring all-gather sends every

@@ -2,7 +2,6 @@ package algo
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/meshrun/meshrun/mesh"
 )
@@ -115,58 +114,5 @@ func (a Attention) Ulysses(p int, links Links, r int) (*Cost, error) {
 	out.allToAll(toSeq, r)
 	inB.allToAll(toHeads, r)
 	c.Comms = []Comm{in.Comm, out.Comm, inB.Comm, outB.Comm}
-	return c, nil
-}
-
-// MoE is a mixture-of-experts layer: Tokens tokens of Hidden features,
-// Experts experts (each an FFN of two [Hidden, FFN] matrices), top-TopK
-// gating and a capacity factor.
-type MoE struct {
-	Tokens, Experts, TopK int
-	CapacityFactor        float64
-	Hidden, FFN, Elem     int
-}
-
-// Capacity is the slots per expert of a rank holding t tokens:
-// ⌈factor·k·t/E⌉ (GShard's expert capacity); tokens routed to a full
-// expert are dropped.
-func (e MoE) Capacity(t int) int {
-	return int(math.Ceil(e.CapacityFactor * float64(e.TopK*t) / float64(e.Experts)))
-}
-
-// Cost is rank r's share of expert parallelism over p ranks: tokens are
-// split over the ranks, experts too (E/p each). Each rank packs its tokens
-// into a fixed [E, C, H] buffer (padding and drops make it independent of
-// the routing), sends the slots of every other rank's experts in one
-// all-to-all (dispatch), and gets the experts' outputs back in a second
-// (combine). Backward the gradients take the same two all-to-alls in the
-// opposite direction.
-func (e MoE) Cost(p int, links Links, r int) (*Cost, error) {
-	if p < 1 || e.Experts%p != 0 {
-		return nil, fmt.Errorf("expert parallelism on %d ranks: the %d experts must split evenly", p, e.Experts)
-	}
-	ep := e.Experts / p
-	tr := split(e.Tokens, p, r)
-	slots := func(rank int) int64 { return int64(ep * e.Capacity(split(e.Tokens, p, rank)) * e.Hidden * e.Elem) }
-	c := &Cost{Algorithm: fmt.Sprintf("MoE expert parallel p=%d", p), Mesh: mesh.New("ep", mesh.Axis{Name: "ep", Size: p}), Rank: r}
-	c.Inputs = int64(tr * e.Hidden * e.Elem)
-	c.Outputs = c.Inputs
-	c.Weights = int64(ep * 2 * e.Hidden * e.FFN * e.Elem)
-	dispatch := make([]int64, p) // this rank's slots for rank i's experts
-	combine := make([]int64, p)  // rank i's slots for this rank's experts
-	for i := range p {
-		dispatch[i] = slots(r)
-		combine[i] = slots(i)
-		c.Workspace += dispatch[i] + combine[i]
-	}
-	d := newComm(Forward, "all_to_all", "ep", "dispatch: all-to-all the [E, C, H] slots to the experts' ranks", "(p−1)/p·E·C·H", links)
-	cb := newComm(Forward, "all_to_all", "ep", "combine: all-to-all the experts' outputs back", "(p−1)/p·E·C·H", links)
-	dB := newComm(Backward, "all_to_all", "ep", "combine's gradient: the outputs' gradients to the experts", "(p−1)/p·E·C·H", links)
-	cbB := newComm(Backward, "all_to_all", "ep", "dispatch's gradient: the inputs' gradients back", "(p−1)/p·E·C·H", links)
-	d.allToAll(dispatch, r)
-	dB.allToAll(dispatch, r)
-	cb.allToAll(combine, r)
-	cbB.allToAll(combine, r)
-	c.Comms = []Comm{d.Comm, cb.Comm, dB.Comm, cbB.Comm}
 	return c, nil
 }

@@ -62,8 +62,24 @@ func moe(t *testing.T, e algo.MoE, p int) {
 	caps := make([]int, p)
 	for r := range p {
 		_, tr := mesh.Split(e.Tokens, p, r)
-		caps[r] = e.Capacity(tr)
-		routes[r] = routeTokens(rng, tr, e.Experts, e.TopK, caps[r])
+		groups, size := 1, tr // one capacity group per rank, or Groups/p of Tokens/Groups
+		if e.Groups > 0 {
+			groups, size = e.Groups/p, e.Tokens/e.Groups
+		}
+		caps[r] = groups * e.Capacity(size)
+		for range groups {
+			g := routeTokens(rng, size, e.Experts, e.TopK, e.Capacity(size))
+			for i := range g.slot {
+				for c := range g.slot[i] {
+					if g.slot[i][c] >= 0 { // the group's slots follow the earlier groups'
+						g.slot[i][c] += len(routes[r].expert) / size * e.Capacity(size)
+					}
+				}
+			}
+			routes[r].expert = append(routes[r].expert, g.expert...)
+			routes[r].slot = append(routes[r].slot, g.slot...)
+			routes[r].gate = append(routes[r].gate, g.gate...)
+		}
 	}
 	ep := e.Experts / p
 	w := newWorld(t, mesh.New("ep", mesh.Axis{Name: "ep", Size: p}))
@@ -128,7 +144,11 @@ func moe(t *testing.T, e algo.MoE, p int) {
 		if err != nil {
 			return err
 		}
-		_, err = g.AllToAll(ctx, gin, 1, capLens, 0, expertLens)
+		if _, err = g.AllToAll(ctx, gin, 1, capLens, 0, expertLens); err != nil {
+			return err
+		}
+		// the replicated router's gradient, summed over the ranks' tokens
+		_, err = g.AllReduce(ctx, rt.NewTensor(ir.F64, []int{h, e.Experts}), rt.OpSum)
 		return err
 	})
 	for r := range p {
@@ -144,14 +164,16 @@ func moe(t *testing.T, e algo.MoE, p int) {
 
 func TestMoEBytesEqualTheRuntimes(t *testing.T) {
 	for _, c := range []struct {
-		p, tokens, experts, k int
-		cf                    float64
-	}{{2, 16, 4, 2, 1.25}, {4, 30, 8, 1, 1.0}, {3, 13, 6, 2, 0.5}, {1, 5, 2, 1, 2}} {
-		t.Run(fmt.Sprintf("p%d_T%d_E%d_k%d_c%g", c.p, c.tokens, c.experts, c.k, c.cf), func(t *testing.T) {
-			moe(t, algo.MoE{Tokens: c.tokens, Experts: c.experts, TopK: c.k, CapacityFactor: c.cf, Hidden: 3, FFN: 5, Elem: 8}, c.p)
+		p, tokens, experts, k, groups int
+		cf                            float64
+	}{{2, 16, 4, 2, 0, 1.25}, {4, 30, 8, 1, 0, 1.0}, {3, 13, 6, 2, 0, 0.5}, {1, 5, 2, 1, 0, 2}, {2, 24, 4, 2, 4, 0.5}, {2, 12, 2, 1, 2, 1}} {
+		t.Run(fmt.Sprintf("p%d_T%d_E%d_k%d_G%d_c%g", c.p, c.tokens, c.experts, c.k, c.groups, c.cf), func(t *testing.T) {
+			moe(t, algo.MoE{Tokens: c.tokens, Experts: c.experts, TopK: c.k, CapacityFactor: c.cf, Groups: c.groups, Hidden: 3, FFN: 5, Elem: 8}, c.p)
 		})
 	}
-	_, err := algo.MoE{Tokens: 8, Experts: 6, TopK: 1, CapacityFactor: 1, Hidden: 2, FFN: 2, Elem: 4}.Cost(4, nil, 0)
+	_, err := algo.MoE{Tokens: 12, Experts: 4, TopK: 1, CapacityFactor: 1, Groups: 3, Hidden: 2, FFN: 2, Elem: 4}.Cost(2, nil, 0)
+	require.ErrorContains(t, err, "3 capacity groups must be a multiple of the ranks")
+	_, err = algo.MoE{Tokens: 8, Experts: 6, TopK: 1, CapacityFactor: 1, Hidden: 2, FFN: 2, Elem: 4}.Cost(4, nil, 0)
 	require.ErrorContains(t, err, "the 6 experts must split evenly")
 	// GShard's capacity: ⌈1.25·2·16/4⌉ = 10 slots per expert
 	require.Equal(t, 10, algo.MoE{Experts: 4, TopK: 2, CapacityFactor: 1.25}.Capacity(16))

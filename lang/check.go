@@ -331,7 +331,7 @@ func (c *Checker) stmt(s *Stmt) {
 			c.errorf(s.Def.Pos, "function %s is already defined", s.Def.Name)
 			return
 		}
-		if isBuiltin(s.Def.Name) || isLocalCall(s.Def.Name) || s.Def.Name == "size" {
+		if isBuiltin(s.Def.Name) || isLocalCall(s.Def.Name) || s.Def.Name == "size" || isNumberCall(s.Def.Name) {
 			c.errorf(s.Def.Pos, "%s is a built-in op and cannot be redefined", s.Def.Name)
 			return
 		}

@@ -148,6 +148,9 @@ func (c *Checker) call(call *Call) operand {
 	if call.Module == "" && call.Name == "size" {
 		return c.sizeCall(call)
 	}
+	if op, ok := c.numberCall(call); ok {
+		return op
+	}
 	var args []operand
 	local := c.localDef(call) != nil
 	kw := map[string]operand{}
