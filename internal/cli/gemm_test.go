@@ -48,10 +48,10 @@ func TestGemmTableOnEightDevices(t *testing.T) {
 	require.NotContains(t, out, "sizes do not divide")
 }
 
-// A slow x axis puts 3D's weight traffic on it; 1D, which has no x axis,
-// then wins.
+// A slow x axis puts 3D's X traffic on it, a slow depth axis 2.5D's
+// weight-gradient all-reduce; 1D, which has neither, then wins.
 func TestGemmWinnerFollowsTheLinks(t *testing.T) {
-	code, out, errs := meshrun(t, "", "gemm", "--m", "1024", "--k", "1024", "--n", "1024", "--devices", "8", "--link", "x=50:1")
+	code, out, errs := meshrun(t, "", "gemm", "--m", "1024", "--k", "1024", "--n", "1024", "--devices", "8", "--link", "x=50:1,depth=50:1")
 	require.Equal(t, ExitOK, code, errs)
 	require.Contains(t, out, "x: alpha 50 us, 1 GB/s")
 	require.Contains(t, out, "\n1D column p=8 is fastest on these links")
