@@ -196,3 +196,37 @@ func TestLayoutsFitTheDevices(t *testing.T) {
 		"2.5D Tesseract 2×2×16", "2.5D Tesseract 4×4×4", "3D 4×4×4"}, names(64))
 	require.Equal(t, []string{"1D column p=6", "1D row p=6", "2.5D Tesseract 1×1×6 (DP)"}, names(6))
 }
+
+// Padded: every block that moves is the largest of its split, so every
+// rank sends the same — (q−1)(⌈m/q⌉⌈k/q⌉ + ⌈k/q⌉⌈n/q⌉) for SUMMA each way,
+// (q−1)(⌈⌈m/q⌉/q⌉⌈k/q⌉ + ⌈k/q²⌉⌈n/q⌉ + ⌈⌈m/q⌉/q⌉⌈n/q⌉) for 3D — while the
+// operands are held balanced; for sizes that divide it changes nothing.
+func TestPaddedBlocks(t *testing.T) {
+	cdiv := func(a, b int) int64 { return int64((a + b - 1) / b) }
+	for _, c := range []struct{ q, m, k, n int }{{3, 7, 5, 8}, {2, 9, 8, 5}, {3, 10, 9, 4}} {
+		g := algo.GEMM{M: c.m, K: c.k, N: c.n, Elem: 1, Padded: true}
+		q := int64(c.q)
+		summa := (q - 1) * (cdiv(c.m, c.q)*cdiv(c.k, c.q) + cdiv(c.k, c.q)*cdiv(c.n, c.q))
+		rows := cdiv(int(cdiv(c.m, c.q)), c.q)
+		threeD := (q - 1) * (rows*cdiv(c.k, c.q) + cdiv(c.k, c.q*c.q)*cdiv(c.n, c.q) + rows*cdiv(c.n, c.q))
+		for _, l := range []struct {
+			l    algo.Layout
+			want int64
+		}{{algo.Layout{Kind: algo.TwoD, Q: c.q}, summa}, {algo.Layout{Kind: algo.ThreeD, Q: c.q}, threeD}} {
+			balanced := algo.GEMM{M: c.m, K: c.k, N: c.n, Elem: 1}.Costs(l.l, nil)
+			for r, cost := range g.Costs(l.l, nil) {
+				require.Equal(t, l.want, cost.Sent(algo.Forward), "%s %+v rank %d forward", l.l, c, r)
+				require.Equal(t, l.want, cost.Sent(algo.Backward), "%s %+v rank %d backward", l.l, c, r)
+				require.Equal(t, balanced[r].Memory(), cost.Memory(), "%s %+v rank %d: operands held balanced", l.l, c, r)
+			}
+		}
+	}
+	even := algo.GEMM{M: 36, K: 18, N: 9, Elem: 4} // every layout of 9 devices divides them
+	padded := even
+	padded.Padded = true
+	for _, l := range algo.Layouts(9) {
+		for r := range l.Devices() {
+			require.Equal(t, even.Cost(l, nil, r), padded.Cost(l, nil, r), "%s rank %d", l, r)
+		}
+	}
+}

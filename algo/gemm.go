@@ -109,8 +109,27 @@ func iroot(p, k int) int {
 }
 
 // GEMM is Y[M,N] = X[M,K]·W[K,N] with Elem bytes per element.
+//
+// Padded models the algorithms as stdlib/par.mesh's padded local
+// functions run them when a size does not divide: inside the function
+// every device's block is the largest block of the balanced split (⌈n/p⌉,
+// a nested split ⌈⌈n/p⌉/p'⌉), zero-filled, so every block that moves has
+// that size and every rank sends the same; the operands are still held
+// balanced (Inputs, Weights, Outputs). Without it every block is its
+// balanced size (what ring collectives over uneven blocks send). 1D is
+// the same either way: its collectives move whole [m,k] or [m,n] tensors.
 type GEMM struct {
 	M, K, N, Elem int
+	Padded        bool
+}
+
+// part is the length of block r of n cut into p balanced blocks, as it
+// moves: the largest block when padded.
+func (g GEMM) part(n, p, r int) int {
+	if g.Padded {
+		return (n + p - 1) / p
+	}
+	return split(n, p, r)
 }
 
 // Cost is rank's share of the layer on layout l, forward and backward.
@@ -174,10 +193,13 @@ func (g GEMM) oneDRow(c *Cost, p, r int, l Links) {
 // block of W per device, (mk+kn)/q). A backward that keeps no broadcast
 // buffers (Optimus) broadcasts them again and sends twice as much.
 func (g GEMM) twoD(c *Cost, q, d, dk, i, j int, l Links) {
-	mr := split(split(g.M, d, dk), q, i)
-	kc := func(t int) int { return split(g.K, q, t) }
-	nj := split(g.N, q, j)
-	c.Inputs, c.Weights, c.Outputs = g.bytes(mr, kc(j)), g.bytes(kc(i), nj), g.bytes(mr, nj)
+	c.Inputs = g.bytes(split(split(g.M, d, dk), q, i), split(g.K, q, j))
+	c.Weights = g.bytes(split(g.K, q, i), split(g.N, q, j))
+	c.Outputs = g.bytes(split(split(g.M, d, dk), q, i), split(g.N, q, j))
+	// the blocks that move
+	mr := g.part(g.part(g.M, d, dk), q, i)
+	kc := func(t int) int { return g.part(g.K, q, t) }
+	nj := g.part(g.N, q, j)
 	mk, kn := "mk", "kn"
 	if d > 1 {
 		mk = "mk/d"
@@ -215,8 +237,13 @@ func (g GEMM) twoD(c *Cost, q, d, dk, i, j int, l Links) {
 // block b. So Y comes out laid out as X with x and y swapped, and the next
 // layer runs with the roles of x and y exchanged.
 func (g GEMM) threeD(c *Cost, q, a, b, cc int, l Links) {
-	rows := func(n, outer int) int { return split(split(n, q, outer), q, cc) } // sub-block cc of block outer
-	kb, na := split(g.K, q, b), split(g.N, q, a)
+	held := func(n, outer, cols int) int64 { return g.bytes(split(split(n, q, outer), q, cc), cols) }
+	c.Inputs = held(g.M, a, split(g.K, q, b))
+	c.Weights = held(g.K, b, split(g.N, q, a))
+	c.Outputs = held(g.M, b, split(g.N, q, a))
+	// the blocks that move
+	rows := func(n, outer int) int { return g.part(g.part(n, q, outer), q, cc) } // sub-block cc of block outer
+	kb, na := g.part(g.K, q, b), g.part(g.N, q, a)
 	xb := make([]int64, q) // the X blocks gathered over x, Y's pieces over y
 	var rc int
 	for i := range q {
@@ -227,10 +254,10 @@ func (g GEMM) threeD(c *Cost, q, a, b, cc int, l Links) {
 	for i := range q {
 		yb[i] = g.bytes(rows(g.M, i), na)
 	}
-	wb := blocks(kb, q, na, g.Elem) // W's sub-blocks of k block b, gathered over z
-	c.Inputs = xb[a]
-	c.Weights = wb[cc]
-	c.Outputs = yb[b]
+	wb := make([]int64, q) // W's sub-blocks of k block b, gathered over z
+	for i := range q {
+		wb[i] = g.bytes(g.part(kb, q, i), na)
+	}
 	c.Workspace = g.bytes(rc, kb) + g.bytes(kb, na) + g.bytes(rc, na)
 	agx := newComm(Forward, "all_gather", "x", "all-gather X over x (its outer row axis)", "(q−1)/q·mk/q²", l)
 	agx.allGather(xb, a)
