@@ -26,23 +26,33 @@
 //	2D SUMMA (q×q)        rank (i,j) holds X_ij, W_ij, Y_ij; for t = 0..q−1
 //	                      broadcast X_it along row i and W_tj along column j,
 //	                      Y_ij += X_it·W_tj. Forward (q−1)(mk+kn)/q² per rank.
-//	                      Backward: dX_it = Σ_j dY_ij·W_tjᵀ (broadcast W_tj in
-//	                      the column, reduce to (i,t) in the row) and
-//	                      dW_tj = Σ_i X_itᵀ·dY_ij (broadcast X_it in the row,
-//	                      reduce to (t,j) in the column): 2(q−1)(mk+kn)/q².
+//	                      Backward (autodiff's, as stdlib's par.summa runs it):
+//	                      reduce dY_ij·W_tjᵀ to (i,t) along the row (dX_it) and
+//	                      X_itᵀ·dY_ij to (t,j) along the column (dW_tj), with
+//	                      the forward's broadcast blocks kept: (q−1)(mk+kn)/q².
+//	                      (The notes' backward broadcasts X_it and W_tj again,
+//	                      keeping no buffers: twice that.)
 //	2.5D Tesseract (q×q×d) X split into d·q row blocks × q column blocks, W as
 //	                      in 2D and replicated over depth; each depth layer
 //	                      runs SUMMA on its m/d rows; backward adds the
 //	                      all-reduce of dW over depth, 2(d−1)/d·kn/q².
-//	3D (q×q×q)            rank (a,b,c) holds sub-block c of X_ab, sub-block a
-//	                      of W_bc and sub-block b of Y_ac (each 1/q³): forward
-//	                      all-gather X over c, W over a, local X_ab·W_bc,
-//	                      reduce-scatter Y over b — (q−1)/q·(mk+kn+mn)/q²;
-//	                      backward all-gather dY over b, reduce-scatter dX over
-//	                      c and dW over a — the same again.
+//	3D (q×q×q)            stdlib's par.linear_3d on [x, y, z] (a=x, b=y, w=z):
+//	                      rank (a,b,c) holds sub-block c of X's row block a
+//	                      (columns: k block b), sub-block c of W's row block b
+//	                      and of Y's row block b (columns: n block a), 1/q³ of
+//	                      each. Forward all-gather X over x (the rows of
+//	                      sub-block c of every row block, a strided set), W
+//	                      over z, local product, reduce-scatter over y —
+//	                      (q−1)/q·(mk+kn+mn)/q²; backward all-gather dY over y,
+//	                      reduce-scatter dX over x and dW over z — the same
+//	                      again. Y is laid out as X with x and y swapped: the
+//	                      next layer exchanges their roles.
 //	ring attention (N)    Q, K, V split by sequence; K and V blocks travel N−1
-//	                      hops forward (2(N−1)·B·L/N·H); backward K and V travel
-//	                      N−1 hops again and their gradients N hops (home).
+//	                      hops forward (2(N−1)·B·L/N·H); backward (autodiff's,
+//	                      as par.ring_attention runs it) dK and dV travel the
+//	                      N−1 hops back, the forward's K and V blocks kept: the
+//	                      same bytes. (A backward that keeps none sends K and V
+//	                      round again and the gradients N hops: 4N−2 blocks.)
 //	                      Causal load balance (ZigzagRows): rank r holds
 //	                      chunks r and 2N−1−r of 2N; the same schedule.
 //	Ulysses (P)           all-to-all Q, K, V from sequence to head shards,

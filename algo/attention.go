@@ -20,10 +20,14 @@ func (a Attention) tokens(rows, cols int) int64 { return int64(a.Batch * rows * 
 
 // Ring is rank r's share of ring attention over n ranks: the sequence is
 // cut into n blocks; rank r keeps Q_r and its output rows, and the K and V
-// blocks travel the ring, each forwarded n−1 times. Backward the K and V
-// blocks travel again with their gradient accumulators dK and dV, which
-// take one more hop to arrive back at their owner. A causal mask skips
-// computation, not blocks: the bytes are the same.
+// blocks travel the ring, each forwarded n−1 times. The backward is
+// autodiff's (stdlib's par.ring_attention): the shifts' transposes send
+// the gradients dK and dV of every block back the way it came, n−1 hops,
+// and the K and V blocks they need are the forward's, kept (all n of them
+// per rank). A backward that keeps none (Liu et al.) sends K and V round
+// again with dK and dV and a last hop of the gradients home: 4n−2 blocks
+// against these 2(n−1). A causal mask skips computation, not blocks: the
+// bytes are the same.
 func (a Attention) Ring(n int, links Links, r int) *Cost {
 	return a.ring(n, links, r, func(i int) int { return split(a.Seq, n, i) }, fmt.Sprintf("ring attention n=%d", n))
 }
@@ -61,22 +65,16 @@ func (a Attention) ring(n int, links Links, r int, rows func(int) int, name stri
 	}
 	c.Workspace = 2 * most // the K and V block in flight
 	kv := newComm(Forward, "shift", "sp", "pass K and V blocks to the next rank, n−1 hops", "2(n−1)·B·L/n·H", links)
-	kvB := newComm(Backward, "shift", "sp", "pass K and V blocks again, n−1 hops", "2(n−1)·B·L/n·H", links)
-	grad := newComm(Backward, "shift", "sp", "pass dK and dV accumulators, n hops (the last one home)", "2n·B·L/n·H", links)
-	for s := range n {
-		held := a.tokens(rows(mod(r-s, n)), h) // block r−s arrives at step s
-		if s < n-1 {
-			kv.shift(held)
-			kv.shift(held)
-			kvB.shift(held)
-			kvB.shift(held)
-		}
-		if n > 1 {
-			grad.shift(held)
-			grad.shift(held)
+	grad := newComm(Backward, "shift", "sp", "pass dK and dV back to the previous rank, n−1 hops", "2(n−1)·B·L/n·H", links)
+	for s := range n - 1 {
+		// hop s+1 sends the block that arrived s hops ago (r−s); its
+		// transpose sends back the gradient of the block it received (r−s−1)
+		for range 2 { // K and V, dK and dV: a message each
+			kv.shift(a.tokens(rows(mod(r-s, n)), h))
+			grad.shift(a.tokens(rows(mod(r-s-1, n)), h))
 		}
 	}
-	c.Comms = []Comm{kv.Comm, kvB.Comm, grad.Comm}
+	c.Comms = []Comm{kv.Comm, grad.Comm}
 	return c
 }
 

@@ -79,9 +79,10 @@ func gather(x *rt.Tensor, rows []int) *rt.Tensor {
 
 // ringAttention runs ring attention's data movement on n ranks (B = 1),
 // rank i holding the sequence rows rowsOf(i): forward, K and V blocks
-// travel n−1 hops and each rank attends its query rows to all of them;
-// backward, K and V travel again with dK and dV accumulators, which take
-// one hop more to get home. It returns the bytes each rank sent.
+// travel n−1 hops and each rank attends its query rows to all of them,
+// keeping the blocks; backward, as autodiff transposes the hops, the dK
+// and dV of each block travel back the way it came (n−1 hops), each rank
+// adding its share. It returns the bytes each rank sent.
 func ringAttention(t *testing.T, a algo.Attention, n int, causal bool, rowsOf func(int) []int) (fwd, bwd []int64) {
 	require.Equal(t, 1, a.Batch)
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(a.Seq)))
@@ -149,15 +150,21 @@ func ringAttention(t *testing.T, a algo.Attention, n int, causal bool, rowsOf fu
 		}
 		return out
 	}
+	hopBack := func(ctx context.Context, r, tag int, x *rt.Tensor) (*rt.Tensor, error) {
+		if err := w.tr.Send(ctx, r, (r-1+n)%n, tag, x); err != nil {
+			return nil, err
+		}
+		return w.tr.Recv(ctx, r, (r+1)%n, tag)
+	}
 	bwd = w.run(func(ctx context.Context, r int) error {
 		lr := len(rowsOf(r))
 		qr, dor := gather(q, rowsOf(r)), gather(do, rowsOf(r))
 		ds := dsOf(r)
-		j := r
-		kj, vj := gather(k, rowsOf(r)), gather(v, rowsOf(r))
-		dk, dv := rt.NewTensor(ir.F64, []int{lr, a.Hidden}), rt.NewTensor(ir.F64, []int{lr, a.Hidden})
-		for s := range n {
+		// this rank's share of block j's dK and dV, from the K and V
+		// blocks the forward kept
+		contrib := func(j int) (dk, dv *rt.Tensor) {
 			j0, lj := col0[j], col0[j+1]-col0[j]
+			dk, dv = rt.NewTensor(ir.F64, []int{lj, a.Hidden}), rt.NewTensor(ir.F64, []int{lj, a.Hidden})
 			for hh := range a.Heads {
 				pj := box(probs[r][hh].p, 0, lr, j0, lj)
 				addBlock(dv, matmul(pj, box(dor, 0, lr, hh*hd, hd), true, false), hh*hd)
@@ -167,24 +174,22 @@ func ringAttention(t *testing.T, a algo.Attention, n int, causal bool, rowsOf fu
 				}
 				addBlock(dk, g, hh*hd)
 			}
+			return dk, dv
+		}
+		// block r−h is the one this rank received after h hops; its
+		// gradient goes back the way it came, gathering each rank's share
+		dk, dv := contrib((r + 1) % n)
+		for h := n - 1; h >= 1; h-- {
 			var err error
-			if s < n-1 {
-				if kj, err = hop(ctx, r, 3, kj); err != nil {
-					return err
-				}
-				if vj, err = hop(ctx, r, 4, vj); err != nil {
-					return err
-				}
+			if dk, err = hopBack(ctx, r, 5, dk); err != nil {
+				return err
 			}
-			if n > 1 {
-				if dk, err = hop(ctx, r, 5, dk); err != nil {
-					return err
-				}
-				if dv, err = hop(ctx, r, 6, dv); err != nil {
-					return err
-				}
+			if dv, err = hopBack(ctx, r, 6, dv); err != nil {
+				return err
 			}
-			j = (j - 1 + n) % n
+			mk, mv := contrib((r - h + 1 + n) % n)
+			addInto(dk, mk)
+			addInto(dv, mv)
 		}
 		// the single-device gradients of this rank's K and V rows: the
 		// queries of every rank, in rank order, against every key

@@ -38,8 +38,9 @@ func (l Layout) Devices() int {
 }
 
 // Mesh is the layout's mesh. Its axis names are what --link names: tp
-// (1D); row and col (2D, and 2.5D after depth); x, y, z (3D: the axes
-// along which m, k and n are cut into blocks).
+// (1D); row and col (2D, and 2.5D after depth); x, y, z (3D, par.linear_3d's
+// a, b and w: X is gathered over x, Y reduce-scattered over y and W
+// gathered over z; see threeD).
 func (l Layout) Mesh() *mesh.Mesh {
 	q := l.Q
 	switch l.Kind {
@@ -108,8 +109,27 @@ func iroot(p, k int) int {
 }
 
 // GEMM is Y[M,N] = X[M,K]·W[K,N] with Elem bytes per element.
+//
+// Padded models the algorithms as stdlib/par.mesh's padded local
+// functions run them when a size does not divide: inside the function
+// every device's block is the largest block of the balanced split (⌈n/p⌉,
+// a nested split ⌈⌈n/p⌉/p'⌉), zero-filled, so every block that moves has
+// that size and every rank sends the same; the operands are still held
+// balanced (Inputs, Weights, Outputs). Without it every block is its
+// balanced size (what ring collectives over uneven blocks send). 1D is
+// the same either way: its collectives move whole [m,k] or [m,n] tensors.
 type GEMM struct {
 	M, K, N, Elem int
+	Padded        bool
+}
+
+// part is the length of block r of n cut into p balanced blocks, as it
+// moves: the largest block when padded.
+func (g GEMM) part(n, p, r int) int {
+	if g.Padded {
+		return (n + p - 1) / p
+	}
+	return split(n, p, r)
 }
 
 // Cost is rank's share of the layer on layout l, forward and backward.
@@ -165,23 +185,28 @@ func (g GEMM) oneDRow(c *Cost, p, r int, l Links) {
 
 // twoD is SUMMA on rank (i,j) of depth layer dk of d (d = 1: 2D). The
 // layer's rows of X and Y are m cut over depth then over row, so X_it is
-// [mr, k_t] and W_tj [k_t, n_j].
+// [mr, k_t] and W_tj [k_t, n_j]. The backward is autodiff's (stdlib's
+// par.summa): the transposes of the forward's broadcasts are reduces, of
+// dX_it = dY_ij·W_tjᵀ to (i,t) along the row and of dW_tj = X_itᵀ·dY_ij to
+// (t,j) along the column, and the X_it and W_tj they multiply are the
+// forward's broadcast blocks, kept (a whole row block of X and column
+// block of W per device, (mk+kn)/q). A backward that keeps no broadcast
+// buffers (Optimus) broadcasts them again and sends twice as much.
 func (g GEMM) twoD(c *Cost, q, d, dk, i, j int, l Links) {
-	mr := split(split(g.M, d, dk), q, i)
-	kc := func(t int) int { return split(g.K, q, t) }
-	nj := split(g.N, q, j)
-	c.Inputs, c.Weights, c.Outputs = g.bytes(mr, kc(j)), g.bytes(kc(i), nj), g.bytes(mr, nj)
+	c.Inputs = g.bytes(split(split(g.M, d, dk), q, i), split(g.K, q, j))
+	c.Weights = g.bytes(split(g.K, q, i), split(g.N, q, j))
+	c.Outputs = g.bytes(split(split(g.M, d, dk), q, i), split(g.N, q, j))
+	// the blocks that move
+	mr := g.part(g.part(g.M, d, dk), q, i)
+	kc := func(t int) int { return g.part(g.K, q, t) }
+	nj := g.part(g.N, q, j)
 	mk, kn := "mk", "kn"
 	if d > 1 {
 		mk = "mk/d"
 	}
-	// forward and the dW half of the backward broadcast X_it; the forward
-	// and the dX half broadcast W_tj
 	bx := newComm(Forward, "broadcast", "col", "broadcast X_it along row i, t = 0..q−1", "(q−1)·"+mk+"/q²", l)
 	bw := newComm(Forward, "broadcast", "row", "broadcast W_tj along column j", "(q−1)·"+kn+"/q²", l)
-	bwB := newComm(Backward, "broadcast", "row", "dX: broadcast W_tj along column j", "(q−1)·"+kn+"/q²", l)
 	rdx := newComm(Backward, "reduce", "col", "dX: reduce dY_ij·W_tjᵀ to (i,t) along row i", "(q−1)·"+mk+"/q²", l)
-	bxB := newComm(Backward, "broadcast", "col", "dW: broadcast X_it along row i", "(q−1)·"+mk+"/q²", l)
 	rdw := newComm(Backward, "reduce", "row", "dW: reduce X_itᵀ·dY_ij to (t,j) along column j", "(q−1)·"+kn+"/q²", l)
 	var maxX, maxW int64
 	for t := range q {
@@ -189,13 +214,11 @@ func (g GEMM) twoD(c *Cost, q, d, dk, i, j int, l Links) {
 		maxX, maxW = max(maxX, x), max(maxW, w)
 		bx.broadcast(x, q, mod(j-t, q))
 		bw.broadcast(w, q, mod(i-t, q))
-		bwB.broadcast(w, q, mod(i-t, q))
 		rdx.reduce(x, q, j == t)
-		bxB.broadcast(x, q, mod(j-t, q))
 		rdw.reduce(w, q, i == t)
 	}
 	c.Workspace = maxX + maxW
-	c.Comms = []Comm{bx.Comm, bw.Comm, bwB.Comm, rdx.Comm, bxB.Comm, rdw.Comm}
+	c.Comms = []Comm{bx.Comm, bw.Comm, rdx.Comm, rdw.Comm}
 	if d > 1 {
 		ar := newComm(Backward, "all_reduce", "depth", "all-reduce dW_ij over depth", "2(d−1)/d·kn/q²", l)
 		ar.allReduce(kc(i)*nj, g.Elem, d, dk)
@@ -203,27 +226,51 @@ func (g GEMM) twoD(c *Cost, q, d, dk, i, j int, l Links) {
 	}
 }
 
-// threeD is rank (a,b,c) of q×q×q: m, k, n are cut into q blocks along
-// x, y, z; rank (a,b,c) computes X_ab·W_bc, a partial of Y_ac. It holds
-// sub-block c of X_ab, a of W_bc and b of Y_ac (rows cut again, q ways).
+// threeD is rank (a,b,c) of q×q×q, the layout of stdlib's par.linear_3d
+// called with a=x, b=y, w=z: k is cut into q blocks along y; X's rows are
+// cut along x and each block again along z, W's rows along y then z, and
+// the columns of W and Y along x. The rank all-gathers X over x (its
+// outer row axis: the rows it gets are sub-block c of every x block, a
+// strided set R_c), W over z (k block b whole, n block a), multiplies —
+// a partial, over y, of Y's rows R_c and n block a — and reduce-scatters
+// it over y, keeping the rows of R_c in y block b: sub-block c of Y's row
+// block b. So Y comes out laid out as X with x and y swapped, and the next
+// layer runs with the roles of x and y exchanged.
 func (g GEMM) threeD(c *Cost, q, a, b, cc int, l Links) {
-	ma, kb, nc := split(g.M, q, a), split(g.K, q, b), split(g.N, q, cc)
-	c.Inputs = g.bytes(split(ma, q, cc), kb)
-	c.Weights = g.bytes(split(kb, q, a), nc)
-	c.Outputs = g.bytes(split(ma, q, b), nc)
-	c.Workspace = g.bytes(ma, kb) + g.bytes(kb, nc) + g.bytes(ma, nc)
-	agx := newComm(Forward, "all_gather", "z", "all-gather X_ab over z", "(q−1)/q·mk/q²", l)
-	agx.allGather(blocks(ma, q, kb, g.Elem), cc)
-	agw := newComm(Forward, "all_gather", "x", "all-gather W_bc over x", "(q−1)/q·kn/q²", l)
-	agw.allGather(blocks(kb, q, nc, g.Elem), a)
-	rsy := newComm(Forward, "reduce_scatter", "y", "reduce-scatter Y_ac over y", "(q−1)/q·mn/q²", l)
-	rsy.reduceScatter(blocks(ma, q, nc, g.Elem), b)
-	agd := newComm(Backward, "all_gather", "y", "all-gather dY_ac over y", "(q−1)/q·mn/q²", l)
-	agd.allGather(blocks(ma, q, nc, g.Elem), b)
-	rsx := newComm(Backward, "reduce_scatter", "z", "reduce-scatter dX_ab = dY_ac·W_bcᵀ over z", "(q−1)/q·mk/q²", l)
-	rsx.reduceScatter(blocks(ma, q, kb, g.Elem), cc)
-	rsw := newComm(Backward, "reduce_scatter", "x", "reduce-scatter dW_bc = X_abᵀ·dY_ac over x", "(q−1)/q·kn/q²", l)
-	rsw.reduceScatter(blocks(kb, q, nc, g.Elem), a)
+	held := func(n, outer, cols int) int64 { return g.bytes(split(split(n, q, outer), q, cc), cols) }
+	c.Inputs = held(g.M, a, split(g.K, q, b))
+	c.Weights = held(g.K, b, split(g.N, q, a))
+	c.Outputs = held(g.M, b, split(g.N, q, a))
+	// the blocks that move
+	rows := func(n, outer int) int { return g.part(g.part(n, q, outer), q, cc) } // sub-block cc of block outer
+	kb, na := g.part(g.K, q, b), g.part(g.N, q, a)
+	xb := make([]int64, q) // the X blocks gathered over x, Y's pieces over y
+	var rc int
+	for i := range q {
+		xb[i] = g.bytes(rows(g.M, i), kb)
+		rc += rows(g.M, i)
+	}
+	yb := make([]int64, q)
+	for i := range q {
+		yb[i] = g.bytes(rows(g.M, i), na)
+	}
+	wb := make([]int64, q) // W's sub-blocks of k block b, gathered over z
+	for i := range q {
+		wb[i] = g.bytes(g.part(kb, q, i), na)
+	}
+	c.Workspace = g.bytes(rc, kb) + g.bytes(kb, na) + g.bytes(rc, na)
+	agx := newComm(Forward, "all_gather", "x", "all-gather X over x (its outer row axis)", "(q−1)/q·mk/q²", l)
+	agx.allGather(xb, a)
+	agw := newComm(Forward, "all_gather", "z", "all-gather W over z", "(q−1)/q·kn/q²", l)
+	agw.allGather(wb, cc)
+	rsy := newComm(Forward, "reduce_scatter", "y", "reduce-scatter the partial Y over y", "(q−1)/q·mn/q²", l)
+	rsy.reduceScatter(yb, b)
+	agd := newComm(Backward, "all_gather", "y", "all-gather dY over y", "(q−1)/q·mn/q²", l)
+	agd.allGather(yb, b)
+	rsx := newComm(Backward, "reduce_scatter", "x", "reduce-scatter dX = dY·Wᵀ over x", "(q−1)/q·mk/q²", l)
+	rsx.reduceScatter(xb, a)
+	rsw := newComm(Backward, "reduce_scatter", "z", "reduce-scatter dW = Xᵀ·dY over z", "(q−1)/q·kn/q²", l)
+	rsw.reduceScatter(wb, cc)
 	c.Comms = []Comm{agx.Comm, agw.Comm, rsy.Comm, agd.Comm, rsx.Comm, rsw.Comm}
 }
 
@@ -250,14 +297,14 @@ func FormulasOf(k Kind) Formulas {
 			Time: [2]string{"2(p−1)α + (p−1)/p·mn·(2β+γ)", "0"}}
 	case TwoD:
 		return Formulas{Memory: "(mk+kn+mn)/q²",
-			Sent: [2]string{"(q−1)(mk+kn)/q²", "2(q−1)(mk+kn)/q²"}, Msgs: [2]string{"2(q−1)", "4(q−1)"},
-			Time: [2]string{"q⌈lg q⌉(2α + (mk+kn)/q²·β)", "q⌈lg q⌉(4α + (mk+kn)/q²·(2β+γ))"}}
+			Sent: [2]string{"(q−1)(mk+kn)/q²", "(q−1)(mk+kn)/q²"}, Msgs: [2]string{"2(q−1)", "2(q−1)"},
+			Time: [2]string{"q⌈lg q⌉(2α + (mk+kn)/q²·β)", "q⌈lg q⌉(2α + (mk+kn)/q²·(β+γ))"}}
 	case TwoHalfD:
 		return Formulas{Memory: "(mk+mn)/(dq²) + kn/q²",
-			Sent: [2]string{"(q−1)(mk/d+kn)/q²", "2(q−1)(mk/d+kn)/q² + 2(d−1)/d·kn/q²"},
-			Msgs: [2]string{"2(q−1)", "4(q−1) + 2(d−1)"},
+			Sent: [2]string{"(q−1)(mk/d+kn)/q²", "(q−1)(mk/d+kn)/q² + 2(d−1)/d·kn/q²"},
+			Msgs: [2]string{"2(q−1)", "2(q−1) + 2(d−1)"},
 			Time: [2]string{"q⌈lg q⌉(2α + (mk/d+kn)/q²·β)",
-				"q⌈lg q⌉(4α + (mk/d+kn)/q²·(2β+γ)) + 2(d−1)α + (d−1)/d·kn/q²·(2β+γ)"}}
+				"q⌈lg q⌉(2α + (mk/d+kn)/q²·(β+γ)) + 2(d−1)α + (d−1)/d·kn/q²·(2β+γ)"}}
 	}
 	return Formulas{Memory: "(mk+kn+mn)/q³",
 		Sent: [2]string{"(q−1)/q·(mk+kn+mn)/q²", "(q−1)/q·(mk+kn+mn)/q²"},

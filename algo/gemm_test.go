@@ -48,6 +48,8 @@ func checkBytes(t *testing.T, g algo.GEMM, l algo.Layout, fwd, bwd []int64) {
 
 // summa runs 2D (d = 1) or 2.5D SUMMA on mesh [depth=d, row=q, col=q]:
 // forward, then the backward's dX and dW, each checked block by block.
+// The backward is autodiff's: it reduces with the X_it and W_tj blocks
+// the forward's broadcasts brought, kept.
 func summa(t *testing.T, pr *problem, q, d int) {
 	m := mesh.New("2p5d", mesh.Axis{Name: "depth", Size: d}, mesh.Axis{Name: "row", Size: q}, mesh.Axis{Name: "col", Size: q})
 	w := newWorld(t, m)
@@ -57,6 +59,7 @@ func summa(t *testing.T, pr *problem, q, d int) {
 	}
 	kc := func(t int) (int, int) { return span(0, pr.k, q, t) }
 	nc := func(j int) (int, int) { return span(0, pr.n, q, j) }
+	kept := make([][][2]*rt.Tensor, m.Size()) // per rank, per step: X_it and W_tj
 	fwd := w.run(func(ctx context.Context, r int) error {
 		co := m.Coord(r)
 		dk, i, j := co[0], co[1], co[2]
@@ -78,6 +81,7 @@ func summa(t *testing.T, pr *problem, q, d int) {
 			if err != nil {
 				return err
 			}
+			kept[r] = append(kept[r], [2]*rt.Tensor{xs, ws})
 			addInto(acc, matmul(xs, ws, false, false))
 		}
 		near(t, box(pr.y, r0, nr, n0, nn), acc, fmt.Sprintf("Y block of rank %d", r))
@@ -90,25 +94,13 @@ func summa(t *testing.T, pr *problem, q, d int) {
 		n0, nn := nc(j)
 		rowG, colG := w.group(r, 2), w.group(r, 1)
 		myDY := box(pr.dy, r0, nr, n0, nn)
-		k0, kn := kc(j)
-		myX := box(pr.x, r0, nr, k0, kn)
-		k0, kn = kc(i)
-		myW := box(pr.w, k0, kn, n0, nn)
 		var dx, dw *rt.Tensor
 		for s := range q {
-			_, ks := kc(s)
-			ws, err := bcast(ctx, colG, s, myW, ks, nn)
-			if err != nil {
-				return err
-			}
+			xs, ws := kept[r][s][0], kept[r][s][1]
 			if got, err := reduceTo(ctx, rowG, s, matmul(myDY, ws, false, true)); err != nil {
 				return err
 			} else if got != nil {
 				dx = got
-			}
-			xs, err := bcast(ctx, rowG, s, myX, nr, ks)
-			if err != nil {
-				return err
 			}
 			if got, err := reduceTo(ctx, colG, s, matmul(xs, myDY, true, false)); err != nil {
 				return err
@@ -123,7 +115,7 @@ func summa(t *testing.T, pr *problem, q, d int) {
 			}
 			dw = b.(*rt.Tensor)
 		}
-		k0, kn = kc(j)
+		k0, kn := kc(j)
 		near(t, box(pr.dx, r0, nr, k0, kn), dx, fmt.Sprintf("dX block of rank %d", r))
 		k0, kn = kc(i)
 		near(t, box(pr.dw, k0, kn, n0, nn), dw, fmt.Sprintf("dW block of rank %d", r))
@@ -147,11 +139,28 @@ func TestSUMMABytesEqualTheRuntimes(t *testing.T) {
 	}
 }
 
-// threeD runs the 3D algorithm on mesh [x=q, y=q, z=q]: rank (a,b,c)
-// holds sub-block c of X_ab, a of W_bc and b of Y_ac.
+// threeD runs the 3D algorithm on mesh [x=q, y=q, z=q] as par.linear_3d
+// does (a=x, b=y, w=z): rank (a,b,c) holds sub-block c of X's row block a
+// (k block b), sub-block c of W's row block b (n block a) and sub-block c
+// of Y's row block b (n block a); it gathers X over x, W over z and
+// reduce-scatters the product over y. The rows gathered over x are R_c,
+// sub-block c of every row block: a strided set, the one the reduce-
+// scatter over y cuts back into sub-block c of each row block.
 func threeD(t *testing.T, pr *problem, q int) {
 	m := mesh.New("3d", mesh.Axis{Name: "x", Size: q}, mesh.Axis{Name: "y", Size: q}, mesh.Axis{Name: "z", Size: q})
 	w := newWorld(t, m)
+	// sub is sub-block c of block i of n; subs every i's length
+	sub := func(n, i, c int) (int, int) {
+		o, l := span(0, n, q, i)
+		return span(o, l, q, c)
+	}
+	subs := func(n, c int) []int {
+		out := make([]int, q)
+		for i := range out {
+			_, out[i] = sub(n, i, c)
+		}
+		return out
+	}
 	lens := func(n int) []int {
 		out := make([]int, q)
 		for i := range out {
@@ -159,62 +168,80 @@ func threeD(t *testing.T, pr *problem, q int) {
 		}
 		return out
 	}
-	type blocks struct {
-		ma0, ma, kb0, kb, nc0, nc int
+	// strided is the rows R_c of x, columns [c0, c0+nc)
+	strided := func(x *rt.Tensor, c, c0, nc int) *rt.Tensor {
+		var parts []*rt.Tensor
+		for i := range q {
+			r0, nr := sub(x.Shape[0], i, c)
+			parts = append(parts, box(x, r0, nr, c0, nc))
+		}
+		return rt.ConcatDim(parts, 0)
 	}
+	type blocks struct{ kb0, kb, na0, na int }
 	at := func(r int) (int, int, int, blocks) {
 		co := m.Coord(r)
 		a, b, c := co[0], co[1], co[2]
 		var bl blocks
-		bl.ma0, bl.ma = span(0, pr.m, q, a)
 		bl.kb0, bl.kb = span(0, pr.k, q, b)
-		bl.nc0, bl.nc = span(0, pr.n, q, c)
+		bl.na0, bl.na = span(0, pr.n, q, a)
 		return a, b, c, bl
 	}
 	saved := make([][2]*rt.Tensor, m.Size()) // X̂ and Ŵ, kept for the backward
 	fwd := w.run(func(ctx context.Context, r int) error {
 		a, b, c, bl := at(r)
-		x0, xl := span(bl.ma0, bl.ma, q, c)
-		w0, wl := span(bl.kb0, bl.kb, q, a)
-		xh, err := w.group(r, 2).AllGather(ctx, box(pr.x, x0, xl, bl.kb0, bl.kb), 0, lens(bl.ma))
+		x0, xl := sub(pr.m, a, c)
+		w0, wl := span(bl.kb0, bl.kb, q, c)
+		xh, err := w.group(r, 0).AllGather(ctx, box(pr.x, x0, xl, bl.kb0, bl.kb), 0, subs(pr.m, c))
 		if err != nil {
 			return err
 		}
-		wh, err := w.group(r, 0).AllGather(ctx, box(pr.w, w0, wl, bl.nc0, bl.nc), 0, lens(bl.kb))
+		near(t, strided(pr.x, c, bl.kb0, bl.kb), xh.(*rt.Tensor), fmt.Sprintf("X rows R_c of rank %d", r))
+		wh, err := w.group(r, 2).AllGather(ctx, box(pr.w, w0, wl, bl.na0, bl.na), 0, lens(bl.kb))
 		if err != nil {
 			return err
 		}
 		saved[r] = [2]*rt.Tensor{xh.(*rt.Tensor), wh.(*rt.Tensor)}
-		y, err := w.group(r, 1).ReduceScatter(ctx, matmul(xh.(*rt.Tensor), wh.(*rt.Tensor), false, false), 0, lens(bl.ma), rt.OpSum)
+		y, err := w.group(r, 1).ReduceScatter(ctx, matmul(xh.(*rt.Tensor), wh.(*rt.Tensor), false, false), 0, subs(pr.m, c), rt.OpSum)
 		if err != nil {
 			return err
 		}
-		y0, yl := span(bl.ma0, bl.ma, q, b)
-		near(t, box(pr.y, y0, yl, bl.nc0, bl.nc), y.(*rt.Tensor), fmt.Sprintf("Y block of rank %d", r))
+		y0, yl := sub(pr.m, b, c)
+		near(t, box(pr.y, y0, yl, bl.na0, bl.na), y.(*rt.Tensor), fmt.Sprintf("Y block of rank %d", r))
 		return nil
 	})
 	bwd := w.run(func(ctx context.Context, r int) error {
 		a, b, c, bl := at(r)
-		y0, yl := span(bl.ma0, bl.ma, q, b)
-		dyh, err := w.group(r, 1).AllGather(ctx, box(pr.dy, y0, yl, bl.nc0, bl.nc), 0, lens(bl.ma))
+		y0, yl := sub(pr.m, b, c)
+		dyh, err := w.group(r, 1).AllGather(ctx, box(pr.dy, y0, yl, bl.na0, bl.na), 0, subs(pr.m, c))
 		if err != nil {
 			return err
 		}
-		dx, err := w.group(r, 2).ReduceScatter(ctx, matmul(dyh.(*rt.Tensor), saved[r][1], false, true), 0, lens(bl.ma), rt.OpSum)
+		dx, err := w.group(r, 0).ReduceScatter(ctx, matmul(dyh.(*rt.Tensor), saved[r][1], false, true), 0, subs(pr.m, c), rt.OpSum)
 		if err != nil {
 			return err
 		}
-		dw, err := w.group(r, 0).ReduceScatter(ctx, matmul(saved[r][0], dyh.(*rt.Tensor), true, false), 0, lens(bl.kb), rt.OpSum)
+		dw, err := w.group(r, 2).ReduceScatter(ctx, matmul(saved[r][0], dyh.(*rt.Tensor), true, false), 0, lens(bl.kb), rt.OpSum)
 		if err != nil {
 			return err
 		}
-		x0, xl := span(bl.ma0, bl.ma, q, c)
-		w0, wl := span(bl.kb0, bl.kb, q, a)
+		x0, xl := sub(pr.m, a, c)
+		w0, wl := span(bl.kb0, bl.kb, q, c)
 		near(t, box(pr.dx, x0, xl, bl.kb0, bl.kb), dx.(*rt.Tensor), fmt.Sprintf("dX block of rank %d", r))
-		near(t, box(pr.dw, w0, wl, bl.nc0, bl.nc), dw.(*rt.Tensor), fmt.Sprintf("dW block of rank %d", r))
+		near(t, box(pr.dw, w0, wl, bl.na0, bl.na), dw.(*rt.Tensor), fmt.Sprintf("dW block of rank %d", r))
 		return nil
 	})
-	checkBytes(t, algo.GEMM{M: pr.m, K: pr.k, N: pr.n, Elem: 8}, algo.Layout{Kind: algo.ThreeD, Q: q}, fwd, bwd)
+	g := algo.GEMM{M: pr.m, K: pr.k, N: pr.n, Elem: 8}
+	l := algo.Layout{Kind: algo.ThreeD, Q: q}
+	checkBytes(t, g, l, fwd, bwd)
+	for r := range m.Size() { // the blocks the simulation used are the ones algo says each rank holds
+		a, b, c, bl := at(r)
+		x0, xl := sub(pr.m, a, c)
+		w0, wl := span(bl.kb0, bl.kb, q, c)
+		y0, yl := sub(pr.m, b, c)
+		require.Equal(t, algo.Rect{R0: x0, NR: xl, C0: bl.kb0, NC: bl.kb}, g.Held(l, algo.X, r), "X of rank %d", r)
+		require.Equal(t, algo.Rect{R0: w0, NR: wl, C0: bl.na0, NC: bl.na}, g.Held(l, algo.W, r), "W of rank %d", r)
+		require.Equal(t, algo.Rect{R0: y0, NR: yl, C0: bl.na0, NC: bl.na}, g.Held(l, algo.Y, r), "Y of rank %d", r)
+	}
 }
 
 func TestThreeDBytesEqualTheRuntimes(t *testing.T) {

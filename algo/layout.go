@@ -83,19 +83,16 @@ func (g GEMM) Held(l Layout, o Operand, dev int) Rect {
 		c0, nc := sub(0, cols, q, j)
 		return Rect{r0, nr, c0, nc}
 	}
-	// 3D: X_ab cut over c, W_bc over a, Y_ac over b (rows cut again)
+	// 3D (par.linear_3d): rows cut along an outer axis then along z, X's
+	// outer axis x and its columns along y, W's and Y's outer axis y and
+	// their columns along x
 	a, b, c := co[0], co[1], co[2]
-	var rb, cb, s int
-	switch o {
-	case X:
-		rb, cb, s = a, b, c
-	case W:
-		rb, cb, s = b, c, a
-	default:
-		rb, cb, s = a, c, b
+	rb, cb := b, a
+	if o == X {
+		rb, cb = a, b
 	}
 	r0, nr := sub(0, rows, q, rb)
-	r0, nr = sub(r0, nr, q, s)
+	r0, nr = sub(r0, nr, q, c)
 	c0, nc := sub(0, cols, q, cb)
 	return Rect{r0, nr, c0, nc}
 }

@@ -36,7 +36,7 @@ type gemmConfig struct {
 }
 
 func (e *env) gemm(args []string) int {
-	fs := newFlags(e, "gemm", "gemm --m M --k K --n N --devices P [--dtype f32|f64|bf16|f16] [--alpha US] [--bandwidth GBPS] [--link AXIS=US:GBPS,...] [--json] [--svg DIR]")
+	fs := newFlags(e, "gemm", "gemm --m M --k K --n N --devices P [--dtype f32|f64|bf16|f16] [--alpha US] [--bandwidth GBPS] [--link AXIS=US:GBPS,...] [--padded] [--json] [--svg DIR]")
 	m := fs.Int("m", 0, "rows of X and Y (Y[m,n] = X[m,k]·W[k,n])")
 	k := fs.Int("k", 0, "columns of X, rows of W")
 	n := fs.Int("n", 0, "columns of W and Y")
@@ -45,6 +45,7 @@ func (e *env) gemm(args []string) int {
 	alpha := fs.Float64("alpha", mesh.DefaultLink.Alpha*1e6, "link latency in microseconds, every axis")
 	bw := fs.Float64("bandwidth", 1/mesh.DefaultLink.Beta/1e9, "link bandwidth in GB/s, every axis")
 	links := fs.String("link", "", "per-axis links, e.g. 'depth=25:12.5,row=5:100' (alpha us : GB/s); axes: "+strings.Join(algo.AxisNames, ", "))
+	padded := fs.Bool("padded", false, "blocks that move padded to the largest of each split, as stdlib/par.mesh's padded functions run them (every device sends the same)")
 	asJSON := fs.Bool("json", false, "print the comparison as one JSON document")
 	svg := fs.String("svg", "", "write a picture of every layout (and of each SUMMA step) into DIR")
 	pos, err := parse(fs, args)
@@ -56,6 +57,7 @@ func (e *env) gemm(args []string) int {
 	if !e.report(ck) {
 		return ExitUsage
 	}
+	cfg.g.Padded = *padded
 	rows := gemmRows(cfg)
 	win, why := gemmWinner(rows)
 	if *asJSON {
@@ -288,6 +290,9 @@ func printGemm(w io.Writer, cfg gemmConfig, rows []*gemmRow, why string) {
 	fmt.Fprintf(w, "Formulas count elements (× e bytes) for sizes the mesh divides; α per message, β per element sent, γ per element reduced.\n")
 	if uneven {
 		fmt.Fprintf(w, "* the sizes do not divide evenly: the figures are the busiest device's, exact; the formulas are for even sizes.\n")
+	}
+	if g.Padded {
+		fmt.Fprintf(w, "--padded: every block that moves is the largest of its split, zero-filled (stdlib/par.mesh's padded functions).\n")
 	}
 	fmt.Fprintf(w, "\n%s\n", why)
 }

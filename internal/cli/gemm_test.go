@@ -48,10 +48,10 @@ func TestGemmTableOnEightDevices(t *testing.T) {
 	require.NotContains(t, out, "sizes do not divide")
 }
 
-// A slow x axis puts 3D's weight traffic on it; 1D, which has no x axis,
-// then wins.
+// A slow x axis puts 3D's X traffic on it, a slow depth axis 2.5D's
+// weight-gradient all-reduce; 1D, which has neither, then wins.
 func TestGemmWinnerFollowsTheLinks(t *testing.T) {
-	code, out, errs := meshrun(t, "", "gemm", "--m", "1024", "--k", "1024", "--n", "1024", "--devices", "8", "--link", "x=50:1")
+	code, out, errs := meshrun(t, "", "gemm", "--m", "1024", "--k", "1024", "--n", "1024", "--devices", "8", "--link", "x=50:1,depth=50:1")
 	require.Equal(t, ExitOK, code, errs)
 	require.Contains(t, out, "x: alpha 50 us, 1 GB/s")
 	require.Contains(t, out, "\n1D column p=8 is fastest on these links")
@@ -64,6 +64,38 @@ func TestGemmUnevenSizesAreMarked(t *testing.T) {
 	require.Contains(t, out, "3D 3×3×3 *")
 	require.Contains(t, out, "* the sizes do not divide evenly")
 	require.Contains(t, out, "(e = 8 bytes)")
+}
+
+// --padded: every block that moves is the largest of its split, as
+// par.summa runs it (rt's TestLocalBytesSUMMA measures the same 96 bytes):
+// 7×5×8 on 3×3 moves X blocks of ⌈7/3⌉·⌈5/3⌉ = 6 and W blocks of
+// ⌈5/3⌉·⌈8/3⌉ = 6 elements, (q−1)·12 = 24 elements = 96 B each way on
+// every device. Balanced, the busiest sends 96 B forward (device 0: 3×2
+// and 2×3 blocks) but 72 B backward.
+func TestGemmPadded(t *testing.T) {
+	sent := func(args ...string) [2]int64 {
+		code, out, errs := meshrun(t, "", append([]string{"gemm", "--m", "7", "--k", "5", "--n", "8", "--devices", "9", "--json"}, args...)...)
+		require.Equal(t, ExitOK, code, errs)
+		var doc struct {
+			Layouts []struct {
+				Algorithm string   `json:"algorithm"`
+				Sent      [2]int64 `json:"sent_bytes"`
+			} `json:"layouts"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &doc))
+		for _, l := range doc.Layouts {
+			if l.Algorithm == "2D SUMMA 3×3" {
+				return l.Sent
+			}
+		}
+		t.Fatalf("no 2D row in %s", out)
+		return [2]int64{}
+	}
+	require.Equal(t, [2]int64{96, 96}, sent("--padded"))
+	require.Equal(t, [2]int64{96, 72}, sent())
+	code, out, errs := meshrun(t, "", "gemm", "--m", "7", "--k", "5", "--n", "8", "--devices", "9", "--padded")
+	require.Equal(t, ExitOK, code, errs)
+	require.Contains(t, out, "--padded: every block that moves is the largest of its split")
 }
 
 func TestGemmJSON(t *testing.T) {

@@ -1,0 +1,191 @@
+package rt
+
+import (
+	"fmt"
+	"math/bits"
+	"testing"
+
+	"github.com/meshrun/meshrun/algo"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/stretchr/testify/require"
+)
+
+// Helpers of local_bytes_test.go and local_memory_test.go: compile, train
+// one step, and attribute every byte each device sent.
+
+const f32 = 4 // bytes per element of every program here
+
+// comms is one trained step's bytes per device, split by what sent them.
+type comms struct {
+	fwd, bwd []int64 // collectives written in local functions
+	// bwdBy splits bwd by the collective (autodiff's transposes: "reduce",
+	// "all_reduce", …).
+	bwdBy map[string][]int64
+	// insertedBy lists, per device, the conversions the compiler inserted
+	// that sent something ("all_reduce(train.loss)") and their bytes.
+	insertedBy [][]sent
+}
+
+type sent struct {
+	name  string
+	bytes int64
+}
+
+var writtenOps = map[string]bool{"all_reduce": true, "all_gather": true, "reduce_scatter": true,
+	"all_to_all": true, "broadcast": true, "reduce": true, "shift": true}
+
+// isWritten reports whether instruction i emits a collective a local
+// function wrote (or autodiff's transpose of one): the value it serves is
+// that collective. A conversion for a local collective's argument cannot
+// occur (local values are never boxed).
+func isWritten(p *lower.Plan, i int) bool {
+	v := p.InstrValue[i]
+	return v != nil && v.Local && writtenOps[v.Op] && p.Exec.Programs[0].Instrs[i].Kind.Communicates()
+}
+
+func compileLocal(t *testing.T, src string) *lower.Plan {
+	t.Helper()
+	g, err := lang.CheckSource("t.mesh", []byte(src), lang.CheckOptions{})
+	require.NoError(t, err)
+	p, err := lower.Lower(g, lower.Options{Verify: true})
+	require.NoError(t, err)
+	require.Len(t, p.Exec.Programs, 1, "one program for every rank")
+	return p
+}
+
+// trainOnce trains the model one step and splits what each device sent.
+func trainOnce(t *testing.T, mesh, decls, loss string) (*lower.Plan, comms) {
+	t.Helper()
+	src := fmt.Sprintf("mesh M = %s\nuse par\n%s\ntrain {\n    loss = %s\n    optimizer = sgd(lr=0.1)\n    steps = 1\n}\n", mesh, decls, loss)
+	p := compileLocal(t, src)
+	r, err := Train(t.Context(), p, Options{Backend: &CPU{BLAS: GonumBLAS{}}}, TrainConfig{})
+	require.NoError(t, err)
+	return p, split(t, p, r.Last)
+}
+
+// split attributes every device's measured bytes, instruction by
+// instruction, and checks explain's written collectives against them.
+func split(t *testing.T, p *lower.Plan, res *Result) comms {
+	t.Helper()
+	prog := p.Exec.Programs[0]
+	n := len(res.Devices)
+	c := comms{fwd: make([]int64, n), bwd: make([]int64, n), bwdBy: map[string][]int64{}, insertedBy: make([][]sent, n)}
+	per := make([][]int64, n) // per device, per instruction
+	for d, st := range res.Devices {
+		var evs []Event
+		for _, e := range st.Events {
+			if e.Kind != "ring" { // a ring collective's steps, inside its instruction's event
+				evs = append(evs, e)
+			}
+		}
+		require.Len(t, evs, len(prog.Instrs), "device %d: one event per instruction", d)
+		per[d] = make([]int64, len(evs))
+		var total int64
+		for i, e := range evs {
+			per[d][i] = e.Bytes
+			total += e.Bytes
+			switch {
+			case e.Bytes == 0:
+			case isWritten(p, i) && p.InstrValue[i].Backward:
+				c.bwd[d] += e.Bytes
+				op := p.InstrValue[i].Op
+				if c.bwdBy[op] == nil {
+					c.bwdBy[op] = make([]int64, n)
+				}
+				c.bwdBy[op][d] += e.Bytes
+			case isWritten(p, i):
+				c.fwd[d] += e.Bytes
+			default:
+				c.insertedBy[d] = append(c.insertedBy[d], sent{e.Name, e.Bytes})
+			}
+		}
+		require.Equal(t, st.BytesSent, total, "device %d: the events account for every byte sent", d)
+	}
+	checkWritten(t, p, per)
+	return c
+}
+
+// checkWritten walks explain's written collectives with the instructions
+// that emit them (the same order: values in plan order, a collective's
+// single-axis steps in turn, a shift's send and receive as one entry).
+func checkWritten(t *testing.T, p *lower.Plan, per [][]int64) {
+	t.Helper()
+	prog := p.Exec.Programs[0]
+	ws := lower.Explain(p).Written
+	k := 0
+	for i, in := range prog.Instrs {
+		if !isWritten(p, i) {
+			continue
+		}
+		var most int64
+		for d := range per {
+			most = max(most, per[d][i])
+		}
+		if in.Kind == plan.Recv {
+			require.Zero(t, most, "%s: a receive sends nothing", in.Name())
+			continue
+		}
+		require.Less(t, k, len(ws), "explain lists %d written collectives; %s is not among them", len(ws), in.Name())
+		w := ws[k]
+		k++
+		kind := "shift"
+		if in.Kind == plan.Collective {
+			kind = string(in.Step.Kind)
+		}
+		require.Equal(t, in.Label, w.Value, "written collective %d", w.Index)
+		require.Equal(t, kind, w.Kind, "written collective %d (%s)", w.Index, w.Value)
+		require.Equal(t, float64(most), w.Bytes, "written collective %d (%s %s over %s at %s): explain's bytes vs the busiest device's, measured",
+			w.Index, w.Kind, w.Value, w.Axis, w.Where)
+	}
+	require.Equal(t, len(ws), k, "every written collective explain lists is run")
+}
+
+// requirePerRank compares a per-device figure with a formula of the rank.
+func requirePerRank(t *testing.T, what string, got []int64, want func(r int) int64) {
+	t.Helper()
+	for r, g := range got {
+		require.Equal(t, want(r), g, "%s, rank %d", what, r)
+	}
+}
+
+const lossReduce = "all_reduce(train.loss)"
+
+// requireOnlyLoss checks that the only communication the compiler inserted
+// is the loss's reduction: one f32 scalar all-reduced over each axis its
+// partial sum spans. A ring all-reduce cuts it into p balanced chunks, one
+// of one element and p−1 empty: a rank sends it at most once in each half.
+func requireOnlyLoss(t *testing.T, c comms) {
+	t.Helper()
+	for d, ins := range c.insertedBy {
+		for _, s := range ins {
+			require.Equal(t, lossReduce, s.name, "device %d: an inserted conversion besides the loss's", d)
+			require.LessOrEqual(t, s.bytes, int64(2*f32), "device %d: the loss's all-reduce", d)
+		}
+	}
+}
+
+// algoSent is algo's figure of a pass, per rank (the runtime's mesh and
+// algo's list the same roles in the same order, so the ranks agree).
+func algoSent(costs []*algo.Cost, pass algo.Pass) func(r int) int64 {
+	return func(r int) int64 { return costs[r].Sent(pass) }
+}
+
+// children is how many members the member at distance v from the root
+// sends to in a binomial-tree broadcast over p (notes: lg p rounds).
+func children(v, p int) int {
+	n := 0
+	for s := 1; s < p; s <<= 1 {
+		if v&s != 0 {
+			break
+		}
+		if v+s < p {
+			n++
+		}
+	}
+	return n
+}
+
+// ceilLg is ⌈lg p⌉.
+func ceilLg(p int) int { return bits.Len(uint(p - 1)) }
