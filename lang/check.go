@@ -75,6 +75,8 @@ type Checker struct {
 	// module is the library module whose function is being expanded
 	// (""; a user function): its calls see the module's other functions.
 	module string
+	// pvaries shares one pvary per local value and axes (see pvary).
+	pvaries map[pvaryKey]*Value
 	// retPos is where the last return statement checked is.
 	retPos Pos
 	// work counts the statements checked and the values built since the

@@ -36,7 +36,7 @@ import (
 
 // localCalls are the local view's built-in calls.
 var localCalls = map[string]bool{"all_reduce": true, "all_gather": true, "reduce_scatter": true, "all_to_all": true,
-	"broadcast": true, "reduce": true, "shift": true, "axis_index": true, "axis_size": true, "arange": true}
+	"broadcast": true, "reduce": true, "shift": true, "axis_index": true, "axis_size": true, "arange": true, "pvary": true}
 
 func isLocalCall(name string) bool { return localCalls[name] }
 
@@ -237,7 +237,7 @@ func (c *Checker) leaveLocal(pos Pos, name string, ret operand, out sbp.NdSBP, s
 		}
 	}
 	if needVary != 0 {
-		ret = operand{v: c.mk(pos, "pvary", []operand{ret}, map[string]operand{"axes": {ints: axesOf(needVary)}})}
+		ret = operand{v: c.pvary(pos, ret.v, needVary)}
 	}
 	if equal != 0 {
 		ret = operand{v: c.mk(pos, "equal_copies", []operand{ret}, map[string]operand{"axes": {ints: axesOf(equal)}})}
@@ -322,7 +322,7 @@ func (c *Checker) localize(v *Value) bool {
 	v.Equal = same & out
 	for i, a := range v.Args {
 		if a.Local && a.Vary != need {
-			pv := c.mk(v.Pos, "pvary", []operand{{v: a}}, map[string]operand{"axes": {ints: axesOf(need &^ a.Vary)}})
+			pv := c.pvary(v.Pos, a, need&^a.Vary)
 			if invalid(pv) {
 				return false
 			}
@@ -331,6 +331,28 @@ func (c *Checker) localize(v *Value) bool {
 	}
 	v.Vary = out
 	return true
+}
+
+// pvary is x used where it varies along axes too: one pvary per value and
+// axes, shared by all its uses, so that its transpose (the all-reduce of
+// the gradient) runs once for all of them — SUMMA's W in a 2.5D body meets
+// the depth axis at every step, and its gradient is summed over depth once.
+func (c *Checker) pvary(pos Pos, x *Value, axes uint64) *Value {
+	key := pvaryKey{x, axes}
+	if pv, ok := c.pvaries[key]; ok && c.g.Has(pv) {
+		return pv
+	}
+	pv := c.mk(pos, "pvary", []operand{{v: x}}, map[string]operand{"axes": {ints: axesOf(axes)}})
+	if c.pvaries == nil {
+		c.pvaries = map[pvaryKey]*Value{}
+	}
+	c.pvaries[key] = pv
+	return pv
+}
+
+type pvaryKey struct {
+	x    *Value
+	axes uint64
 }
 
 // localCall checks a call of the local view's collectives and queries:

@@ -51,6 +51,9 @@ func explainWritten(p *Plan, r *Report, lines *sourceLines) {
 		default:
 			for _, st := range localSteps(v, m, m.NumAxes()) {
 				bytes, secs := sbp.StepCost(m, p.Planner.Topo, st.shape, v.Type.DType.Size(), st.from, st.axis, st.kind)
+				if st.kind == sbp.AllReduce {
+					bytes = ringAllReduceBytes(v.Type.Numel(), m.Axes[st.axis].Size) * float64(v.Type.DType.Size())
+				}
 				add(string(st.kind), m.Axes[st.axis].Name, m.Axes[st.axis].Size, bytes, secs)
 			}
 		}
@@ -76,4 +79,26 @@ func writeWritten(b *strings.Builder, ws []CollectiveReport) {
 			fmt.Fprintf(b, "    %-14s %s\n", c.Kind, c.Formula)
 		}
 	}
+}
+
+// ringAllReduceBytes is the elements the busiest member sends in the
+// runtime's all-reduce of n elements over p members: a ring reduce-scatter
+// and all-gather of p balanced chunks, in which member r sends every chunk
+// but its own and the next member's once each way (2n − c_r − c_{r+1});
+// the model's 2(p−1)/p·n is its average.
+func ringAllReduceBytes(n, p int) float64 {
+	if p <= 1 {
+		return 0
+	}
+	chunk := func(i int) int {
+		if i < n%p {
+			return n/p + 1
+		}
+		return n / p
+	}
+	most := 0
+	for r := range p {
+		most = max(most, 2*n-chunk(r)-chunk((r+1)%p))
+	}
+	return float64(most)
 }

@@ -44,8 +44,8 @@ func init() {
 	local("reduce", "`reduce(x, r, root=t)`", "same shape", "the group's sum on member `t`, zeros on the others", collectiveOp(keepShape), reduceVJP)
 	local("shift", "`shift(x, r=1)`, `shift(x, r=1, c=-1)`", "same shape",
 		"the block of the device at this coordinate minus the offsets (a ring: send to +offset, receive from −offset)", collectiveOp(keepShape), shiftVJP)
-	local("pvary", "(inserted) `pvary(x)`", "same shape",
-		"a value equal on the devices of some axes used where they differ: identity; its gradient is summed over those axes", collectiveOp(keepShape), pvaryVJP)
+	local("pvary", "`pvary(x, d)` (also inserted)", "same shape",
+		"x, from now on allowed to differ along d: identity; its gradient is summed over d (the checker inserts one where a value that does not vary meets one that does)", collectiveOp(keepShape), pvaryVJP)
 	local("equal_copies", "(inserted) `equal_copies(y)`", "same shape",
 		"a result declared B on an axis its blocks may differ on: taken as the mean of equal copies; the gradient is split evenly", equalCopiesOp, equalCopiesVJP)
 	Register(Op{Name: "arange", Family: "local", Kind: LocalView, Type: arangeOp, NoGrad: true,

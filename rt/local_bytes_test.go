@@ -2,7 +2,6 @@ package rt
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -162,21 +161,11 @@ func mapsKeys(m map[string][]int64) []string {
 	return out
 }
 
-// KNOWN BUG (reported to the lead engineer; run with MESHRUN_KNOWN_BUGS=1):
-// the checker inserts pvary(w, d) where each step's broadcast W block meets
-// the X block that varies over d (par.mesh's `broadcast(x, …) @
-// broadcast(w, …)`), so autodiff all-reduces over depth the gradient of
-// every step's W block — q all-reduces of kn/q² — where the notes (and a
-// hand-written backward) all-reduce dW once. Measured per device, in
-// the order of tesseractSizes: 48 bytes instead of 24, 64 instead of 32,
-// 48 instead of 16, 96 instead of 48 — q times the formula.
-// Making w vary over d once, before the loop (prototype:
-// `w = w * (1 + 0 * axis_index(d))` as tesseract's first line), gives
-// exactly the formula and algo's backward.
+// 2.5D sums W's gradient over depth once: tesseract makes w vary over d
+// before its loop (pvary), so the per-step broadcast blocks all feed one
+// all-reduce of dW — q of them before that line (48 B instead of 24 on the
+// first size, q times the formula on each).
 func TestLocalBytesTesseractSumsWOverDepthOnce(t *testing.T) {
-	if os.Getenv("MESHRUN_KNOWN_BUGS") == "" {
-		t.Skip("known bug: tesseract all-reduces W's gradient over depth once per SUMMA step (see the comment); MESHRUN_KNOWN_BUGS=1 runs it")
-	}
 	for _, s := range tesseractSizes {
 		t.Run(fmt.Sprintf("d=%d q=%d %dx%dx%d", s.d, s.q, s.m, s.k, s.n), func(t *testing.T) {
 			d, q, m, k, n := s.d, s.q, s.m, s.k, s.n
@@ -333,17 +322,12 @@ func TestLocalBytesBoundaryConversions(t *testing.T) {
 	require.Equal(t, float64(gathered[0]), listed, "explain's inserted collectives vs the bytes measured")
 }
 
-// KNOWN BUG (reported; run with MESHRUN_KNOWN_BUGS=1): explain prices a
-// written all_reduce by the even-division formula 2(p−1)/p·G, which is not
-// a byte count when p does not divide the elements: linear_row's
-// all-reduce of Y [5, 4] (20 elements, f32) over 3 devices is listed at
-// 106.67 bytes, while the ring (balanced chunks 7, 7, 6) makes the busiest
-// device send 27 elements, 108 bytes. spec.md promises "the bytes the
-// busiest device sends".
+// explain prices a written all_reduce by the ring's balanced chunks, not
+// the even-division 2(p−1)/p·G, which is not a byte count when p does not
+// divide the elements: linear_row's all-reduce of Y [5, 4] (20 elements,
+// f32) over 3 devices (chunks 7, 7, 6) makes the busiest device send 27
+// elements, 108 bytes (the formula says 106.67).
 func TestLocalBytesExplainAllReduceUneven(t *testing.T) {
-	if os.Getenv("MESHRUN_KNOWN_BUGS") == "" {
-		t.Skip("known bug: explain's written all_reduce bytes use (p−1)/p·G, not the ring's chunks (see the comment); MESHRUN_KNOWN_BUGS=1 runs it")
-	}
 	p := compileLocal(t, "mesh M = [t=3]\nuse par\ninput X : f32[5, 6] {t: S(1)} = normal(0, 1)\ninput W : f32[6, 4] {t: S(0)} = normal(0, 1)\nY = par.linear_row(X, W)\noutput Y\n")
 	res, err := Run(t.Context(), p, Options{Backend: &CPU{BLAS: GonumBLAS{}}})
 	require.NoError(t, err)
