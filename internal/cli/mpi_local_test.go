@@ -6,15 +6,18 @@ package cli
 // ones its body writes, and under MPI each maps to something other than
 // the in-process runtime's: a shift is an MPI send and receive (tag 0),
 // broadcast is MPI_Ibcast, reduce(root) is an all-reduce whose result
-// only the root keeps, all_to_all is MPI_Alltoall. Three examples cover
+// only the root keeps, all_to_all is MPI_Alltoallv. Four examples cover
 // them: gemm_2d (SUMMA's broadcasts), long_attention (ring attention's
-// shifts, Ulysses' all-to-alls) and train/transformer_2d (SUMMA trained:
-// its backward turns every broadcast into a reduce to the same root, and
-// the layernorm's row statistics are all-reduced over one grid axis).
-// Each is run under --launcher local and under each installed MPI
-// launcher: the outputs, or the loss curves and trained parameters, must
-// agree, `meshrun check --launcher mpi` must pass, and the MPI run's trace
-// must show every device sending the bytes the algorithm's formula says.
+// shifts, Ulysses' all-to-alls), train/transformer_2d (SUMMA trained: its
+// backward turns every broadcast into a reduce to the same root; the
+// layernorm's row statistics are all-reduced over one grid axis) and
+// train/gemm_backward (2.5D's weight gradient all-reduced over depth, 3D's
+// all-gathers and reduce-scatters transposed). Each runs under --launcher
+// local and under each installed MPI launcher: the outputs, or the loss
+// curves and trained parameters, must agree, and `meshrun check
+// --launcher mpi` must pass. For the forward programs the MPI run's trace
+// must also show every device sending the bytes worked out by hand from
+// the algorithm's formula.
 
 import (
 	"encoding/json"
@@ -53,6 +56,7 @@ var localViewCases = []localViewCase{
 		"all_gather": 2 * 3 * (2 * 4 * 48 * 8 * 4) / 4,
 	}},
 	{"examples/train/transformer_2d.mesh", nil},
+	{"examples/train/gemm_backward.mesh", nil},
 }
 
 func TestMPILocalView(t *testing.T) {
