@@ -149,7 +149,7 @@ func (t *tracker) call(vs []*ir.Value) BlockCall {
 		t.eval(v)
 		switch {
 		case v.Op == "to_local":
-			c.Inputs = append(c.Inputs, BlockValue{Name: t.globalName(v.Args[0]), Placement: v.Attrs.Place.String(), Devices: t.strings(v)})
+			c.Inputs = append(c.Inputs, BlockValue{Name: t.globalName(v.Args[0]), Placement: t.placeText(v.Attrs.Place), Devices: t.strings(v)})
 		case v.Op == "from_local":
 			c.Results = append(c.Results, t.result(v))
 		case writtenCollective[v.Op]:
@@ -469,7 +469,7 @@ func chunk(n, p, i int64) int64 {
 // result is a from_local's blocks: device d's block of the global value
 // and what it holds.
 func (t *tracker) result(v *ir.Value) BlockValue {
-	bv := BlockValue{Name: t.globalName(v), Placement: v.Attrs.Place.String(), Devices: t.strings(v)}
+	bv := BlockValue{Name: t.globalName(v), Placement: t.placeText(v.Attrs.Place), Devices: t.strings(v)}
 	for d := range t.m.Size() {
 		bv.Blocks = append(bv.Blocks, t.block(v, v.Attrs.Place, d).String())
 	}
@@ -586,4 +586,14 @@ func fold(op string, args []*expr) (*expr, bool) {
 		return nil, false
 	}
 	return num(strconv.FormatFloat(r, 'g', -1, 64)), true
+}
+
+// placeText writes a placement with the mesh's axis names, as a local
+// def declares it: {r: S(0), c: S(1)}.
+func (t *tracker) placeText(pl sbp.NdSBP) string {
+	parts := make([]string, len(pl))
+	for a, x := range pl {
+		parts[a] = t.m.Axes[a].Name + ": " + x.String()
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }

@@ -65,11 +65,11 @@ func TestBlocksSUMMA2x2(t *testing.T) {
   X[i,j]: block (i, j) of X as the call declares it split (':' a whole dim, {0,2} blocks 0 and 2);
   · matrix product, ᵀ transpose, dX the gradient of X; bytes: what the device sends
 call 1: summa at t.mesh:12:5: Y = summa(X, W)
-  argument X as {S(0), S(1)}:
+  argument X as {r: S(0), c: S(1)}:
           c=0      c=1
     r=0   X[0,0]   X[0,1]
     r=1   X[1,0]   X[1,1]
-  argument W as {S(0), S(1)}:
+  argument W as {r: S(0), c: S(1)}:
           c=0      c=1
     r=0   W[0,0]   W[0,1]
     r=1   W[1,0]   W[1,1]
@@ -99,7 +99,7 @@ call 1: summa at t.mesh:12:5: Y = summa(X, W)
             c=0                             c=1
       r=0   X[0,0]·W[0,0] + X[0,1]·W[1,0]   X[0,0]·W[0,1] + X[0,1]·W[1,1]
       r=1   X[1,0]·W[0,0] + X[1,1]·W[1,0]   X[1,0]·W[0,1] + X[1,1]·W[1,1]
-  result Y {S(0), S(1)}:
+  result Y {r: S(0), c: S(1)}:
           c=0                                      c=1
     r=0   Y[0,0] = X[0,0]·W[0,0] + X[0,1]·W[1,0]   Y[0,1] = X[0,0]·W[0,1] + X[0,1]·W[1,1]
     r=1   Y[1,0] = X[1,0]·W[0,0] + X[1,1]·W[1,0]   Y[1,1] = X[1,0]·W[0,1] + X[1,1]·W[1,1]

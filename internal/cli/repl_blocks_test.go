@@ -40,7 +40,7 @@ func TestREPLBlocks(t *testing.T) {
 	// the call and its arguments, then one collective per Enter
 	first, rest, ok := strings.Cut(walk, "(Enter: next collective; any other input stops)\n")
 	require.True(t, ok, walk)
-	require.Contains(t, first, "argument X as {S(0), S(1)}")
+	require.Contains(t, first, "argument X as {r: S(0), c: S(1)}")
 	require.NotContains(t, first, "broadcast over")
 	one, two, ok := strings.Cut(rest, "    broadcast over r, root r=0")
 	require.True(t, ok, rest)
