@@ -333,7 +333,7 @@ func (e *expr) String() string {
 		if e.nested || len(e.args) == 0 {
 			return e.text + e.from
 		}
-		const most = 4
+		const most = 8
 		parts := make([]string, 0, most+1)
 		for i, a := range e.args {
 			if i == most {

@@ -1,6 +1,7 @@
 package lower_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -303,7 +304,10 @@ func TestBlocksBytesMatchRuntime(t *testing.T) {
 		"3d":        "mesh M = [i=2, j=2, l=2]\nuse par\ninput X : f32[8, 8] = normal(0, 1)\ninput W : f32[12, 8] = normal(0, 1)\nY = par.linear_3d(X, transpose(W), a=i, b=j, w=l)\noutput Y\n",
 		"mlp 1d":    "mesh M = [t=3]\nuse par\ninput X : f32[5, 7] = normal(0, 1)\ninput W1 : f32[7, 6] = normal(0, 1)\ninput W2 : f32[6, 7] = normal(0, 1)\nY = par.mlp_1d(X, W1, W2)\noutput Y\n",
 		"ring":      "mesh M = [s=4]\nuse par\ninput Q : f32[3, 8, 4] = normal(0, 1)\ninput K : f32[3, 8, 4] = normal(0, 1)\ninput V : f32[3, 8, 4] = normal(0, 1)\nO = par.ring_attention(Q, K, V, 0.5, 1)\noutput O\n",
-		"ulysses":   "mesh M = [s=2]\nuse par\ninput Q : f32[3, 4, 8, 2] = normal(0, 1)\ninput K : f32[3, 4, 8, 2] = normal(0, 1)\ninput V : f32[3, 4, 8, 2] = normal(0, 1)\ninput m : f32[8, 8] = causal\nO = par.ulysses_attention(Q, K, V, m, 0.5)\noutput O\n",
+		// a reduce to a root leaves a partial sum (zeros off the root);
+		// bf16 partials travel in f32
+		"reduce bf16": "mesh M = [r=3, c=2]\nlocal def f(x {r: S(0)}) -> {r: P, c: P} {\n    return reduce(broadcast(x, r, root=2), r, root=1) + reduce(x, c, root=0)\n}\ninput X : bf16[6, 4] = normal(0, 1)\nY = f(X)\noutput Y\n",
+		"ulysses":     "mesh M = [s=2]\nuse par\ninput Q : f32[3, 4, 8, 2] = normal(0, 1)\ninput K : f32[3, 4, 8, 2] = normal(0, 1)\ninput V : f32[3, 4, 8, 2] = normal(0, 1)\ninput m : f32[8, 8] = causal\nO = par.ulysses_attention(Q, K, V, m, 0.5)\noutput O\n",
 	}
 	for name, src := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -338,4 +342,35 @@ func TestBlocksGridAlignment(t *testing.T) {
 	require.Contains(t, got, "\n          c=0      c=1\n    r=0   X[0,0]   X[0,1]\n    r=1   X[1,0]   X[1,1]\n")
 	last := r.Pages(0)[len(r.Pages(0))-1]
 	require.Contains(t, last, "    r=0   Y[0,0] = X[0,0]·W[0,0] + X[0,1]·W[1,0]   Y[0,1] =")
+}
+
+// Sequence parallelism: Ulysses' all-to-all turns a sequence block into a
+// head block over the whole sequence; ring attention's shifts bring
+// device i the K and V blocks of device i−h after h hops.
+func TestBlocksSequenceParallel(t *testing.T) {
+	u := blocksOf(t, "mesh M = [s=2]\nuse par\ninput Q : f32[3, 4, 8, 2] = normal(0, 1)\ninput K : f32[3, 4, 8, 2] = normal(0, 1)\ninput V : f32[3, 4, 8, 2] = normal(0, 1)\ninput m : f32[8, 8] = causal\nO = par.ulysses_attention(Q, K, V, m, 0.5)\noutput O\n")
+	require.Equal(t, []string{"Q[:,:,0,:]", "Q[:,:,1,:]"}, u.Calls[0].Inputs[0].Devices)
+	qh := u.Calls[0].Steps[0].Moves[0]
+	require.Equal(t, "all_to_all", qh.Op)
+	// [3, 4, 4, 2] f32 blocks, half of each sent
+	require.Equal(t, []lower.BlockDevice{{Before: "Q[:,:,0,:]", After: "Q[:,0,:,:]", Bytes: 192}, {Before: "Q[:,:,1,:]", After: "Q[:,1,:,:]", Bytes: 192}}, qh.Devices)
+
+	r := blocksOf(t, "mesh M = [s=4]\nuse par\ninput Q : f32[3, 8, 2] = normal(0, 1)\ninput K : f32[3, 8, 2] = normal(0, 1)\ninput V : f32[3, 8, 2] = normal(0, 1)\nO = par.ring_attention(Q, K, V, 0.5, 0)\noutput O\n")
+	var shifts []lower.BlockMove
+	for _, st := range r.Calls[0].Steps {
+		shifts = append(shifts, st.Moves...)
+	}
+	require.Len(t, shifts, 6, "K and V, 3 hops")
+	for h := 1; h <= 3; h++ {
+		for d := range 4 {
+			src := (d - h + 4) % 4
+			for k, name := range []string{"K", "V"} {
+				dv := shifts[2*(h-1)+k].Devices[d]
+				require.Equal(t, fmt.Sprintf("%s[:,%d,:]", name, src), dv.After, "hop %d device %d", h, d)
+				require.Equal(t, int64(3*2*2*4), dv.Bytes) // a [3, 2, 2] f32 block
+			}
+		}
+	}
+	// the output on device 1 was computed from Q's block 1 and every K and V block
+	require.Equal(t, "O⟨K[:,0,:]ᵀ, K[:,1,:]ᵀ, K[:,2,:]ᵀ, K[:,3,:]ᵀ, Q[:,1,:], V[:,0,:], V[:,1,:], V[:,2,:], … 1 more⟩", r.Calls[0].Results[0].Devices[1])
 }
