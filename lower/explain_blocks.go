@@ -285,7 +285,7 @@ func (t *tracker) of(v *ir.Value) []*expr {
 	if l, ok := t.labels[v]; ok {
 		return l
 	}
-	e := &expr{kind: eFn, text: t.globalName(v)}
+	e := &expr{kind: eNum, text: t.globalName(v)}
 	if v.Op == "const" {
 		e = num(fmt.Sprintf("%g", v.Attrs.Scalar))
 	}
