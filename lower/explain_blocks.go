@@ -3,6 +3,7 @@ package lower
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -307,6 +308,7 @@ func (t *tracker) block(g *ir.Value, pl sbp.NdSBP, d int) *expr {
 			e.nb[i], e.idx[i] = g.Type.Shape[i]/l, []int{b.Off[i] / l}
 		}
 	}
+	e.base = slices.Clone(e.nb)
 	if len(b.Partial) > 0 {
 		c := t.m.Coord(d)
 		var parts []string

@@ -33,9 +33,12 @@ type expr struct {
 	text string
 	// atoms: per tensor dim, the block indices held, in order (nil or a
 	// list covering all nb blocks means the whole dim); nb is the number
-	// of blocks the boundary split that dim into.
+	// of blocks that dim is cut into, base the number the boundary cut it
+	// into (a reduce-scatter may cut a block further: nb = base·f, and
+	// index x is piece x mod f of block x / f, written 0₁)
 	idx   [][]int
 	nb    []int
+	base  []int
 	trans bool   // an atom transposed (its last two dims)
 	part  string // an atom that is one device's partial sum: "r=1"
 	args  []*expr
@@ -191,9 +194,9 @@ func piece(e *expr, dim, rank, k, n int) *expr {
 			s := len(b) / n
 			a.idx[d] = slices.Clone(b[k*s : (k+1)*s])
 			return &a
-		case e.nb[d] == 1:
-			// a dim the boundary left whole: cut it into n blocks
-			a.nb[d], a.idx[d] = n, []int{k}
+		case len(b) == 1:
+			// one block: cut it into n pieces
+			a.nb[d], a.idx[d] = e.nb[d]*n, []int{b[0]*n + k}
 			return &a
 		}
 	}
@@ -369,10 +372,13 @@ func (e *expr) atomString() string {
 			case wholeDim(b, e.nb[d]):
 				parts[d] = ":"
 			case len(b) == 1:
-				parts[d] = fmt.Sprint(b[0])
+				parts[d] = e.index(d, b[0])
 			default:
-				parts[d] = strings.Trim(strings.ReplaceAll(fmt.Sprint(b), " ", ","), "[]")
-				parts[d] = "{" + parts[d] + "}"
+				ss := make([]string, len(b))
+				for i, x := range b {
+					ss[i] = e.index(d, x)
+				}
+				parts[d] = "{" + strings.Join(ss, ",") + "}"
 			}
 		}
 		s += "[" + strings.Join(parts, ",") + "]"
@@ -415,4 +421,20 @@ func wholeDim(b []int, nb int) bool {
 		}
 	}
 	return true
+}
+
+// index writes block x of dim d: a piece of a boundary block as the
+// block with the piece's number below it (0₁: piece 1 of block 0); a dim
+// the boundary left whole is numbered by its pieces.
+func (e *expr) index(d, x int) string {
+	base := e.nb[d]
+	if e.base != nil {
+		base = e.base[d]
+	}
+	f := e.nb[d] / base
+	if f <= 1 || base == 1 {
+		return fmt.Sprint(x)
+	}
+	sub := strings.Map(func(r rune) rune { return '₀' + r - '0' }, fmt.Sprint(x%f))
+	return fmt.Sprint(x/f) + sub
 }

@@ -63,7 +63,7 @@ func TestBlocksSUMMA2x2(t *testing.T) {
 	// sends its block once, the other sends nothing
 	const line = "acc = acc + broadcast(x, c, root=t) @ broadcast(w, r, root=t)"
 	want := `blocks each device holds in local functions
-  X[i,j]: block (i, j) of X as the call declares it split (':' a whole dim, {0,2} blocks 0 and 2);
+  X[i,j]: block (i, j) of X as the call declares it split (':' a whole dim, {0,2} blocks 0 and 2, 0₁ piece 1 of block 0);
   · matrix product, ᵀ transpose, dX the gradient of X; bytes: what the device sends
 call 1: summa at t.mesh:12:5: Y = summa(X, W)
   argument X as {r: S(0), c: S(1)}:
@@ -373,4 +373,41 @@ func TestBlocksSequenceParallel(t *testing.T) {
 	}
 	// the output on device 1 was computed from Q's block 1 and every K and V block
 	require.Equal(t, "O⟨K[:,0,:]ᵀ, K[:,1,:]ᵀ, K[:,2,:]ᵀ, K[:,3,:]ᵀ, Q[:,1,:], V[:,0,:], V[:,1,:], V[:,2,:], … 1 more⟩", r.Calls[0].Results[0].Devices[1])
+}
+
+// 3D backward: dY gathered over the output axis j, X̂ᵀ·dŶ reduce-scattered
+// over the weight axis l, so device (i, j, l) holds dW_(2j+l),i = the sum
+// over the gathered row sets R of X[R, piece l of column block j]ᵀ·dY[R, i].
+func TestBlocks3DWeightGradient(t *testing.T) {
+	src := `mesh M = [i=2, j=2, l=2]
+use par
+input X : f32[8, 8] = normal(0, 1)
+input T : f32[8, 8] = normal(0, 1)
+param W : f32[8, 8] = normal(0, 0.3)
+train {
+    Y = par.linear_3d(X, W, a=i, b=j, w=l)
+    loss = mse(Y, T)
+    optimizer = sgd(lr=0.05)
+    steps = 1
+}
+`
+	r := blocksOf(t, src)
+	require.Len(t, r.Calls, 2)
+	bw := r.Calls[1]
+	require.Equal(t, "all_gather over j, dim 0", bw.Steps[0].Moves[0].Op+" "+bw.Steps[0].Moves[0].Group)
+	res := bw.Results[0]
+	require.Equal(t, []string{"dW[0,0]", "dW[1,0]", "dW[2,0]", "dW[3,0]", "dW[0,1]", "dW[1,1]", "dW[2,1]", "dW[3,1]"}, res.Blocks)
+	want := [][]string{
+		{"X[{0,2},0₀]ᵀ·dY[{0,2},0]", "X[{1,3},0₀]ᵀ·dY[{1,3},0]"},
+		{"X[{0,2},0₁]ᵀ·dY[{0,2},0]", "X[{1,3},0₁]ᵀ·dY[{1,3},0]"},
+		{"X[{0,2},1₀]ᵀ·dY[{0,2},0]", "X[{1,3},1₀]ᵀ·dY[{1,3},0]"},
+		{"X[{0,2},1₁]ᵀ·dY[{0,2},0]", "X[{1,3},1₁]ᵀ·dY[{1,3},0]"},
+		{"X[{0,2},0₀]ᵀ·dY[{0,2},1]", "X[{1,3},0₀]ᵀ·dY[{1,3},1]"},
+		{"X[{0,2},0₁]ᵀ·dY[{0,2},1]", "X[{1,3},0₁]ᵀ·dY[{1,3},1]"},
+		{"X[{0,2},1₀]ᵀ·dY[{0,2},1]", "X[{1,3},1₀]ᵀ·dY[{1,3},1]"},
+		{"X[{0,2},1₁]ᵀ·dY[{0,2},1]", "X[{1,3},1₁]ᵀ·dY[{1,3},1]"},
+	}
+	for d := range want {
+		require.Equal(t, want[d], terms(res.Devices[d]), "device %d", d)
+	}
 }

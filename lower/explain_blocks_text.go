@@ -13,7 +13,7 @@ import (
 // list. The REPL shows the pages one at a time.
 
 const blocksLegend = "blocks each device holds in local functions\n" +
-	"  X[i,j]: block (i, j) of X as the call declares it split (':' a whole dim, {0,2} blocks 0 and 2);\n" +
+	"  X[i,j]: block (i, j) of X as the call declares it split (':' a whole dim, {0,2} blocks 0 and 2, 0₁ piece 1 of block 0);\n" +
 	"  · matrix product, ᵀ transpose, dX the gradient of X; bytes: what the device sends\n"
 
 // Text renders every call; "" when there is none.
