@@ -87,7 +87,7 @@ func Blocks(p *Plan) *BlocksReport {
 		r.Axes = append(r.Axes, a.Name)
 		r.Sizes = append(r.Sizes, a.Size)
 	}
-	t := &tracker{p: p, m: m, lines: newSourceLines(p.Graph.Sources), labels: map[*ir.Value][]*expr{}}
+	t := &tracker{m: m, lines: newSourceLines(p.Graph.Sources), labels: map[*ir.Value][]*expr{}}
 	var fwd, bwd []BlockCall
 	for _, call := range localCalls(p.Values) {
 		c := t.call(call)
@@ -131,7 +131,6 @@ func localCalls(vs []*ir.Value) [][]*ir.Value {
 }
 
 type tracker struct {
-	p      *Plan
 	m      *mesh.Mesh
 	lines  *sourceLines
 	labels map[*ir.Value][]*expr
