@@ -87,7 +87,7 @@ func Blocks(p *Plan) *BlocksReport {
 		r.Axes = append(r.Axes, a.Name)
 		r.Sizes = append(r.Sizes, a.Size)
 	}
-	t := &tracker{m: m, lines: newSourceLines(p.Graph.Sources), labels: map[*ir.Value][]*expr{}}
+	t := &tracker{m: m, lines: newSourceLines(p.Graph.Sources), labels: map[*ir.Value][]*expr{}, results: map[*ir.Value]*ir.Value{}}
 	var fwd, bwd []BlockCall
 	for _, call := range localCalls(p.Values) {
 		c := t.call(call)
@@ -127,13 +127,50 @@ func localCalls(vs []*ir.Value) [][]*ir.Value {
 	if cur != nil {
 		out = append(out, cur)
 	}
+	return mergeBackward(out)
+}
+
+// mergeBackward joins the pieces of one call's backward that global
+// values (a gradient's accumulation) came between: a backward run that
+// no gradient enters (no to_local) continues the one before it when both
+// belong to the same call site.
+func mergeBackward(runs [][]*ir.Value) [][]*ir.Value {
+	var out [][]*ir.Value
+	for _, r := range runs {
+		if n := len(out); n > 0 && r[0].Backward && out[n-1][0].Backward && !hasToLocal(r) {
+			a, b := callSite(out[n-1]), callSite(r)
+			if a != "" && a == b {
+				out[n-1] = append(out[n-1], r...)
+				continue
+			}
+		}
+		out = append(out, r)
+	}
 	return out
+}
+
+func hasToLocal(r []*ir.Value) bool {
+	return slices.ContainsFunc(r, func(v *ir.Value) bool { return v.Op == "to_local" })
+}
+
+// callSite is where a run's call is, with the calls around it ("" when
+// the run has neither a to_local nor a from_local).
+func callSite(r []*ir.Value) string {
+	for _, v := range r {
+		if v.Op == "to_local" || v.Op == "from_local" {
+			return ir.FormatPos(v.Pos) + via(formatAll(v.Calls))
+		}
+	}
+	return ""
 }
 
 type tracker struct {
 	m      *mesh.Mesh
 	lines  *sourceLines
 	labels map[*ir.Value][]*expr
+	// results maps a body's returned value to its call's from_local, so
+	// the gradient entering the call's backward is named after it (dY)
+	results map[*ir.Value]*ir.Value
 }
 
 // call runs one call's values and groups its collectives in steps.
@@ -149,7 +186,7 @@ func (t *tracker) call(vs []*ir.Value) BlockCall {
 		t.eval(v)
 		switch {
 		case v.Op == "to_local":
-			c.Inputs = append(c.Inputs, BlockValue{Name: t.globalName(v.Args[0]), Placement: t.placeText(v.Attrs.Place), Devices: t.strings(v)})
+			c.Inputs = append(c.Inputs, BlockValue{Name: t.argName(v), Placement: t.placeText(v.Attrs.Place), Devices: t.strings(v)})
 		case v.Op == "from_local":
 			c.Results = append(c.Results, t.result(v))
 		case writtenCollective[v.Op]:
@@ -185,7 +222,7 @@ func (t *tracker) eval(v *ir.Value) {
 	for d := range n {
 		switch v.Op {
 		case "to_local":
-			out[d] = t.block(v.Args[0], v.Attrs.Place, d)
+			out[d] = t.block(v.Args[0], t.argName(v), v.Attrs.Place, d)
 		case "from_local", "pvary", "equal_copies":
 			out[d] = arg(0)[d]
 		case "broadcast":
@@ -232,6 +269,18 @@ func (t *tracker) eval(v *ir.Value) {
 		}
 	}
 	t.labels[v] = out
+	if v.Op == "from_local" && !v.Backward {
+		t.results[v.Args[0]] = v
+	}
+}
+
+// argName names a call's argument: a gradient entering a backward is d
+// and the name of the call's result.
+func (t *tracker) argName(v *ir.Value) string {
+	if f, ok := t.results[v.Primal]; ok && v.Backward {
+		return "d" + t.globalName(f)
+	}
+	return t.globalName(v.Args[0])
 }
 
 // derive is the label of an ordinary op on labelled blocks.
@@ -298,9 +347,9 @@ func (t *tracker) of(v *ir.Value) []*expr {
 }
 
 // block is the atom naming device d's block of global value g placed pl.
-func (t *tracker) block(g *ir.Value, pl sbp.NdSBP, d int) *expr {
+func (t *tracker) block(g *ir.Value, name string, pl sbp.NdSBP, d int) *expr {
 	b := sbp.Layout(t.m, g.Type.Shape, pl, d)
-	e := &expr{kind: eAtom, text: t.globalName(g), idx: make([][]int, len(b.Len)), nb: make([]int, len(b.Len))}
+	e := &expr{kind: eAtom, text: name, idx: make([][]int, len(b.Len)), nb: make([]int, len(b.Len))}
 	for i, l := range b.Len {
 		e.nb[i], e.idx[i] = 1, []int{0}
 		if l > 0 {
@@ -400,7 +449,7 @@ func (t *tracker) groupText(v *ir.Value) string {
 func (t *tracker) result(v *ir.Value) BlockValue {
 	bv := BlockValue{Name: t.globalName(v), Placement: t.placeText(v.Attrs.Place), Devices: t.strings(v)}
 	for d := range t.m.Size() {
-		bv.Blocks = append(bv.Blocks, t.block(v, v.Attrs.Place, d).String())
+		bv.Blocks = append(bv.Blocks, t.block(v, bv.Name, v.Attrs.Place, d).String())
 	}
 	return bv
 }

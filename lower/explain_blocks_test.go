@@ -411,3 +411,44 @@ train {
 		require.Equal(t, want[d], terms(res.Devices[d]), "device %d", d)
 	}
 }
+
+// Megatron's MLP trained: the backward is one call (its results' global
+// accumulations in between do not cut it), the gradient entering it is
+// named after the call's result, and its one collective is the all-reduce
+// of the input's gradient (algorithms.md, 1D: the column-parallel layer's
+// input gradient is partial).
+func TestBlocksMegatronBackward(t *testing.T) {
+	src := `mesh M = [t=2]
+use par
+param X : f32[4, 6] = normal(0, 1)
+input T : f32[4, 6] = normal(0, 1)
+param W1 : f32[6, 8] = normal(0, 0.3)
+param W2 : f32[8, 6] = normal(0, 0.3)
+train {
+    Y = par.mlp_1d(X, W1, W2)
+    loss = mse(Y, T)
+    optimizer = sgd(lr=0.1)
+    steps = 1
+}
+`
+	r := blocksOf(t, src)
+	require.Len(t, r.Calls, 2)
+	require.Equal(t, []string{"gelu(X·W1[:,0])·W2[0,:] + gelu(X·W1[:,1])·W2[1,:]", "gelu(X·W1[:,0])·W2[0,:] + gelu(X·W1[:,1])·W2[1,:]"}, r.Calls[0].Results[0].Devices)
+	bw := r.Calls[1]
+	require.Equal(t, "dY", bw.Inputs[0].Name)
+	var names []string
+	for _, res := range bw.Results {
+		names = append(names, res.Name)
+	}
+	slices.Sort(names)
+	require.Equal(t, []string{"dW1", "dW2", "dX"}, names)
+	require.Len(t, bw.Steps, 1)
+	require.Len(t, bw.Steps[0].Moves, 1)
+	require.Equal(t, "all_reduce over t", bw.Steps[0].Moves[0].Op+" "+bw.Steps[0].Moves[0].Group)
+	for _, res := range bw.Results {
+		if res.Name == "dW2" {
+			require.Equal(t, []string{"dW2[0,:]", "dW2[1,:]"}, res.Blocks)
+			require.Equal(t, []string{"(gelu(X·W1[:,0]))ᵀ·dY", "(gelu(X·W1[:,1]))ᵀ·dY"}, res.Devices)
+		}
+	}
+}
