@@ -248,6 +248,9 @@ const (
 // collapse replaces a long derivation by name⟨blocks it used⟩; from
 // names the device that computed it.
 func collapse(e *expr, name, from string) *expr {
+	if algebraic(e) {
+		return e // sums and products of blocks keep their terms; String shortens them
+	}
 	s := e.String()
 	n := len([]rune(s))
 	short := n <= maxFnLabel || e.kind == eSum || e.kind == eProd || e.kind == eCat || e.kind == eAtom
@@ -255,6 +258,23 @@ func collapse(e *expr, name, from string) *expr {
 		return e
 	}
 	return &expr{kind: eOpaque, text: name, from: from, args: atomsOf(e)}
+}
+
+// algebraic reports whether e is blocks and numbers joined by sums,
+// products, concatenations and pieces only.
+func algebraic(e *expr) bool {
+	switch e.kind {
+	case eAtom, eZero, eNum:
+		return true
+	case eSum, eProd, eCat, ePiece:
+		for _, a := range e.args {
+			if !algebraic(a) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // hasOpaque reports whether a derived label uses a collapsed one (it is
@@ -321,11 +341,18 @@ func (e *expr) String() string {
 	case eAtom:
 		return e.atomString()
 	case eSum:
-		return joinExprs(e.args, " + ", eSum)
+		s := joinExprs(e.args, " + ", eSum)
+		if len([]rune(s)) > maxAnyLabel {
+			if sg, ok := e.sigma(); ok {
+				return sg
+			}
+			return abbreviate(e.args, " + ", eSum)
+		}
+		return s
 	case eProd:
 		return joinExprs(e.args, "·", eProd)
 	case eCat:
-		return fmt.Sprintf("cat(%s; dim %d)", joinExprs(e.args, ", ", eCat), e.dim)
+		return fmt.Sprintf("cat(%s; dim %d)", abbreviate(e.args, ", ", eCat), e.dim)
 	case ePiece:
 		x := e.args[0].String()
 		if k := e.args[0].kind; k != eAtom && k != eOpaque {
@@ -427,6 +454,9 @@ func wholeDim(b []int, nb int) bool {
 // block with the piece's number below it (0₁: piece 1 of block 0); a dim
 // the boundary left whole is numbered by its pieces.
 func (e *expr) index(d, x int) string {
+	if x == sigmaIndex {
+		return "t"
+	}
 	base := e.nb[d]
 	if e.base != nil {
 		base = e.base[d]

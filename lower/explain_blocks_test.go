@@ -452,3 +452,15 @@ train {
 		}
 	}
 }
+
+// On 8×8 SUMMA's result is written as the sum over the running block
+// index: Y_ij = Σ_t X_it·W_tj.
+func TestBlocksSUMMASigma(t *testing.T) {
+	r := blocksOf(t, "mesh M = [r=8, c=8]\nuse par\ninput X : f32[16, 16] = normal(0, 1)\ninput W : f32[16, 8] = normal(0, 1)\nY = par.summa(X, W)\noutput Y\n")
+	res := r.Calls[0].Results[0]
+	for d := range 64 {
+		i, j := d/8, d%8
+		require.Equal(t, fmt.Sprintf("Y[%d,%d]", i, j), res.Blocks[d])
+		require.Equal(t, fmt.Sprintf("Σ_t X[%d,t]·W[t,%d]", i, j), res.Devices[d])
+	}
+}
