@@ -12,7 +12,9 @@ import (
 // second last), one per coordinate of the others; a one-axis mesh as a
 // list. The REPL shows the pages one at a time.
 
-const blocksLegend = "blocks each device holds in local functions\n" +
+// BlocksLegend explains the notation; Text starts with it (the REPL prints
+// it before a call).
+const BlocksLegend = "blocks each device holds in local functions\n" +
 	"  X[i,j]: block (i, j) of X as the call declares it split (':' a whole dim, {0,2} blocks 0 and 2, 0₁ piece 1 of block 0);\n" +
 	"  · matrix product, ᵀ transpose, dX the gradient of X; bytes: what the device sends\n"
 
@@ -22,7 +24,7 @@ func (r *BlocksReport) Text() string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString(blocksLegend)
+	b.WriteString(BlocksLegend)
 	for i := range r.Calls {
 		for _, pg := range r.Pages(i) {
 			b.WriteString(pg)

@@ -36,6 +36,7 @@ func (s *session) blocks(arg string) {
 		return
 	}
 	pages := r.Pages(last)
+	fmt.Fprint(s.out, lower.BlocksLegend)
 	if arg == "" {
 		for _, pg := range pages {
 			fmt.Fprint(s.out, pg)
