@@ -341,7 +341,7 @@ func (e *expr) String() string {
 	case eAtom:
 		return e.atomString()
 	case eSum:
-		s := joinExprs(e.args, " + ", eSum)
+		s := countTerms(e.args)
 		if len([]rune(s)) > maxAnyLabel {
 			if sg, ok := e.sigma(); ok {
 				return sg
@@ -467,4 +467,25 @@ func (e *expr) index(d, x int) string {
 	}
 	sub := strings.Map(func(r rune) rune { return '₀' + r - '0' }, fmt.Sprint(x%f))
 	return fmt.Sprint(x/f) + sub
+}
+
+// countTerms writes a sum's terms, equal ones once with their count
+// (6·X[0,0]: six devices' copies of one block summed), in order of first
+// appearance.
+func countTerms(args []*expr) string {
+	var order []string
+	count := map[string]int{}
+	for _, a := range args {
+		s := wrap(a, eSum)
+		if count[s] == 0 {
+			order = append(order, s)
+		}
+		count[s]++
+	}
+	for i, s := range order {
+		if n := count[s]; n > 1 {
+			order[i] = fmt.Sprintf("%d·%s", n, s)
+		}
+	}
+	return strings.Join(order, " + ")
 }

@@ -307,7 +307,9 @@ func TestBlocksBytesMatchRuntime(t *testing.T) {
 		// a reduce to a root leaves a partial sum (zeros off the root);
 		// bf16 partials travel in f32
 		"reduce bf16": "mesh M = [r=3, c=2]\nlocal def f(x {r: S(0)}) -> {r: P, c: P} {\n    return reduce(broadcast(x, r, root=2), r, root=1) + reduce(x, c, root=0)\n}\ninput X : bf16[6, 4] = normal(0, 1)\nY = f(X)\noutput Y\n",
-		"ulysses":     "mesh M = [s=2]\nuse par\ninput Q : f32[3, 4, 8, 2] = normal(0, 1)\ninput K : f32[3, 4, 8, 2] = normal(0, 1)\ninput V : f32[3, 4, 8, 2] = normal(0, 1)\ninput m : f32[8, 8] = causal\nO = par.ulysses_attention(Q, K, V, m, 0.5)\noutput O\n",
+		// groups over two axes run axis by axis
+		"two-axis groups": "mesh M = [r=2, c=3]\nlocal def f(x {r: S(0), c: S(1)}) -> {r: S(0)} {\n    g = all_gather(x, r, c, dim=0)\n    s = reduce_scatter(g, c, r, dim=0)\n    return all_reduce(s, r, c)\n}\ninput X : f32[4, 6] = normal(0, 1)\nY = f(X)\noutput Y\n",
+		"ulysses":         "mesh M = [s=2]\nuse par\ninput Q : f32[3, 4, 8, 2] = normal(0, 1)\ninput K : f32[3, 4, 8, 2] = normal(0, 1)\ninput V : f32[3, 4, 8, 2] = normal(0, 1)\ninput m : f32[8, 8] = causal\nO = par.ulysses_attention(Q, K, V, m, 0.5)\noutput O\n",
 	}
 	for name, src := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -463,4 +465,21 @@ func TestBlocksSUMMASigma(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("Y[%d,%d]", i, j), res.Blocks[d])
 		require.Equal(t, fmt.Sprintf("Σ_t X[%d,t]·W[t,%d]", i, j), res.Devices[d])
 	}
+}
+
+// A group over two axes is ordered as the call lists them: reduce_scatter
+// over (c, r) gives device (r, c) piece 2c+r of the gathered blocks (the
+// runtime computes the same: its Y rows are 6·X00, 6·X02, 6·X11, 6·X01,
+// 6·X10, 6·X12 for a [2, 3] X, checked by hand).
+func TestBlocksTwoAxisGroups(t *testing.T) {
+	src := "mesh M = [r=2, c=3]\nlocal def f(x {r: S(0), c: S(1)}) -> {r: S(0), c: S(0)} {\n    g = all_gather(x, r, c, dim=0)\n    return reduce_scatter(g, c, r, dim=0)\n}\ninput X : f32[2, 3] = normal(0, 1)\nY = f(X)\noutput Y\n"
+	r := blocksOf(t, src)
+	g6 := "cat(X[0,0], X[0,1], X[0,2], X[1,0], X[1,1], X[1,2]; dim 0)"
+	requireMoves(t, r.Calls[0], []move{
+		// the last listed axis first: over c the 1-element block goes to 2
+		// peers, then over r the 3 gathered ones to 1: 5 elements
+		{"all_gather", []string{g6, g6, g6, g6, g6, g6}, []int64{20, 20, 20, 20, 20, 20}},
+		// over c: 6 elements → 2 (4 sent), then over r: 2 → 1 (1 sent)
+		{"reduce_scatter", []string{"6·X[0,0]", "6·X[0,2]", "6·X[1,1]", "6·X[0,1]", "6·X[1,0]", "6·X[1,2]"}, []int64{20, 20, 20, 20, 20, 20}},
+	})
 }
