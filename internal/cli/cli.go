@@ -574,9 +574,10 @@ func tolerances(dtype string, rtol, atol float64) (float64, float64) {
 
 func (e *env) explain(args []string) int {
 	var c common
-	fs := newFlags(e, "explain", "explain FILE [--json]")
+	fs := newFlags(e, "explain", "explain FILE [--json] [--blocks]")
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as one JSON document (schema in spec.md)")
+	blocks := fs.Bool("blocks", false, "step through the local functions: which block each device holds, which blocks move")
 	c.judgeMemoryOnlyIfSet = true
 	validate := func(_ *lower.Plan, k *checks) {
 		if *asJSON && c.dumpAfter != "" {
@@ -589,6 +590,9 @@ func (e *env) explain(args []string) int {
 	_, p, code := e.parseAndCompile(fs, args, &c, validate)
 	if p == nil {
 		return code
+	}
+	if *blocks {
+		return e.explainBlocks(p, *asJSON)
 	}
 	r := lower.Explain(p)
 	if *asJSON {

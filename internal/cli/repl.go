@@ -31,6 +31,9 @@ an empty line ends it.
 commands:
   :layout NAME   draw which device holds which block of NAME
   :explain       the explain report of everything defined so far
+  :blocks        which block each device holds at each collective of the
+                 last local function call; ':blocks step' shows one
+                 collective per Enter (any other input stops)
   :names         the tensors defined so far, with their placements
   :reset         forget everything
   :help          this text
@@ -45,6 +48,8 @@ type session struct {
 	c       *common
 	checker *lang.Checker
 	n       int
+	// pages are the rest of a ':blocks step' walk, one per Enter.
+	pages []string
 	// runContext gives the context of one run and a function to call
 	// after it; on a terminal Ctrl-C cancels the context (see interactive).
 	runContext func() (context.Context, func())
@@ -198,6 +203,9 @@ func (s *session) reset() {
 // feed takes one line; it returns true when the session should end.
 func (s *session) feed(buf *[]string, line string) bool {
 	trimmed := strings.TrimSpace(line)
+	if s.stepBlocks(len(*buf) == 0 && trimmed == "") {
+		return false
+	}
 	if len(*buf) == 0 && strings.HasPrefix(trimmed, ":") {
 		return s.command(trimmed)
 	}
@@ -393,6 +401,8 @@ func (s *session) command(line string) bool {
 			return false
 		}
 		fmt.Fprintf(s.out, "%s: %s", arg, sbp.Draw(p.Mesh, v.Type.Shape, p.Placement[v]))
+	case ":blocks":
+		s.blocks(arg)
 	case ":explain":
 		if s.checker.Graph().Mesh == nil {
 			fmt.Fprintln(s.out, ":explain: declare a mesh first")
