@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/meshrun/meshrun/ad"
 	"github.com/meshrun/meshrun/internal/regular"
@@ -300,7 +301,27 @@ func (c *Checker) result() error {
 }
 
 func (c *Checker) errorf(pos Pos, format string, args ...any) {
-	c.errs = append(c.errs, errorf(pos, format, args...))
+	e := errorf(pos, format, args...)
+	if len(c.calls) > 0 && c.callerNamed(pos) {
+		// an error inside a function names the calls that led there,
+		// innermost first, as explain does: "(called from m.mesh:12:5)"
+		var at []string
+		for i := len(c.calls) - 1; i >= 0 && len(at) < 3; i-- {
+			at = append(at, FormatPos(c.calls[i]))
+		}
+		if more := len(c.calls) - len(at); more > 0 {
+			at = append(at, fmt.Sprintf("%d more", more))
+		}
+		e.Msg += " (called from " + strings.Join(at, ", ") + ")"
+	}
+	c.errs = append(c.errs, e)
+}
+
+// callerNamed reports whether an error at pos needs its call chain: it is
+// inside a function body (not at the call itself).
+func (c *Checker) callerNamed(pos Pos) bool {
+	last := c.calls[len(c.calls)-1]
+	return pos.Filename != last.Filename || pos.Line != last.Line || pos.Column != last.Column
 }
 
 var keywords = map[string]bool{"mesh": true, "use": true, "input": true, "param": true, "def": true, "output": true, "return": true, "train": true, "checkpoint": true, "for": true}

@@ -42,7 +42,7 @@ output H
 		_, err := CheckSource("m.mesh", []byte(src), CheckOptions{})
 		var list ErrorList
 		require.True(t, errors.As(err, &list), "%s: %v", c.body, err)
-		require.Equal(t, c.msg, list[0].Msg, c.body)
+		require.Equal(t, c.msg+" (called from m.mesh:7:5)", list[0].Msg, c.body)
 		require.Equal(t, 4, list[0].Pos.Line, c.body)
 	}
 	_, err = CheckSource("m.mesh", []byte("mesh M = [dp=1]\ndef ceil(x) {\n    return x\n}\n"), CheckOptions{})
