@@ -34,6 +34,16 @@
 // cuBLASLt: loading cuBLAS loads cuBLASLt first, so cuBLAS's own reference
 // to it resolves to the copy already in memory (glibc matches sonames).
 //
+// # Kernels
+//
+// elementwise.cu holds the CUDA C of the elementwise ops (binary ones with
+// NumPy broadcasting by strides, see BroadcastFor), for NVRTC. It is kept
+// to the subset that also compiles as C and C++, so the test compiles it
+// with the system C compiler under testdata/emu/emu.h, which emulates the
+// grid one thread at a time, and compares every op with the CPU backend
+// (rt). That checks arithmetic, indexing and broadcasting; NVRTC, the GPU's
+// math library, launches, memory and speed need a GPU.
+//
 // # Calling convention
 //
 // Go never calls into these libraries through a Go-side ABI: each entry
