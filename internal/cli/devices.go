@@ -17,9 +17,13 @@ import (
 // cannot be loaded (as opposed to a driver that loads but fails).
 var errNoDriver = errors.New("no NVIDIA driver found (libnvidia-ml.so.1 could not be loaded)")
 
+// errDriverNotRunning: the library loads but the kernel module is absent
+// (a container or machine with the user-space driver only).
+var errDriverNotRunning = errors.New("no NVIDIA driver running (libnvidia-ml.so.1 loads, but the kernel driver is not loaded)")
+
 // gpuSource is the part of NVML that `devices` uses.
 type gpuSource interface {
-	Open() error // errNoDriver when libnvidia-ml cannot be loaded
+	Open() error // errNoDriver or errDriverNotRunning: an answer, not a failure
 	Close()
 	Driver() string // driver version, "" when unknown
 	Count() (int, error)
@@ -64,7 +68,7 @@ func (e *env) devices(args []string) int {
 // failures: they are printed and nil is returned.
 func listDevices(w io.Writer, src gpuSource) error {
 	if err := src.Open(); err != nil {
-		if errors.Is(err, errNoDriver) {
+		if errors.Is(err, errNoDriver) || errors.Is(err, errDriverNotRunning) {
 			fmt.Fprintln(w, err)
 			fmt.Fprintln(w, "no GPU: meshrun runs on its CPU backend (the CUDA backend is not implemented yet)")
 			return nil

@@ -28,7 +28,7 @@ func (s *nvmlSource) Open() error {
 		return errNoDriver
 	}
 	if r == nvml.ERROR_DRIVER_NOT_LOADED {
-		return fmt.Errorf("%w; libnvidia-ml.so.1 loads but the kernel driver is not running", errNoDriver)
+		return errDriverNotRunning
 	}
 	if r != nvml.SUCCESS {
 		return nvmlErr("init", r)

@@ -93,6 +93,10 @@ func TestDevicesNoGPUAndNoDriver(t *testing.T) {
 	require.NoError(t, listDevices(&out, &fakeGPUs{openErr: errNoDriver}))
 	require.Contains(t, out.String(), "no NVIDIA driver found (libnvidia-ml.so.1 could not be loaded)\n")
 
+	out.Reset()
+	require.NoError(t, listDevices(&out, &fakeGPUs{openErr: errDriverNotRunning}))
+	require.Contains(t, out.String(), "no NVIDIA driver running (libnvidia-ml.so.1 loads, but the kernel driver is not loaded)\n")
+
 	// Any other NVML failure is an error, not a listing.
 	out.Reset()
 	require.Error(t, listDevices(&out, &fakeGPUs{openErr: errors.New("NVML init: Insufficient Permissions")}))
