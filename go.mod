@@ -3,6 +3,7 @@ module github.com/meshrun/meshrun
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/alecthomas/participle/v2 v2.1.4
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/term v0.48.0

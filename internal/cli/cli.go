@@ -46,6 +46,7 @@ usage:
   meshrun estimate [flags]       ZeRO memory, bytes and seconds per step for a model size, without running
   meshrun gemm [flags]           1D, 2D, 2.5D and 3D parallel GEMM compared: memory, bytes, messages, time, formulas
   meshrun repl [flags]           interactive sharding experiments
+  meshrun devices                the NVIDIA GPUs NVML sees: memory, compute capability, PCI, NVLink topology
   meshrun grammar                print the grammar (EBNF, generated from the parser)
 
 Run 'meshrun COMMAND --help' for a command's flags.
@@ -79,6 +80,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return env.gemm(args[1:])
 	case "trace":
 		return env.trace(args[1:])
+	case "devices":
+		return env.devices(args[1:])
 	case "grammar":
 		return env.grammar(args[1:])
 	case "help", "-h", "--help", "-help":
