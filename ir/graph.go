@@ -159,6 +159,15 @@ func (g *Graph) Dump() string {
 		if v.Declared != nil {
 			fmt.Fprintf(&b, " declared=%s", v.Declared)
 		}
+		if len(v.Attrs.Axes) > 0 { // the local view's collectives
+			fmt.Fprintf(&b, " axes=%v", v.Attrs.Axes)
+			if v.Op == "broadcast" || v.Op == "reduce" {
+				fmt.Fprintf(&b, " root=%d", v.Attrs.Root)
+			}
+			if v.Attrs.Shift != nil {
+				fmt.Fprintf(&b, " shift=%v", v.Attrs.Shift)
+			}
+		}
 		b.WriteByte('\n')
 	}
 	for _, o := range g.Outputs {

@@ -72,6 +72,30 @@ func (c *Checker) axisArgs(call *Call) (map[string]int, bool) {
 	return alias, true
 }
 
+// axesBound reports, at the call, an axis a local function's placements
+// name that is neither bound by the call nor an axis of the mesh.
+func (c *Checker) axesBound(call *Call, def *FuncDef, name string, alias map[string]int) bool {
+	lits := []*PlacementLit{def.Result}
+	for _, p := range def.Params {
+		lits = append(lits, p.Placement)
+	}
+	m := c.g.Mesh
+	for _, lit := range lits {
+		if lit == nil {
+			continue
+		}
+		for _, e := range lit.Entries {
+			if _, bound := alias[e.Axis]; e.Axis == "" || bound || m.AxisIndex(e.Axis) >= 0 {
+				continue
+			}
+			c.errorf(call.Pos, "%s places its data on a mesh axis %s, which mesh %s %s does not have: bind it at the call, e.g. %s(..., %s=%s)",
+				name, e.Axis, m.Name, m, name, e.Axis, m.Axes[0].Name)
+			return false
+		}
+	}
+	return true
+}
+
 // checkDef checks what a function definition says about itself.
 func (c *Checker) checkDef(d *FuncDef) bool {
 	if d.Padded && !d.Local {
@@ -109,7 +133,7 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 		return operand{bad: true}
 	}
 	alias, ok := c.axisArgs(call)
-	if !ok {
+	if !ok || !c.axesBound(call, def, name, alias) {
 		return operand{bad: true}
 	}
 	c.axisAlias = alias

@@ -204,6 +204,9 @@ type Peer struct {
 func (in *Instr) Name() string {
 	switch in.Kind {
 	case Local, Collective:
+		if in.Step.Kind == sbp.RootBroadcast || in.Step.Kind == sbp.RootReduce {
+			return fmt.Sprintf("%s(%s) root %d", in.Step.Kind, in.Label, in.Step.Root)
+		}
 		return fmt.Sprintf("%s(%s)", in.Step.Kind, in.Label)
 	case Source:
 		return "source " + in.Label
