@@ -141,6 +141,22 @@ func (v *Value) Where() string {
 	return s
 }
 
+// CollectiveAttrs renders a local-view collective's group, root and
+// shift for dumps (" axes=[0] root=1"); "" for other values.
+func (v *Value) CollectiveAttrs() string {
+	if len(v.Attrs.Axes) == 0 {
+		return ""
+	}
+	s := fmt.Sprintf(" axes=%v", v.Attrs.Axes)
+	if v.Op == "broadcast" || v.Op == "reduce" {
+		s += fmt.Sprintf(" root=%d", v.Attrs.Root)
+	}
+	if v.Attrs.Shift != nil {
+		s += fmt.Sprintf(" shift=%v", v.Attrs.Shift)
+	}
+	return s
+}
+
 // Dump prints the graph, one value per line.
 func (g *Graph) Dump() string {
 	var b strings.Builder
@@ -159,15 +175,7 @@ func (g *Graph) Dump() string {
 		if v.Declared != nil {
 			fmt.Fprintf(&b, " declared=%s", v.Declared)
 		}
-		if len(v.Attrs.Axes) > 0 { // the local view's collectives
-			fmt.Fprintf(&b, " axes=%v", v.Attrs.Axes)
-			if v.Op == "broadcast" || v.Op == "reduce" {
-				fmt.Fprintf(&b, " root=%d", v.Attrs.Root)
-			}
-			if v.Attrs.Shift != nil {
-				fmt.Fprintf(&b, " shift=%v", v.Attrs.Shift)
-			}
-		}
+		b.WriteString(v.CollectiveAttrs())
 		b.WriteByte('\n')
 	}
 	for _, o := range g.Outputs {

@@ -229,7 +229,7 @@ func (p *Plan) Dump() string {
 			}
 			args = append(args, s)
 		}
-		fmt.Fprintf(&b, "%%%d = %s(%s) : %s", v.ID, v.Op, strings.Join(args, ", "), v.Type)
+		fmt.Fprintf(&b, "%%%d = %s(%s) : %s%s", v.ID, v.Op, strings.Join(args, ", "), v.Type, v.CollectiveAttrs())
 		if pl, ok := p.Placement[v]; ok {
 			fmt.Fprintf(&b, " %s", pl)
 		}
