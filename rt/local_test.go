@@ -158,6 +158,18 @@ func TestLocalGradients(t *testing.T) {
 		trainBoth(t, "[d=2, r=2, c=2]", "input X : f32[8, 6] = normal(0, 1)\ninput T : f32[8, 4] = normal(0, 1)\nparam W : f32[6, 4] = normal(0, 0.3)",
 			"    loss = mse(tanh(par.tesseract(X, W)), T)", "    loss = mse(tanh(X @ W), T)")
 	})
+	t.Run("tesseract d=1 q=3 uneven", func(t *testing.T) {
+		trainBoth(t, "[d=1, r=3, c=3]", "param X : f32[7, 5] = normal(0, 1)\ninput T : f32[7, 4] = normal(0, 1)\nparam W : f32[5, 4] = normal(0, 0.3)",
+			"    loss = mse(tanh(par.tesseract(X, W)), T)", "    loss = mse(tanh(X @ W), T)")
+	})
+	t.Run("tesseract d=2 q=3", func(t *testing.T) {
+		trainBoth(t, "[d=2, r=3, c=3]", "input X : f32[12, 6] = normal(0, 1)\ninput T : f32[12, 3] = normal(0, 1)\nparam W : f32[6, 3] = normal(0, 0.3)",
+			"    loss = mse(tanh(par.tesseract(X, W)), T)", "    loss = mse(tanh(X @ W), T)")
+	})
+	t.Run("3d q=3", func(t *testing.T) {
+		trainBoth(t, "[i=3, j=3, l=3]", "param X : f32[9, 18] = normal(0, 1)\ninput T : f32[9, 6] = normal(0, 1)\nparam W : f32[18, 6] = normal(0, 0.3)",
+			"    loss = mse(par.linear_3d(X, W, a=i, b=j, w=l), T)", "    loss = mse(X @ W, T)")
+	})
 	t.Run("3d two layers, roles swapped", func(t *testing.T) {
 		trainBoth(t, "[i=2, j=2, l=2]", "input X : f32[8, 12] = normal(0, 1)\ninput T : f32[8, 4] = normal(0, 1)\nparam W1 : f32[12, 8] = normal(0, 0.3)\nparam W2 : f32[8, 4] = normal(0, 0.3)",
 			"    h = tanh(par.linear_3d(X, W1, a=i, b=j, w=l))\n    loss = mse(par.linear_3d(h, W2, a=j, b=i, w=l), T)",
