@@ -1,7 +1,11 @@
 package rt
 
 import (
+	"fmt"
+	"io"
+	"os"
 	"sync"
+	"sync/atomic"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
@@ -20,17 +24,23 @@ type GonumBLAS struct{}
 
 func (GonumBLAS) Name() string { return "gonum" }
 
+// Describe says what a benchmark ran on.
+func (GonumBLAS) Describe() string { return "gonum (pure Go, no BLAS library)" }
+
 func (GonumBLAS) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	gemmHeavy.add(m, n, k)
 	gonum.Implementation{}.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
 }
 
 func (GonumBLAS) Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
+	gemmHeavy.add(m, n, k)
 	gonum.Implementation{}.Dgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
 }
 
 var (
 	defaultOnce sync.Once
 	defaultBLAS BLAS
+	defaultWhy  error // why OpenBLAS is not the default
 )
 
 // DefaultBLAS is OpenBLAS when libopenblas.so.0 can be loaded at run time
@@ -40,7 +50,62 @@ func DefaultBLAS() BLAS {
 		defaultBLAS = GonumBLAS{}
 		if b, err := LoadOpenBLAS(); err == nil {
 			defaultBLAS = b
+		} else {
+			defaultWhy = err
 		}
 	})
 	return defaultBLAS
+}
+
+// DescribeBLAS names b's library, build and threads (for benchmarks, which
+// must say which BLAS ran).
+func DescribeBLAS(b BLAS) string {
+	if d, ok := b.(interface{ Describe() string }); ok {
+		return d.Describe()
+	}
+	return b.Name()
+}
+
+// OpenBLASHint is the command that installs OpenBLAS on Debian and Ubuntu
+// (the pthread build: meshrun sets its thread count).
+const OpenBLASHint = "apt-get install libopenblas0-pthread"
+
+// GEMMHeavyFlops is how many floating-point operations the gonum GEMM does
+// in one process before meshrun says, once, that OpenBLAS is missing:
+// about half a second at gonum's 10–20 GF/s, and nothing a small example
+// or a test reaches.
+const GEMMHeavyFlops = 1e10
+
+// BLASNotice receives that message (standard error; tests swap it).
+var BLASNotice io.Writer = os.Stderr
+
+// gemmHeavy counts the gonum GEMM's operations and speaks once.
+var gemmHeavy = heavyCounter{limit: GEMMHeavyFlops, missing: openBLASMissing}
+
+type heavyCounter struct {
+	limit   int64
+	missing func() (why string, ok bool) // ok: OpenBLAS is absent, not declined
+	flops   atomic.Int64
+	once    sync.Once
+}
+
+func (h *heavyCounter) add(m, n, k int) {
+	if h.flops.Add(2*int64(m)*int64(n)*int64(k)) < h.limit {
+		return
+	}
+	h.once.Do(func() {
+		if why, ok := h.missing(); ok {
+			fmt.Fprintf(BLASNotice, "meshrun: this run is GEMM-heavy and uses gonum's pure-Go GEMM (%s); OpenBLAS is about 10x faster: %s\n", why, OpenBLASHint)
+		}
+	})
+}
+
+// openBLASMissing is true when the default BLAS is gonum because OpenBLAS
+// could not be loaded: not when MESHRUN_BLAS=gonum asked for gonum, nor
+// when a caller chose gonum while OpenBLAS is there.
+func openBLASMissing() (string, bool) {
+	if _, ok := DefaultBLAS().(GonumBLAS); !ok || os.Getenv("MESHRUN_BLAS") == "gonum" {
+		return "", false
+	}
+	return defaultWhy.Error(), true
 }

@@ -3,6 +3,7 @@ package rt
 import (
 	"math"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -60,4 +61,34 @@ func TestMatmulWithEmptyShards(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []int{sh[0], sh[1]}, out.Shape)
 	}
+}
+
+// TestGEMMHeavyNoticeOnce: the missing-OpenBLAS notice comes once, after
+// the operation count passes the limit, with the install command; not at
+// all when OpenBLAS was declined.
+func TestGEMMHeavyNoticeOnce(t *testing.T) {
+	var buf strings.Builder
+	old := BLASNotice
+	BLASNotice = &buf
+	defer func() { BLASNotice = old }()
+	h := heavyCounter{limit: 1000, missing: func() (string, bool) { return "libopenblas.so.0 not found", true }}
+	h.add(5, 5, 5) // 250
+	require.Empty(t, buf.String())
+	h.add(5, 10, 10) // 1250 in all
+	require.Equal(t, "meshrun: this run is GEMM-heavy and uses gonum's pure-Go GEMM (libopenblas.so.0 not found); OpenBLAS is about 10x faster: apt-get install libopenblas0-pthread\n", buf.String())
+	h.add(50, 50, 50)
+	require.Equal(t, 1, strings.Count(buf.String(), "meshrun:"))
+
+	buf.Reset()
+	declined := heavyCounter{limit: 1, missing: func() (string, bool) { return "", false }}
+	declined.add(9, 9, 9)
+	require.Empty(t, buf.String())
+}
+
+func TestCoreTypeFor(t *testing.T) {
+	info := "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl\nflags\t: ignored\n"
+	require.Equal(t, "SkylakeX", coreTypeFor(cpuFlags(info)))
+	require.Equal(t, "Haswell", coreTypeFor(cpuFlags("flags : sse2 avx avx2 fma avx512f\n")))
+	require.Equal(t, "", coreTypeFor(cpuFlags("flags : sse2 avx avx2\n")))
+	require.Equal(t, "", coreTypeFor(cpuFlags("no flags here\n")))
 }
