@@ -520,7 +520,9 @@ func unary(p *hostPool, op string, x *Tensor) *Tensor {
 
 // matmul multiplies the last two dims, batch dims broadcast NumPy-style
 // (the checker only admits equal or missing batch dims). When B has no batch
-// dims, A's batch folds into its rows and one GEMM does all of it.
+// dims, A's batch folds into its rows and one GEMM does all of it. The
+// output is not zeroed first: GEMM with beta = 0 writes every element, and
+// clearing it before cost as much as a small GEMM itself (issue 10, goal 5).
 func (c *CPU) matmul(p *hostPool, a, b *Tensor) (*Tensor, error) {
 	ra, rb := len(a.Shape), len(b.Shape)
 	m, k, n := a.Shape[ra-2], a.Shape[ra-1], b.Shape[rb-1]
@@ -532,33 +534,32 @@ func (c *CPU) matmul(p *hostPool, a, b *Tensor) (*Tensor, error) {
 	if !ok {
 		return nil, fmt.Errorf("local batch dims differ: %s @ %s", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
 	}
-	out := p.zeroed(a.DType, append(append([]int{}, batch...), m, n))
+	var dims [6]int
+	shape := append(append(dims[:0], batch...), m, n)
 	nb := numel(batch)
-	if m == 0 || n == 0 || nb == 0 {
-		return out, nil
+	if m == 0 || n == 0 || nb == 0 || k == 0 {
+		return p.zeroed(a.DType, shape), nil
 	}
-	if k == 0 {
+	out := uninitialised(p, a.DType, shape)
+	if rb == 2 { // fold A's batch into rows: one GEMM
+		gemm(c.BLAS, m*numel(ab), n, k, a, 0, b, 0, out, 0)
 		return out, nil
 	}
 	as, bs := broadcastStrides(ab, batch), broadcastStrides(bb, batch)
-	rows := m
-	if rb == 2 {
-		rows, nb = m*numel(ab), 1 // fold A's batch into rows
+	var idxs [4]int
+	idx := idxs[:0]
+	if len(batch) > len(idxs) {
+		idx = make([]int, len(batch))
+	} else {
+		idx = idxs[:len(batch)]
 	}
-	idx := make([]int, len(batch))
 	for i := 0; i < nb; i++ {
 		ao, bo := 0, 0
 		for d := range idx {
 			ao += idx[d] * as[d]
 			bo += idx[d] * bs[d]
 		}
-		ao, bo, co := ao*m*k, bo*k*n, i*m*n
-		switch od := out.Data.(type) {
-		case []float32:
-			c.BLAS.Sgemm(rows, n, k, a.Data.([]float32)[ao:], k, b.Data.([]float32)[bo:], n, od[co:], n)
-		case []float64:
-			c.BLAS.Dgemm(rows, n, k, a.Data.([]float64)[ao:], k, b.Data.([]float64)[bo:], n, od[co:], n)
-		}
+		gemm(c.BLAS, m, n, k, a, ao*m*k, b, bo*k*n, out, i*m*n)
 		for d := len(idx) - 1; d >= 0; d-- {
 			idx[d]++
 			if idx[d] < batch[d] {
@@ -569,3 +570,34 @@ func (c *CPU) matmul(p *hostPool, a, b *Tensor) (*Tensor, error) {
 	}
 	return out, nil
 }
+
+// gemm multiplies row-major blocks at offsets ao, bo into co (f32 or f64).
+func gemm(bl BLAS, m, n, k int, a *Tensor, ao int, b *Tensor, bo int, out *Tensor, co int) {
+	switch od := out.Data.(type) {
+	case []float32:
+		bl.Sgemm(m, n, k, a.Data.([]float32)[ao:], k, b.Data.([]float32)[bo:], n, od[co:], n)
+	case []float64:
+		bl.Dgemm(m, n, k, a.Data.([]float64)[ao:], k, b.Data.([]float64)[bo:], n, od[co:], n)
+	}
+}
+
+// uninitialised is zeroed without the zeroing, for a kernel that writes
+// every element of its output: a recycled buffer keeps its old contents.
+func uninitialised(p *hostPool, dt ir.DType, shape []int) *Tensor {
+	if p == nil {
+		return NewTensor(dt, shape)
+	}
+	d := p.take(dt, numel(shape))
+	if d == nil {
+		return p.zeroed(dt, shape)
+	}
+	t := header(dt, shape)
+	t.Data = d
+	t.home = p
+	return t
+}
+
+// NewRankCPU is the CPU backend as the local launcher makes it for one
+// rank: kernel outputs drawn from, and freed buffers returned to, the
+// rank's own arena (for benchmarks that time an op as the runtime runs it).
+func NewRankCPU(b BLAS) *CPU { return &CPU{BLAS: b, arena: newArena()} }
