@@ -14,6 +14,7 @@ import (
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
+	meshpkg "github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/rt"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -132,8 +133,9 @@ func BenchmarkMegatronMLPMeshVsOneDevice(b *testing.B) {
 }
 
 // BenchmarkTrainStep times training steps of the DP MLP, the DP×TP
-// Megatron MLP and the tiny GPT on their meshes and on one device (same
-// global batch). Each b.N iteration is one round: one rt.Train on each
+// Megatron MLP and the tiny GPT on their meshes, the last two also on
+// [dp=1, tp=2] (tensor parallelism alone), and on one device (same global
+// batch). Each b.N iteration is one round: one rt.Train on each
 // (workers made once per Train and reused by every step, as meshrun train
 // does), the order flipped every round, timing steps 2..trainSteps
 // (parameters carried, not initialised). It reports the per-round ratio
@@ -143,14 +145,25 @@ func BenchmarkMegatronMLPMeshVsOneDevice(b *testing.B) {
 // timeline. Run at least -benchtime 5x.
 func BenchmarkTrainStep(b *testing.B) {
 	const trainSteps = 8
-	for _, ex := range []string{"train/mlp_dp", "train/megatron_dp_tp", "train/gpt/gpt"} {
-		b.Run(ex, func(b *testing.B) {
+	for _, c := range []struct {
+		ex string
+		tp int // > 0: the example on [dp=1, tp=tp] instead of its own mesh (TP alone)
+	}{{"train/mlp_dp", 0}, {"train/megatron_dp_tp", 0}, {"train/megatron_dp_tp", 2}, {"train/gpt/gpt", 0}, {"train/gpt/gpt", 2}} {
+		ex, name := c.ex, c.ex
+		if c.tp > 0 {
+			name += "/tp=" + itoa(c.tp)
+		}
+		b.Run(name, func(b *testing.B) {
 			g, _, err := lang.CheckFile("../examples/"+ex+".mesh", lang.CheckOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			g.Train.Steps = trainSteps
-			mesh, err := lower.Lower(g, lower.Options{})
+			var on *meshpkg.Mesh
+			if c.tp > 0 {
+				on = meshpkg.New(g.Mesh.Name, meshpkg.Axis{Name: "dp", Size: 1}, meshpkg.Axis{Name: "tp", Size: c.tp})
+			}
+			mesh, err := lower.Lower(g, lower.Options{Mesh: on})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -205,7 +218,7 @@ func BenchmarkTrainStep(b *testing.B) {
 			b.ReportMetric(float64(compute)/float64(tMesh), "compute_frac")
 			b.ReportMetric(float64(comm)/float64(tMesh), "comm_frac")
 			b.Logf("%s on %v with %s: mesh %v / 1 device %v per step; mesh/single per round min %.2f median %.2f max %.2f (%d rounds); on device 0: compute %.0f%%, communication %.0f%%, other %.0f%%",
-				ex, mesh.Exec.Mesh, rt.DefaultBLAS().Name(), tMesh/steps, tSingle/steps, lo, med, hi, b.N,
+				ex, mesh.Exec.Mesh, rt.DescribeBLAS(rt.DefaultBLAS()), tMesh/steps, tSingle/steps, lo, med, hi, b.N,
 				100*float64(compute)/float64(tMesh), 100*float64(comm)/float64(tMesh), 100*float64(other)/float64(tMesh))
 		})
 	}

@@ -87,13 +87,16 @@ func tanh32(x float32) float32 {
 // smooth and slowly varying (≈ 1/(t√π)) where erfc itself spans 300 orders
 // of magnitude, so the tail keeps its relative accuracy for gelu's
 // negative side. R is a degree-9 Taylor polynomial about the centre of
-// each of erfcSteps intervals of width erfcW covering [1/2, 21/2);
+// each of erfcSteps intervals of width erfcW covering [0, 21/2);
 // erfc(21/2) < 1e-49 is 0 in f32. Narrow intervals and a low degree keep
 // the polynomial's dependency chain short (it dominates gelu's cost).
+// erf itself uses R only from erfcLo on; gelu and its gradient need only
+// Φ = ½erfc(−t), which never cancels, and take R from 0 (one path, no
+// data-dependent branch: see gelu32).
 const (
 	erfcLo    = 0.5
 	erfcW     = 0.25
-	erfcSteps = 40
+	erfcSteps = 42
 	erfcDeg   = 9
 )
 
@@ -106,14 +109,14 @@ var erfSmall = func() (c [10]float64) {
 	return c
 }()
 
-// erfcTaylor[i] are R's Taylor coefficients about c = 1/2 + (i+½)·erfcW. R solves
+// erfcTaylor[i] are R's Taylor coefficients about c = (i+½)·erfcW. R solves
 // R' = 2tR − 2/√π, so with t = c + h, (n+1)·a_{n+1} = 2c·a_n + 2·a_{n−1}
 // (minus 2/√π for n = 0), from a_0 = erfc(c)·e^(c²) by package math at
 // start-up. The recurrence's own solution grows like e^(2ch), at most
 // e^2.6 here, which multiplies a_0's rounding error to about 2e-15.
 var erfcTaylor = func() (tab [erfcSteps][erfcDeg + 1]float64) {
 	for i := range tab {
-		c := erfcLo + (float64(i)+0.5)*erfcW
+		c := (float64(i) + 0.5) * erfcW
 		a := &tab[i]
 		a[0] = math.Erfc(c) * math.Exp(c*c)
 		a[1] = 2*c*a[0] - 2/math.SqrtPi
@@ -136,17 +139,17 @@ func erfSeries(t float64) float64 {
 // erfcPos is erfc(t) for t ≥ 1/2 (and NaN for NaN).
 func erfcPos(t float64) float64 { return exp64(-t*t) * erfcR(t) }
 
-// erfcR is R(t) = e^(t²)·erfc(t) for t ≥ 1/2, 0 from 21/2 on (where
+// erfcR is R(t) = e^(t²)·erfc(t) for t ≥ 0, 0 from 21/2 on (where
 // erfc(t) is 0 in f32 and in exp64), NaN for NaN.
 func erfcR(t float64) float64 {
-	if !(t < erfcLo+erfcSteps*erfcW) {
+	if !(t < erfcSteps*erfcW) {
 		if t != t {
 			return t
 		}
 		return 0
 	}
-	i := int((t - erfcLo) * (1 / erfcW))
-	h := t - (erfcLo + (float64(i)+0.5)*erfcW)
+	i := int(t * (1 / erfcW))
+	h := t - (float64(i)+0.5)*erfcW
 	a := &erfcTaylor[i]
 	// Estrin's scheme: four independent pairs, then powers of h, instead
 	// of one chain of nine multiply-adds.
@@ -167,17 +170,22 @@ func erf64(x float64) float64 {
 // erf32 is erf x rounded to f32, within 1 ULP.
 func erf32(x float32) float32 { return float32(erf64(widen64(x))) }
 
-// normCDF is Φ(x) = ½·erfc(−x/√2), from erfc on the negative side so that
-// Φ keeps its relative accuracy where it is tiny.
+// normCDF is Φ(x) = ½·erfc(−x/√2) from erfc(|t|) alone: for x < 0 it is
+// ½erfc(|t|), which keeps its relative accuracy where it is tiny; for
+// x ≥ 0 it is 1 − ½erfc(t) ≥ ½, which cannot cancel. One path for every x:
+// gelu's inputs change sign at random, and the branches on the sign and on
+// |t| < ½ that the erf route takes were mispredicted about half the time
+// (issue 10: gelu was a fifth of the tiny GPT's step).
 func normCDF(x float64) float64 {
 	t := x * (1 / math.Sqrt2)
-	switch {
-	case t >= 0:
-		return 0.5 * (1 + erf64(t))
-	case t > -erfcLo:
-		return 0.5 * (1 + erfSeries(t))
-	}
-	return 0.5 * erfcPos(-t)
+	return upper(t, 0.5*exp64(-t*t)*erfcR(math.Abs(t)))
+}
+
+// upper is tail for t < 0 and 1 − tail for t ≥ 0 (by the sign bit, so that
+// the compiler need not branch; NaN stays NaN).
+func upper(t, tail float64) float64 {
+	pos := float64(1 - math.Float64bits(t)>>63) // 1 for t ≥ 0 (and +0), 0 below
+	return pos + (1-2*pos)*tail
 }
 
 // gelu32 is x·Φ(x) (exact gelu) rounded to f32.
@@ -194,11 +202,6 @@ func geluGrad32(x float32) float32 {
 	v := widen64(x)
 	t := v * (1 / math.Sqrt2)
 	g := exp64(-t * t)
-	var cdf float64
-	if at := math.Abs(t); at < erfcLo {
-		cdf = 0.5 * (1 + erfSeries(t))
-	} else if cdf = 0.5 * g * erfcR(at); t > 0 { // ½erfc(|t|) = Φ(−|x|)
-		cdf = 1 - cdf
-	}
+	cdf := upper(t, 0.5*g*erfcR(math.Abs(t))) // ½erfc(|t|) = Φ(−|x|)
 	return float32(cdf + v*g*invSqrt2Pi)
 }
