@@ -6,8 +6,11 @@
 # its losses must match meshrun's one-device losses (rtol 1e-4 over the
 # first 5 steps, 1e-3 after). Then, with 1 and with 2 threads on each side
 # (meshrun: GOMAXPROCS and MESHRUN_BLAS_THREADS, which meshrun hands to
-# openblas_set_num_threads; PyTorch: torch.set_num_threads and
-# OMP_NUM_THREADS), ROUNDS rounds of the three runs, the order rotating
+# openblas_set_num_threads; PyTorch: torch.set_num_threads,
+# OMP_NUM_THREADS and OPENBLAS_NUM_THREADS, since Debian's torch calls
+# OpenBLAS, whose own threads torch.set_num_threads does not limit; and
+# OMP_WAIT_POLICY=PASSIVE: OpenMP's spinning workers made PyTorch's
+# 2-thread step 10-60x slower on this loaded 2-core machine), ROUNDS rounds of the three runs, the order rotating
 # every round; each run's figure is its median step of steps 3..STEPS;
 # prints meshrun/PyTorch per round as min / median / max (goal <= 1.0).
 # Needs /usr/bin/python3 with torch and numpy (Debian: apt-get install
@@ -37,7 +40,7 @@ meshrun() { # $1 threads, $2 mesh file, $3 log
     GOMAXPROCS=$1 MESHRUN_BLAS_THREADS=$1 "$out/meshrun" train "$out/$2" --log "$3" >/dev/null
 }
 twin() { # $1 threads, $2 log
-    OMP_NUM_THREADS=$1 /usr/bin/python3 bench/torch_gpt.py train "$out" "$STEPS" "$1" >"$2"
+    OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_gpt.py train "$out" "$STEPS" "$1" >"$2"
 }
 
 echo "== same model: losses of meshrun (1 device, [dp=2, tp=2]) and the twin"

@@ -3,8 +3,11 @@
 # meshrun (1 device, and 2 virtual devices data-parallel) and in PyTorch
 # eager, on the same inputs, with 1 and with 2 threads on each side
 # (meshrun: GOMAXPROCS and MESHRUN_BLAS_THREADS, handed to
-# openblas_set_num_threads; PyTorch: torch.set_num_threads and
-# OMP_NUM_THREADS). ROUNDS rounds (default 5), the order rotating every
+# openblas_set_num_threads; PyTorch: torch.set_num_threads,
+# OMP_NUM_THREADS and OPENBLAS_NUM_THREADS, since Debian's torch calls
+# OpenBLAS, whose own threads torch.set_num_threads does not limit; and
+# OMP_WAIT_POLICY=PASSIVE: OpenMP's spinning workers made PyTorch's
+# 2-thread step 10-60x slower on this loaded 2-core machine). ROUNDS rounds (default 5), the order rotating every
 # round; each run's figure is its median step of steps 3..STEPS; prints
 # meshrun/PyTorch per round as min / median / max (goal <= 0.8) and which
 # BLAS each side ran. Needs /usr/bin/python3 with torch and numpy (Debian:
@@ -53,7 +56,7 @@ meshrun() { # $1 threads, $2 mesh file, $3 log
     GOMAXPROCS=$1 MESHRUN_BLAS_THREADS=$1 "$out/meshrun" train "$out/$2" --log "$3" >/dev/null
 }
 torch_step() { # $1 threads; prints the median step of steps 3..
-OMP_NUM_THREADS=$1 /usr/bin/python3 - "$out" "$STEPS" "$1" <<'PY'
+OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 - "$out" "$STEPS" "$1" <<'PY'
 import sys, time, statistics, numpy as np, torch
 out, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(threads)

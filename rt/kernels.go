@@ -269,7 +269,7 @@ func elementwise(p *hostPool, op string, x, y *Tensor) (*Tensor, error) {
 	if !ok {
 		return nil, fmt.Errorf("local shapes %s and %s do not broadcast", ir.ShapeString(x.Shape), ir.ShapeString(y.Shape))
 	}
-	out := p.zeroed(x.DType, shape)
+	out := uninitialised(p, x.DType, shape)
 	switch d := out.Data.(type) {
 	case []float32:
 		binaryKernel(op, d, shape, x.Data.([]float32), x.Shape, y.Data.([]float32), y.Shape)
@@ -466,7 +466,7 @@ func unaryFn(op string) func(float64) float64 {
 }
 
 func unary(p *hostPool, op string, x *Tensor) *Tensor {
-	out := p.zeroed(x.DType, x.Shape)
+	out := uninitialised(p, x.DType, x.Shape)
 	f := unaryFn(op)
 	switch d := out.Data.(type) {
 	case []float32:

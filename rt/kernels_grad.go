@@ -16,7 +16,7 @@ func init() {
 			return 0
 		})
 	}), "relu_grad")
-	registerCPU(pure(func(call *OpCall) *Tensor { return geluGrad(call.Args[0]) }), "gelu_grad")
+	registerCPU(pure(func(call *OpCall) *Tensor { return geluGrad(call.pool, call.Args[0]) }), "gelu_grad")
 	registerCPU(pure(func(call *OpCall) *Tensor {
 		return softmaxGrad(call.pool, call.Args[0], call.Args[1], call.Kernel.Attrs.Axis)
 	}), "softmax_grad")
@@ -49,13 +49,13 @@ func init() {
 }
 
 // geluGrad is Φ(x) + x·φ(x), the derivative of exact gelu.
-func geluGrad(x *Tensor) *Tensor {
+func geluGrad(p *hostPool, x *Tensor) *Tensor {
 	const invSqrt2Pi = 0.3989422804014327
 	f := func(v float64) float64 {
 		return 0.5*(1+math.Erf(v*(1/math.Sqrt2))) + v*math.Exp(-0.5*v*v)*invSqrt2Pi
 	}
 	if in, ok := x.Data.([]float32); ok {
-		out := NewTensor(x.DType, x.Shape)
+		out := uninitialised(p, x.DType, x.Shape)
 		d := out.Data.([]float32)
 		parallelFor(len(in), func(lo, hi int) {
 			for i := lo; i < hi; i++ {
@@ -95,7 +95,7 @@ func softmaxGrad(p *hostPool, y, g *Tensor, axis int) *Tensor {
 			}
 		}
 	}
-	out := p.zeroed(y.DType, y.Shape)
+	out := uninitialised(p, y.DType, y.Shape)
 	storeFloat64s(out, o)
 	return out
 }
@@ -140,7 +140,7 @@ func normalizeRows(p *hostPool, x, d *Tensor, eps float64) *Tensor {
 			o[r*h+i] = (dv[r*h+i] - md - (v-mean)*inv*mdx) * inv
 		}
 	}
-	out := p.zeroed(x.DType, x.Shape)
+	out := uninitialised(p, x.DType, x.Shape)
 	storeFloat64s(out, o)
 	return out
 }

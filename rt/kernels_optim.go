@@ -13,7 +13,7 @@ func init() {
 // first and second moments).
 func adamMoment(call *OpCall) *Tensor {
 	a := call.Args
-	out := call.pool.zeroed(a[0].DType, a[0].Shape)
+	out := uninitialised(call.pool, a[0].DType, a[0].Shape)
 	sq := call.Kernel.Op == "adam_moment2"
 	switch d := out.Data.(type) {
 	case []float32:
@@ -27,7 +27,7 @@ func adamMoment(call *OpCall) *Tensor {
 // adamStep is the parameter update from the moments (adamUpdate).
 func adamStep(call *OpCall) *Tensor {
 	a := call.Args
-	out := call.pool.zeroed(a[0].DType, a[0].Shape)
+	out := uninitialised(call.pool, a[0].DType, a[0].Shape)
 	switch d := out.Data.(type) {
 	case []float32:
 		s := func(i int) float32 { return a[i].Data.([]float32)[0] }
