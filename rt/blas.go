@@ -1,6 +1,7 @@
 package rt
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,15 +44,21 @@ var (
 	defaultWhy  error // why OpenBLAS is not the default
 )
 
-// DefaultBLAS is OpenBLAS when libopenblas.so.0 can be loaded at run time
-// (and MESHRUN_BLAS is not "gonum"), gonum otherwise.
+// DefaultBLAS is OpenBLAS when libopenblas.so.0 can be loaded at run time;
+// else meshrun's own SGEMM kernel in Go assembly (rt/asmgemm: AVX-512 or
+// AVX2/FMA on amd64) with gonum's DGEMM, where the CPU runs it; else
+// gonum. MESHRUN_BLAS=gonum or =asm picks one of those two.
 func DefaultBLAS() BLAS {
 	defaultOnce.Do(func() {
-		defaultBLAS = GonumBLAS{}
-		if b, err := LoadOpenBLAS(); err == nil {
+		v := os.Getenv("MESHRUN_BLAS")
+		b, err := LoadOpenBLAS()
+		if err == nil {
 			defaultBLAS = b
-		} else {
-			defaultWhy = err
+			return
+		}
+		defaultWhy, defaultBLAS = err, GonumBLAS{}
+		if b := asmBLAS(); b != nil && v != "gonum" {
+			defaultBLAS = b
 		}
 	})
 	return defaultBLAS
@@ -70,21 +77,23 @@ func DescribeBLAS(b BLAS) string {
 // (the pthread build: meshrun sets its thread count).
 const OpenBLASHint = "apt-get install libopenblas0-pthread"
 
-// GEMMHeavyFlops is how many floating-point operations the gonum GEMM does
-// in one process before meshrun says, once, that OpenBLAS is missing:
-// about half a second at gonum's 10–20 GF/s, and nothing a small example
-// or a test reaches.
+// GEMMHeavyFlops is how many floating-point operations the fallback GEMMs
+// (gonum's, or meshrun's own) do in one process before meshrun says, once,
+// that OpenBLAS is missing: about half a second at gonum's 10–20 GF/s, and
+// nothing a small example or a test reaches.
 const GEMMHeavyFlops = 1e10
 
 // BLASNotice receives that message (standard error; tests swap it).
 var BLASNotice io.Writer = os.Stderr
 
-// gemmHeavy counts the gonum GEMM's operations and speaks once.
-var gemmHeavy = heavyCounter{limit: GEMMHeavyFlops, missing: openBLASMissing}
+// gemmHeavy counts the fallback GEMMs' operations and speaks once.
+var gemmHeavy = heavyCounter{limit: GEMMHeavyFlops, missing: openBLASMissing,
+	using: func() string { return DescribeBLAS(DefaultBLAS()) }}
 
 type heavyCounter struct {
 	limit   int64
 	missing func() (why string, ok bool) // ok: OpenBLAS is absent, not declined
+	using   func() string                // the BLAS that runs instead
 	flops   atomic.Int64
 	once    sync.Once
 }
@@ -95,17 +104,24 @@ func (h *heavyCounter) add(m, n, k int) {
 	}
 	h.once.Do(func() {
 		if why, ok := h.missing(); ok {
-			fmt.Fprintf(BLASNotice, "meshrun: this run is GEMM-heavy and uses gonum's pure-Go GEMM (%s); OpenBLAS is about 10x faster: %s\n", why, OpenBLASHint)
+			fmt.Fprintf(BLASNotice, "meshrun: this run is GEMM-heavy and runs on %s: %s\n", h.using(), why)
 		}
 	})
 }
 
-// openBLASMissing is true when the default BLAS is gonum because OpenBLAS
-// could not be loaded: not when MESHRUN_BLAS=gonum asked for gonum, nor
-// when a caller chose gonum while OpenBLAS is there.
+// openBLASMissing is true when OpenBLAS could not be loaded, not when
+// MESHRUN_BLAS chose another BLAS; it says why, and when the library is
+// absent, the command that installs it.
 func openBLASMissing() (string, bool) {
-	if _, ok := DefaultBLAS().(GonumBLAS); !ok || os.Getenv("MESHRUN_BLAS") == "gonum" {
+	DefaultBLAS()
+	switch {
+	case defaultWhy == nil || os.Getenv("MESHRUN_BLAS") != "":
 		return "", false
+	case errors.Is(defaultWhy, errNoOpenBLAS):
+		return defaultWhy.Error() + "; OpenBLAS is faster: " + OpenBLASHint, true
 	}
-	return defaultWhy.Error(), true
+	return "OpenBLAS not used: " + defaultWhy.Error(), true
 }
+
+// errNoOpenBLAS: libopenblas.so.0 is not installed.
+var errNoOpenBLAS = errors.New("libopenblas.so.0 not found")

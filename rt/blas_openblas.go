@@ -68,14 +68,15 @@ var (
 	obErr  error
 )
 
-// LoadOpenBLAS opens libopenblas.so.0. MESHRUN_BLAS=gonum disables it.
+// LoadOpenBLAS opens libopenblas.so.0. MESHRUN_BLAS=gonum (or asm)
+// declines it.
 // It sets OpenBLAS's thread count once, to MESHRUN_BLAS_THREADS when set,
 // else to GOMAXPROCS: left alone, OpenBLAS starts a thread per core
 // whatever GOMAXPROCS says, and its idle threads spin in sched_yield next
 // to the Go scheduler's own workers (issue 10).
 func LoadOpenBLAS() (BLAS, error) {
-	if os.Getenv("MESHRUN_BLAS") == "gonum" {
-		return nil, fmt.Errorf("OpenBLAS disabled by MESHRUN_BLAS=gonum")
+	if v := os.Getenv("MESHRUN_BLAS"); v != "" && v != "openblas" {
+		return nil, fmt.Errorf("OpenBLAS declined: MESHRUN_BLAS=%s", v)
 	}
 	obOnce.Do(func() {
 		chooseCoreType()
@@ -83,7 +84,7 @@ func LoadOpenBLAS() (BLAS, error) {
 		defer C.free(unsafe.Pointer(name))
 		switch C.ob_load(name) {
 		case 1:
-			obErr = fmt.Errorf("libopenblas.so.0 not found")
+			obErr = errNoOpenBLAS
 		case 2:
 			obErr = fmt.Errorf("libopenblas.so.0 has no cblas_sgemm/cblas_dgemm")
 		default:

@@ -71,11 +71,12 @@ func TestGEMMHeavyNoticeOnce(t *testing.T) {
 	old := BLASNotice
 	BLASNotice = &buf
 	defer func() { BLASNotice = old }()
-	h := heavyCounter{limit: 1000, missing: func() (string, bool) { return "libopenblas.so.0 not found", true }}
+	h := heavyCounter{limit: 1000, missing: func() (string, bool) { return "libopenblas.so.0 not found; OpenBLAS is faster: " + OpenBLASHint, true },
+		using: func() string { return "gonum (pure Go, no BLAS library)" }}
 	h.add(5, 5, 5) // 250
 	require.Empty(t, buf.String())
 	h.add(5, 10, 10) // 1250 in all
-	require.Equal(t, "meshrun: this run is GEMM-heavy and uses gonum's pure-Go GEMM (libopenblas.so.0 not found); OpenBLAS is about 10x faster: apt-get install libopenblas0-pthread\n", buf.String())
+	require.Equal(t, "meshrun: this run is GEMM-heavy and runs on gonum (pure Go, no BLAS library): libopenblas.so.0 not found; OpenBLAS is faster: apt-get install libopenblas0-pthread\n", buf.String())
 	h.add(50, 50, 50)
 	require.Equal(t, 1, strings.Count(buf.String(), "meshrun:"))
 

@@ -1,0 +1,167 @@
+//go:build amd64
+
+package asmgemm
+
+import (
+	"os"
+	"strings"
+	"sync"
+)
+
+//go:noescape
+func sgemm6x16(k int, a, b, c *float32, ldc int, acc bool)
+
+//go:noescape
+func sgemm12x32(k int, a, b, c *float32, ldc int, acc bool)
+
+// Kernel is one micro-kernel: it computes an mr×nr tile of C from an A
+// panel (k columns of mr values) and a B panel (k rows of nr values).
+type Kernel struct {
+	Name   string
+	mr, nr int
+	fn     func(k int, a, b, c *float32, ldc int, acc bool)
+	flags  []string // /proc/cpuinfo flags it needs
+}
+
+var (
+	// AVX2 is the 6×16 kernel on YMM registers (AVX2 and FMA).
+	AVX2 = &Kernel{"avx2-6x16", 6, 16, sgemm6x16, []string{"avx2", "fma"}}
+	// AVX512 is the 12×32 kernel on ZMM registers (AVX-512F).
+	AVX512 = &Kernel{"avx512-12x32", 12, 32, sgemm12x32, []string{"avx512f"}}
+)
+
+// Supported says whether this CPU has the kernel's instructions.
+func (k *Kernel) Supported() bool {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, val, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(name) == "flags" {
+			f := " " + val + " "
+			for _, need := range k.flags {
+				if !strings.Contains(f, " "+need+" ") {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// Block sizes: with the 12×32 kernel a kc-deep A panel (12 KiB) and B
+// panel (32 KiB) stay near L1 and mc×kc of A (96 KiB) in L2.
+const (
+	kcBlock = 256
+	mcBlock = 96 // a multiple of both kernels' mr
+)
+
+var packs = sync.Pool{New: func() any { return new(pack) }}
+
+type pack struct {
+	a, b []float32
+	tile [12 * 32]float32
+}
+
+// Sgemm is C = A·B, row-major, A m×k (row stride lda), B k×n (ldb), C m×n
+// (ldc), with kernel kn (the caller checks kn.Supported()).
+func (kn *Kernel) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+		return
+	}
+	pk := packs.Get().(*pack)
+	defer packs.Put(pk)
+	np := (n + kn.nr - 1) / kn.nr
+	for p0 := 0; p0 < k; p0 += kcBlock {
+		kc := min(kcBlock, k-p0)
+		pk.b = packB(pk.b, b[p0*ldb:], ldb, kc, n, kn.nr)
+		for i0 := 0; i0 < m; i0 += mcBlock {
+			mc := min(mcBlock, m-i0)
+			pk.a = packA(pk.a, a[i0*lda+p0:], lda, mc, kc, kn.mr)
+			kn.block(pk, c[i0*ldc:], ldc, mc, n, kc, np, p0 > 0)
+		}
+	}
+}
+
+// block runs the micro-kernel over an mc×n block of C from packed A
+// (mc×kc) and B (kc×n); partial tiles at the edges go through pk.tile.
+func (kn *Kernel) block(pk *pack, c []float32, ldc, mc, n, kc, np int, acc bool) {
+	mr, nr := kn.mr, kn.nr
+	for ir := 0; ir < mc; ir += mr {
+		ap := &pk.a[(ir/mr)*mr*kc]
+		rows := min(mr, mc-ir)
+		for jp := 0; jp < np; jp++ {
+			bp := &pk.b[jp*nr*kc]
+			j0 := jp * nr
+			cols := min(nr, n-j0)
+			if rows == mr && cols == nr {
+				kn.fn(kc, ap, bp, &c[ir*ldc+j0], ldc, acc)
+				continue
+			}
+			t := pk.tile[:mr*nr]
+			if acc {
+				for i := 0; i < rows; i++ {
+					copy(t[i*nr:i*nr+cols], c[(ir+i)*ldc+j0:])
+				}
+			}
+			kn.fn(kc, ap, bp, &t[0], nr, acc)
+			for i := 0; i < rows; i++ {
+				copy(c[(ir+i)*ldc+j0:(ir+i)*ldc+j0+cols], t[i*nr:])
+			}
+		}
+	}
+}
+
+// packB lays kc rows of B out as panels of kc×nr (zero-padded past n).
+func packB(buf, b []float32, ldb, kc, n, nr int) []float32 {
+	np := (n + nr - 1) / nr
+	buf = grow(buf, np*nr*kc)
+	for jp := 0; jp < np; jp++ {
+		j0 := jp * nr
+		cols := min(nr, n-j0)
+		dst := buf[jp*nr*kc:]
+		for p := 0; p < kc; p++ {
+			row := dst[p*nr : p*nr+nr]
+			copy(row, b[p*ldb+j0:p*ldb+j0+cols])
+			clear(row[cols:])
+		}
+	}
+	return buf
+}
+
+// packA lays mc rows of kc columns of A out as mr-row panels, column by
+// column (zero-padded past mc).
+func packA(buf, a []float32, lda, mc, kc, mr int) []float32 {
+	panels := (mc + mr - 1) / mr
+	buf = grow(buf, panels*mr*kc)
+	for ip := 0; ip < panels; ip++ {
+		dst := buf[ip*mr*kc:]
+		for i := 0; i < mr; i++ {
+			r := ip*mr + i
+			if r >= mc {
+				for p := 0; p < kc; p++ {
+					dst[p*mr+i] = 0
+				}
+				continue
+			}
+			for p, v := range a[r*lda : r*lda+kc] {
+				dst[p*mr+i] = v
+			}
+		}
+	}
+	return buf
+}
+
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
+}
