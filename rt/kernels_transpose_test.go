@@ -67,3 +67,47 @@ func BenchmarkTranspose(b *testing.B) {
 		})
 	}
 }
+
+// TestSoftmaxRows32MatchesGeneralPath: the f32 row kernel gives exactly
+// what the general (float64 scratch) path gives for the same rows laid
+// out as columns, for softmax and log_softmax, including -1e9 masks.
+func TestSoftmaxRows32MatchesGeneralPath(t *testing.T) {
+	const rows, n = 7, 19
+	x := NewTensor(ir.F32, []int{rows, n})
+	d := x.Data.([]float32)
+	for i := range d {
+		d[i] = float32(i*37%23)/3 - 4
+		if i%n > i/n+5 {
+			d[i] = -1e9
+		}
+	}
+	xt := transpose(nil, x, []int{1, 0})
+	for _, logOut := range []bool{false, true} {
+		fast := softmax(nil, x, 1, logOut)
+		general := transpose(nil, softmax(nil, xt, 0, logOut), []int{1, 0})
+		require.Equal(t, general.Data, fast.Data, "log %v", logOut)
+	}
+}
+
+// TestLayernormRows32MatchesFloat64: the f32 row path rounds the same
+// float64 arithmetic as the general path (run here on the f64 copy).
+func TestLayernormRows32MatchesFloat64(t *testing.T) {
+	x, g, b := NewTensor(ir.F32, []int{5, 33}), NewTensor(ir.F32, []int{33}), NewTensor(ir.F32, []int{33})
+	for i, d := 0, x.Data.([]float32); i < len(d); i++ {
+		d[i] = float32(i*29%31)/7 - 2
+	}
+	for i := range 33 {
+		g.Data.([]float32)[i] = 1 + float32(i)/50
+		b.Data.([]float32)[i] = float32(i%3) - 1
+	}
+	wide := func(t *Tensor) *Tensor {
+		w := NewTensor(ir.F64, t.Shape)
+		copy(w.Data.([]float64), t.Float64s())
+		return w
+	}
+	got := layernorm(nil, x, g, b, 1e-5).Data.([]float32)
+	want := layernorm(nil, wide(x), wide(g), wide(b), 1e-5).Data.([]float64)
+	for i := range got {
+		require.Equal(t, float32(want[i]), got[i], "at %d", i)
+	}
+}
