@@ -31,7 +31,7 @@ func adamStep(call *OpCall) *Tensor {
 	switch d := out.Data.(type) {
 	case []float32:
 		s := func(i int) float32 { return a[i].Data.([]float32)[0] }
-		adamUpdate(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32), s(3), s(4), s(5), s(6))
+		adamUpdate32(d, a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32), s(3), s(4), s(5), s(6))
 	case []float64:
 		s := func(i int) float64 { return a[i].Data.([]float64)[0] }
 		adamUpdate(d, a[0].Data.([]float64), a[1].Data.([]float64), a[2].Data.([]float64), s(3), s(4), s(5), s(6))
@@ -59,6 +59,19 @@ func adamUpdate[T Float](out, p, m, v []T, step, rootBC2, eps, decay T) {
 		for i := lo; i < hi; i++ {
 			denom := T(math.Sqrt(float64(v[i])))/rootBC2 + eps
 			out[i] = p[i]*decay - step*(m[i]/denom)
+		}
+	})
+}
+
+// adamUpdate32 is adamUpdate for f32, the same arithmetic: the generic
+// instance ran at half this speed (21 vs 10 ns per element on 1M
+// parameters, issue 10), its float64 square root not narrowed to SQRTSS.
+func adamUpdate32(out, p, m, v []float32, step, rootBC2, eps, decay float32) {
+	parallelFor(len(out), func(lo, hi int) {
+		o, p, m, v := out[lo:hi], p[lo:hi], m[lo:hi], v[lo:hi]
+		for i := range o {
+			denom := float32(math.Sqrt(float64(v[i])))/rootBC2 + eps
+			o[i] = p[i]*decay - step*(m[i]/denom)
 		}
 	})
 }

@@ -1,5 +1,8 @@
 package rt
 
+// Tests of the fast paths in the kernels (tiled transpose, f32 softmax and
+// layernorm rows, f32 Adam) against the general code they shortcut.
+
 import (
 	"testing"
 
@@ -110,4 +113,18 @@ func TestLayernormRows32MatchesFloat64(t *testing.T) {
 	for i := range got {
 		require.Equal(t, float32(want[i]), got[i], "at %d", i)
 	}
+}
+
+// TestAdamUpdate32MatchesGeneric: the f32 Adam update is the generic one,
+// bit for bit.
+func TestAdamUpdate32MatchesGeneric(t *testing.T) {
+	n := 1000
+	p, m, v := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range p {
+		p[i], m[i], v[i] = float32(i%7)*0.1-0.3, float32(i%5)*0.01-0.02, float32(i%3)*0.001+1e-9
+	}
+	got, want := make([]float32, n), make([]float32, n)
+	adamUpdate32(got, p, m, v, 0.001, 0.99, 1e-8, 0.999)
+	adamUpdate(want, p, m, v, 0.001, 0.99, 1e-8, 0.999)
+	require.Equal(t, want, got)
 }
