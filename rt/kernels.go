@@ -279,6 +279,18 @@ func elementwise(p *hostPool, op string, x, y *Tensor) (*Tensor, error) {
 	return out, nil
 }
 
+// isSuffix says whether shape s, leading 1s dropped, is the trailing dims
+// of full: s then repeats contiguously along full's other dims.
+func isSuffix(s, full []int) bool {
+	for len(s) > 0 && s[0] == 1 {
+		s = s[1:]
+	}
+	if len(s) > len(full) {
+		return false
+	}
+	return sameShape(s, full[len(full)-len(s):])
+}
+
 func binaryFn[T Float](op string) func(a, b T) T {
 	switch op {
 	case "add":
@@ -344,6 +356,22 @@ func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y [
 		}
 	case len(x) == 1 && sameShape(ys, shape):
 		if fast(true, false) {
+			return
+		}
+	case sameShape(xs, shape) && len(y) > 0 && isSuffix(ys, shape):
+		// y repeats along x's leading dims (a bias, a mask, positions):
+		// the same-shape loop once per repetition
+		if fastBinary(op, out[:len(y)], x[:len(y)], y, false, false) {
+			for o := len(y); o < n; o += len(y) {
+				fastBinary(op, out[o:o+len(y)], x[o:o+len(y)], y, false, false)
+			}
+			return
+		}
+	case sameShape(ys, shape) && len(x) > 0 && isSuffix(xs, shape):
+		if fastBinary(op, out[:len(x)], x, y[:len(x)], false, false) {
+			for o := len(x); o < n; o += len(x) {
+				fastBinary(op, out[o:o+len(x)], x, y[o:o+len(x)], false, false)
+			}
 			return
 		}
 	}

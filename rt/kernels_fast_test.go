@@ -128,3 +128,39 @@ func TestAdamUpdate32MatchesGeneric(t *testing.T) {
 	adamUpdate(want, p, m, v, 0.001, 0.99, 1e-8, 0.999)
 	require.Equal(t, want, got)
 }
+
+// TestBinarySuffixBroadcast: an operand repeating along the other's
+// leading dims (either side, non-commutative ops too) gives the
+// element-wise definition.
+func TestBinarySuffixBroadcast(t *testing.T) {
+	full := []int{3, 4, 5}
+	for _, small := range [][]int{{4, 5}, {1, 4, 5}, {5}, {1, 1}} {
+		for _, op := range []string{"add", "sub", "mul", "div", "maximum"} {
+			for _, smallLeft := range []bool{false, true} {
+				a, b := NewTensor(ir.F32, full), NewTensor(ir.F32, small)
+				ad, bd := a.Data.([]float32), b.Data.([]float32)
+				for i := range ad {
+					ad[i] = float32(i%11) - 4.5
+				}
+				for i := range bd {
+					bd[i] = float32(i%3) + 0.5
+				}
+				x, y := a, b
+				if smallLeft {
+					x, y = b, a
+				}
+				got, err := elementwise(nil, op, x, y)
+				require.NoError(t, err)
+				f := binaryFn[float32](op)
+				for i, g := range got.Data.([]float32) {
+					bv := bd[i%len(bd)]
+					want := f(ad[i], bv)
+					if smallLeft {
+						want = f(bv, ad[i])
+					}
+					require.Equal(t, want, g, "%v %s %v at %d", small, op, smallLeft, i)
+				}
+			}
+		}
+	}
+}
