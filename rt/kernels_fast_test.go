@@ -164,3 +164,43 @@ func TestBinarySuffixBroadcast(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxGradRows32MatchesGeneralPath: the f32 row path of
+// softmax_grad equals the general path on the transposed layout.
+func TestSoftmaxGradRows32MatchesGeneralPath(t *testing.T) {
+	y, g := NewTensor(ir.F32, []int{6, 17}), NewTensor(ir.F32, []int{6, 17})
+	for i, d := 0, y.Data.([]float32); i < len(d); i++ {
+		d[i] = float32(i%13) / 13
+		g.Data.([]float32)[i] = float32(i%7) - 3
+	}
+	fast := softmaxGrad(nil, y, g, 1)
+	tr := func(x *Tensor) *Tensor { return transpose(nil, x, []int{1, 0}) }
+	general := tr(softmaxGrad(nil, tr(y), tr(g), 0))
+	require.Equal(t, general.Data, fast.Data)
+}
+
+// TestNormalizeRows32MatchesFloat64: the f32 row path of normalize and
+// its backward rounds the float64 path's values (run on f64 copies).
+func TestNormalizeRows32MatchesFloat64(t *testing.T) {
+	x, d := NewTensor(ir.F32, []int{4, 21}), NewTensor(ir.F32, []int{4, 21})
+	for i := range x.Data.([]float32) {
+		x.Data.([]float32)[i] = float32(i*17%19)/5 - 1
+		d.Data.([]float32)[i] = float32(i%5) - 2
+	}
+	wide := func(t *Tensor) *Tensor {
+		w := NewTensor(ir.F64, t.Shape)
+		copy(w.Data.([]float64), t.Float64s())
+		return w
+	}
+	for _, dd := range []*Tensor{nil, d} {
+		var dw *Tensor
+		if dd != nil {
+			dw = wide(dd)
+		}
+		got := normalizeRows(nil, x, dd, 1e-5).Data.([]float32)
+		want := normalizeRows(nil, wide(x), dw, 1e-5).Data.([]float64)
+		for i := range got {
+			require.Equal(t, float32(want[i]), got[i], "backward %v at %d", dd != nil, i)
+		}
+	}
+}

@@ -79,6 +79,23 @@ func mapFloat(x *Tensor, f func(float64) float64) *Tensor {
 
 func softmaxGrad(p *hostPool, y, g *Tensor, axis int) *Tensor {
 	outer, n, inner := axisView(y.Shape, axis)
+	y32, ok1 := y.Data.([]float32)
+	g32, ok2 := g.Data.([]float32)
+	if ok1 && ok2 && inner == 1 { // rows: the same float64 arithmetic, no scratch
+		out := uninitialised(p, y.DType, y.Shape)
+		o := out.Data.([]float32)
+		for r := 0; r+n <= len(y32) && n > 0; r += n {
+			yr, gr := y32[r:r+n], g32[r:r+n]
+			dot := 0.0
+			for i, v := range yr {
+				dot += float64(v) * float64(gr[i])
+			}
+			for i, v := range yr {
+				o[r+i] = float32(float64(v) * (float64(gr[i]) - dot))
+			}
+		}
+		return out
+	}
 	yv, gv := p.float64s(y), p.float64s(g)
 	o := p.f64(len(yv))
 	defer p.done(yv, gv, o)
@@ -101,9 +118,39 @@ func softmaxGrad(p *hostPool, y, g *Tensor, axis int) *Tensor {
 }
 
 // normalizeRows computes x̂ = (x − μ)/σ over the last dim, or, given d, the
-// backward (d − mean(d) − x̂·mean(d·x̂))/σ.
+// backward (d − mean(d) − x̂·mean(d·x̂))/σ. f32 tensors are widened one row
+// at a time (the same arithmetic as widening them whole).
 func normalizeRows(p *hostPool, x, d *Tensor, eps float64) *Tensor {
 	h := x.Shape[len(x.Shape)-1]
+	out := uninitialised(p, x.DType, x.Shape)
+	x32, ok := x.Data.([]float32)
+	var d32 []float32
+	if d != nil {
+		d32, ok = d.Data.([]float32)
+		ok = ok && x32 != nil
+	}
+	if ok && h > 0 {
+		row, drow, orow := p.f64(h), p.f64(h), p.f64(h)
+		defer p.done(row, drow, orow)
+		o := out.Data.([]float32)
+		for r := 0; r < len(x32)/h; r++ {
+			for i, v := range x32[r*h : (r+1)*h] {
+				row[i] = float64(v)
+			}
+			var dv []float64
+			if d32 != nil {
+				for i, v := range d32[r*h : (r+1)*h] {
+					drow[i] = float64(v)
+				}
+				dv = drow
+			}
+			normalizeRow(orow, row, dv, eps)
+			for i, v := range orow {
+				o[r*h+i] = float32(v)
+			}
+		}
+		return out
+	}
 	in := p.float64s(x)
 	var dv []float64
 	if d != nil {
@@ -112,37 +159,45 @@ func normalizeRows(p *hostPool, x, d *Tensor, eps float64) *Tensor {
 	o := p.f64(len(in))
 	defer p.done(in, dv, o)
 	for r := 0; h > 0 && r < len(in)/h; r++ {
-		row := in[r*h : (r+1)*h]
-		mean, vr := 0.0, 0.0
-		for _, v := range row {
-			mean += v
+		var dr []float64
+		if dv != nil {
+			dr = dv[r*h : (r+1)*h]
 		}
-		mean /= float64(h)
-		for _, v := range row {
-			vr += (v - mean) * (v - mean)
-		}
-		vr /= float64(h)
-		inv := 1 / math.Sqrt(vr+eps)
-		if d == nil {
-			for i, v := range row {
-				o[r*h+i] = (v - mean) * inv
-			}
-			continue
-		}
-		md, mdx := 0.0, 0.0
-		for i, v := range row {
-			md += dv[r*h+i]
-			mdx += dv[r*h+i] * (v - mean) * inv
-		}
-		md /= float64(h)
-		mdx /= float64(h)
-		for i, v := range row {
-			o[r*h+i] = (dv[r*h+i] - md - (v-mean)*inv*mdx) * inv
-		}
+		normalizeRow(o[r*h:(r+1)*h], in[r*h:(r+1)*h], dr, eps)
 	}
-	out := uninitialised(p, x.DType, x.Shape)
 	storeFloat64s(out, o)
 	return out
+}
+
+// normalizeRow is normalizeRows on one row (d nil: the forward).
+func normalizeRow(o, row, d []float64, eps float64) {
+	h := float64(len(row))
+	mean, vr := 0.0, 0.0
+	for _, v := range row {
+		mean += v
+	}
+	mean /= h
+	for _, v := range row {
+		vr += (v - mean) * (v - mean)
+	}
+	vr /= h
+	inv := 1 / math.Sqrt(vr+eps)
+	if d == nil {
+		for i, v := range row {
+			o[i] = (v - mean) * inv
+		}
+		return
+	}
+	md, mdx := 0.0, 0.0
+	for i, v := range row {
+		md += d[i]
+		mdx += d[i] * (v - mean) * inv
+	}
+	md /= h
+	mdx /= h
+	for i, v := range row {
+		o[i] = (d[i] - md - (v-mean)*inv*mdx) * inv
+	}
 }
 
 func maxGrad(x, y, g *Tensor, axis int) *Tensor {
