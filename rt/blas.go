@@ -115,8 +115,10 @@ func (h *heavyCounter) add(m, n, k int) {
 func openBLASMissing() (string, bool) {
 	DefaultBLAS()
 	switch {
-	case defaultWhy == nil || os.Getenv("MESHRUN_BLAS") != "":
+	case defaultWhy == nil:
 		return "", false
+	case os.Getenv("MESHRUN_BLAS") == "gonum" || os.Getenv("MESHRUN_BLAS") == "asm":
+		return "", false // asked for
 	case errors.Is(defaultWhy, errNoOpenBLAS):
 		return defaultWhy.Error() + "; OpenBLAS is faster: " + OpenBLASHint, true
 	}

@@ -147,8 +147,9 @@ func (OpenBLAS) Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c
 // OpenBLAS that does not know the CPU model falls back to its Prescott
 // (SSE3) kernels: Debian 12's 0.3.21 does so on Sapphire Rapids, and its
 // SGEMM runs at 18–20 GF/s there instead of 125–150 GF/s with the SkylakeX
-// (AVX-512) kernels, one thread. The kernels named here are the ones
-// OpenBLAS itself picks for the CPUs it knows with these flags.
+// (AVX-512) kernels, one thread. The kernels named here are those
+// OpenBLAS picks for the Intel CPUs it knows with these flags (for AMD
+// CPUs its own choices reuse the Haswell or SkylakeX kernels).
 func chooseCoreType() {
 	if os.Getenv("OPENBLAS_CORETYPE") != "" {
 		return
