@@ -71,8 +71,10 @@ type Checker struct {
 	// none); its values are per-device blocks (see local.go).
 	local string
 	// axisAlias binds the axis parameters of the local function being
-	// expanded to mesh axes (see axisArgs).
+	// expanded to mesh axes (see axisArgs); aliasUsed records the ones
+	// the function named, so an unused keyword is an error.
 	axisAlias map[string]int
+	aliasUsed map[string]bool
 	// module is the library module whose function is being expanded
 	// (""; a user function): its calls see the module's other functions.
 	module string

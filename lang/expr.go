@@ -220,6 +220,10 @@ func (c *Checker) call(call *Call) operand {
 		}
 		return c.expand(call, def, call.Name, args, kw)
 	}
+	if insertedOnly[call.Name] {
+		c.errorf(call.Pos, "%s is inserted by the compiler at a local function's boundary; it cannot be called", call.Name)
+		return operand{bad: true}
+	}
 	if isBuiltin(call.Name) {
 		return c.apply(call.Pos, call.Name, args, kw)
 	}

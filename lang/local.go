@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"strings"
 
 	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/sbp"
@@ -40,10 +41,14 @@ var localCalls = map[string]bool{"all_reduce": true, "all_gather": true, "reduce
 
 func isLocalCall(name string) bool { return localCalls[name] }
 
+// insertedOnly are the local view's ops only the checker makes.
+var insertedOnly = map[string]bool{"to_local": true, "from_local": true, "equal_copies": true}
+
 // axisIndex resolves a mesh axis name: a local function's axis parameter
 // (bound by its call: f(x, r=dp)) or an axis of the mesh.
 func (c *Checker) axisIndex(name string) int {
 	if a, ok := c.axisAlias[name]; ok {
+		c.aliasUsed[name] = true
 		return a
 	}
 	return c.g.Mesh.AxisIndex(name)
@@ -66,6 +71,12 @@ func (c *Checker) axisArgs(call *Call) (map[string]int, bool) {
 		if _, dup := alias[a.Name]; dup {
 			c.errorf(a.Pos, "argument %s given twice", a.Name)
 			return nil, false
+		}
+		for other, ax := range alias {
+			if ax == c.g.Mesh.AxisIndex(name) {
+				c.errorf(a.Pos, "%s and %s are both bound to mesh axis %s: a function's axes are distinct", other, a.Name, name)
+				return nil, false
+			}
 		}
 		alias[a.Name] = c.g.Mesh.AxisIndex(name)
 	}
@@ -94,6 +105,43 @@ func (c *Checker) axesBound(call *Call, def *FuncDef, name string, alias map[str
 		}
 	}
 	return true
+}
+
+// bodyErrorf reports an error inside a local function's body found after
+// the body was expanded: it names the call as errors inside it do.
+func (c *Checker) bodyErrorf(call, pos Pos, format string, args ...any) {
+	c.calls = append(c.calls, call)
+	c.errorf(pos, format, args...)
+	c.calls = c.calls[:len(c.calls)-1]
+}
+
+// aliasesUsed reports a keyword of a local function's call that names no
+// axis of the function (a typo would otherwise fall back to a mesh axis of
+// the same name).
+func (c *Checker) aliasesUsed(call *Call, name string) bool {
+	for _, a := range call.Args {
+		if a.Name != "" && !c.aliasUsed[a.Name] {
+			c.errorf(a.Pos, "%s=...: %s names no mesh axis %s", a.Name, name, a.Name)
+			return false
+		}
+	}
+	return true
+}
+
+// placementText renders a placement literal as written.
+func placementText(lit *PlacementLit) string {
+	var es []string
+	for _, e := range lit.Entries {
+		s := e.Kind
+		if e.Arg != nil {
+			s += "(" + *e.Arg + ")"
+		}
+		if e.Axis != "" {
+			s = e.Axis + ": " + s
+		}
+		es = append(es, s)
+	}
+	return "{" + strings.Join(es, ", ") + "}"
 }
 
 // checkDef checks what a function definition says about itself.
@@ -136,8 +184,8 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 	if !ok || !c.axesBound(call, def, name, alias) {
 		return operand{bad: true}
 	}
-	c.axisAlias = alias
-	defer func() { c.axisAlias = nil }()
+	c.axisAlias, c.aliasUsed = alias, map[string]bool{}
+	defer func() { c.axisAlias, c.aliasUsed = nil, nil }()
 	if len(args) != len(def.Params) {
 		c.errorf(call.Pos, "%s takes %s, got %d", name, plural(len(def.Params), "argument"), len(args))
 		return operand{bad: true}
@@ -147,6 +195,10 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 		if a.num != nil && def.Params[i].Placement == nil {
 			locals[i] = a // a number: the same on every device
 			continue
+		}
+		if a.v == nil && def.Params[i].Placement != nil {
+			c.errorf(call.Pos, "argument %d of local function %s declares a placement %s: pass a tensor", i+1, name, placementText(def.Params[i].Placement))
+			return operand{bad: true}
 		}
 		if a.v == nil {
 			c.errorf(call.Pos, "argument %d of local function %s must be a tensor or a number", i+1, name)
@@ -175,7 +227,7 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 		return ret
 	}
 	if ret.v == nil || !ret.v.Local {
-		c.errorf(c.retPos, "local function %s must return a value computed from its arguments", name)
+		c.bodyErrorf(call.Pos, c.retPos, "local function %s must return a value computed from its arguments", name)
 		return operand{bad: true}
 	}
 	out := sbp.Broadcasts(c.g.Mesh.NumAxes())
@@ -185,8 +237,8 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 			return operand{bad: true}
 		}
 	}
-	shape, ok := c.resultShape(def, name, args, ret.v, out)
-	if !ok {
+	shape, ok := c.resultShape(call, def, name, args, ret.v, out)
+	if !ok || !c.aliasesUsed(call, name) {
 		return operand{bad: true}
 	}
 	return c.leaveLocal(call.Pos, name, ret, out, shape)
@@ -195,7 +247,7 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 // resultShape is a local function's global result shape: its blocks
 // joined, or for a padded function the shape it declares, evaluated with
 // its parameters bound to the global arguments.
-func (c *Checker) resultShape(def *FuncDef, name string, args []operand, ret *Value, out sbp.NdSBP) ([]int, bool) {
+func (c *Checker) resultShape(call *Call, def *FuncDef, name string, args []operand, ret *Value, out sbp.NdSBP) ([]int, bool) {
 	shape := slices.Clone(ret.Type.Shape)
 	for d := range shape {
 		shape[d] *= splitCount(out, d, c.g.Mesh.Axes)
@@ -223,7 +275,7 @@ func (c *Checker) resultShape(def *FuncDef, name string, args []operand, ret *Va
 			return nil, false
 		}
 		if n.num == nil || *n.num != math.Trunc(*n.num) || *n.num < 1 || *n.num > float64(shape[d]) {
-			c.errorf(e.Pos, "%s: the result's dim %d must be an integer from 1 to %d (the padded blocks' whole)", name, d, shape[d])
+			c.bodyErrorf(call.Pos, e.Pos, "%s: the result's dim %d must be an integer from 1 to %d (the padded blocks' whole)", name, d, shape[d])
 			return nil, false
 		}
 		shape[d] = int(*n.num)
@@ -253,7 +305,7 @@ func (c *Checker) leaveLocal(pos Pos, name string, ret operand, out sbp.NdSBP, s
 		case !s.IsB() && ret.v.Vary&bit == 0:
 			needVary |= bit
 		case s.IsB() && ret.v.Vary&bit != 0 && ret.v.Equal&bit == 0:
-			c.errorf(c.retPos, "the result of local function %s differs between the devices of %s, but the function declares it B there: all_reduce it, or declare it P or S",
+			c.bodyErrorf(pos, c.retPos, "the result of local function %s differs between the devices of %s, but the function declares it B there: all_reduce it, or declare it P or S",
 				name, c.g.Mesh.Axes[a].Name)
 			return operand{bad: true}
 		case s.IsB() && ret.v.Vary&bit != 0:
@@ -334,8 +386,8 @@ func (c *Checker) localize(v *Value) bool {
 	switch v.Op {
 	case "all_reduce":
 		need, out = union|group, union&^group
-	case "pvary":
-		out, same = union|group, same|group
+	case "pvary": // equal along the axes it newly varies on, not along those it already did
+		out, same = union|group, same|(group&^union)
 	case "equal_copies":
 		out = union &^ group
 	case "all_gather", "broadcast":
@@ -425,6 +477,10 @@ func (c *Checker) localCall(call *Call) operand {
 				c.errorf(a.Pos, "shift: the offset along %s must be an integer", a.Name)
 				return operand{bad: true}
 			}
+			if slices.Contains(axes, c.axisIndex(a.Name)) {
+				c.errorf(a.Pos, "mesh axis %s named twice", a.Name)
+				return operand{bad: true}
+			}
 			axes = append(axes, c.axisIndex(a.Name))
 			offsets = append(offsets, int(*op.num))
 		case a.Name != "":
@@ -455,6 +511,11 @@ func (c *Checker) localCall(call *Call) operand {
 	kw["axes"] = operand{ints: axes}
 	if call.Name == "shift" {
 		kw["by"] = operand{ints: offsets}
+	}
+	if r, ok := kw["root"]; ok && c.opts.SingleDevice && r.num != nil {
+		// the single-device reference: every axis has one device, which is
+		// every root (the program was checked with its real sizes)
+		kw["root"] = numOp(0)
 	}
 	return c.apply(call.Pos, call.Name, []operand{x}, kw)
 }

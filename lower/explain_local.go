@@ -35,19 +35,17 @@ func explainWritten(p *Plan, r *Report, lines *sourceLines) {
 			r.Totals.TimeUs += secs * 1e6
 		}
 		switch v.Op {
-		case "shift":
+		case "shift": // one send per device, priced on the slowest of its axes' links
 			var names []string
-			worst := 0.0
-			secs := 0.0
+			secs, ring := 0.0, 1
 			L := float64(v.Type.Numel() * v.Type.DType.Size())
 			for _, a := range v.Attrs.Axes {
 				names = append(names, m.Axes[a].Name)
 				l := p.Planner.Topo.Link(a)
-				if t := l.Alpha + L*l.Beta; t > worst {
-					worst, secs = t, t
-				}
+				secs = max(secs, l.Alpha+L*l.Beta)
+				ring *= m.Axes[a].Size
 			}
-			add("shift", strings.Join(names, "×"), len(v.Attrs.Axes), L, secs)
+			add("shift", strings.Join(names, "×"), ring, L, secs)
 		default:
 			for _, st := range localSteps(v, m, m.NumAxes()) {
 				bytes, secs := sbp.StepCost(m, p.Planner.Topo, st.shape, v.Type.DType.Size(), st.from, st.axis, st.kind)

@@ -35,9 +35,9 @@ func init() {
 	local("all_reduce", "`all_reduce(x, r)`, `all_reduce(x, r, c)`", "same shape",
 		"sum over the group of the named axes; every device gets it", collectiveOp(keepShape), allReduceVJP)
 	local("all_gather", "`all_gather(x, r, dim=0)`", "dim `dim` × group size",
-		"the group's blocks concatenated along `dim`, in mesh order", collectiveOp(gatherShape), allGatherVJP)
+		"the group's blocks concatenated along `dim`, in row-major order of the listed axes", collectiveOp(gatherShape), allGatherVJP)
 	local("reduce_scatter", "`reduce_scatter(x, r, dim=0)`", "dim `dim` ÷ group size (must divide)",
-		"sum over the group, cut along `dim`; device i keeps piece i", collectiveOp(scatterShape), reduceScatterVJP)
+		"sum over the group, cut along `dim`; the device at position i (row-major over the listed axes) keeps piece i", collectiveOp(scatterShape), reduceScatterVJP)
 	local("all_to_all", "`all_to_all(x, r, split=1, concat=0)`", "`split` ÷ p, `concat` × p",
 		"piece i of `x` cut along `split` goes to member i; what arrives is concatenated along `concat`", collectiveOp(allToAllShape), allToAllVJP)
 	local("broadcast", "`broadcast(x, r, root=t)`", "same shape", "member `t`'s block, on every member", collectiveOp(keepShape), broadcastVJP)
@@ -177,6 +177,10 @@ func allToAllShape(b *Call, v *ir.Value, shape []int, p int) []int {
 	}
 	c, ok := b.dimAttr("concat", v, len(shape))
 	if !ok {
+		return nil
+	}
+	if s == c {
+		b.Failf("all_to_all: split and concat are both dim %d; they must differ", s)
 		return nil
 	}
 	if shape[s]%p != 0 {
@@ -331,27 +335,28 @@ func axesKw(v *ir.Value, extra map[string]Arg) map[string]Arg {
 	return kw
 }
 
-func toLocalVJP(b *Grad) {
-	// S stays S; a replicated argument's gradient is the same everywhere
-	// (the derivative of the one value); a partial argument's is too, as
-	// every device's part enters the sum with weight one.
-	pl := b.V.Attrs.Place.Clone()
-	for a, s := range pl {
+// splitsOnly keeps a boundary placement's splits and makes the rest B:
+// a replicated value's gradient is the same everywhere (the derivative of
+// the one value), and so is a partial one's, as every device's part enters
+// the sum with weight one.
+func splitsOnly(pl sbp.NdSBP) sbp.NdSBP {
+	out := pl.Clone()
+	for a, s := range out {
 		if !s.IsS() {
-			pl[a] = sbp.B
+			out[a] = sbp.B
 		}
 	}
+	return out
+}
+
+func toLocalVJP(b *Grad) {
+	pl := splitsOnly(b.V.Attrs.Place)
 	x := b.V.Args[0]
 	b.acc(x, b.opKw("from_local", map[string]Arg{"place": {Place: pl}, "shape": {Ints: x.Type.Shape}}, T(b.G)))
 }
 
 func fromLocalVJP(b *Grad) {
-	pl := b.V.Attrs.Place.Clone()
-	for a, s := range pl {
-		if !s.IsS() {
-			pl[a] = sbp.B
-		}
-	}
+	pl := splitsOnly(b.V.Attrs.Place)
 	b.acc(b.V.Args[0], b.opKw("to_local", map[string]Arg{"place": {Place: pl}, "padded": N(1)}, T(b.G)))
 }
 

@@ -16,6 +16,8 @@ type Diff struct {
 	MaxRel float64
 	At     int // flat index of the worst element
 	OK     bool
+	// Shapes says how the shapes differ when they do ("" otherwise).
+	Shapes string
 }
 
 // RelErr prints MaxRel as check reports it; with an all-zero reference
@@ -162,6 +164,7 @@ func CompareWithin(got, want *Tensor, tol Tolerance) Diff {
 	if !sameShape(got.Shape, want.Shape) {
 		d.OK = false
 		d.MaxAbs = math.Inf(1)
+		d.Shapes = fmt.Sprintf("shape %s here, %s in the reference", ir.ShapeString(got.Shape), ir.ShapeString(want.Shape))
 		return d
 	}
 	gv, wv := got.Float64s(), want.Float64s()

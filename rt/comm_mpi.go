@@ -326,6 +326,7 @@ func (g *mpiGroup) Reduce(ctx context.Context, x Buffer, root int) (Buffer, erro
 		return nil, mpiErr(err)
 	}
 	if g.Index() != root {
+		g.parent.pool.put(out)
 		return NewTensor(t.DType, t.Shape), nil
 	}
 	return g.parent.narrowTo(out, t.DType), nil

@@ -439,6 +439,10 @@ func (e *env) check(args []string) int {
 		if !d.OK {
 			status, ok = "MISMATCH", false
 		}
+		if d.Shapes != "" {
+			fmt.Fprintf(e.stdout, "  %-12s %-8s %s\n", name, status, d.Shapes)
+			continue
+		}
 		fmt.Fprintf(e.stdout, "  %-12s %-8s max abs err %.3g  rel err %s  (%s)\n", name, status, d.MaxAbs, d.RelErr(), tol)
 	}
 	if len(want.Names) == 0 {

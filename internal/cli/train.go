@@ -351,6 +351,10 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 		if !d.OK {
 			status, ok = "MISMATCH", false
 		}
+		if d.Shapes != "" {
+			fmt.Fprintf(e.stdout, "  %-16s %-8s %s\n", name, status, d.Shapes)
+			return
+		}
 		fmt.Fprintf(e.stdout, "  %-16s %-8s max abs err %.3g  rel err %s\n", name, status, d.MaxAbs, d.RelErr())
 	}
 	report("loss curve", rt.CompareTensors(rt.FromSlice([]int{len(got.Losses)}, got.Losses), rt.FromSlice([]int{len(want.Losses)}, want.Losses), r, a))
