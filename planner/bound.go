@@ -1,0 +1,81 @@
+package planner
+
+import "github.com/meshrun/meshrun/mesh"
+
+func meshDefault() mesh.Link { return mesh.DefaultLink }
+
+// Lower bounds, which let the search skip a candidate without lowering
+// it. Each holds for every plan lowering can make of the candidate:
+//
+//   - compute: no device does less than an even share, F/(N·rate), of the
+//     step's arithmetic F (the live values of the program checked with the
+//     candidate's micro-batch count; checkpointing only adds to it). On a
+//     pipeline under GPipe or 1F1B the busiest of K ranks, with per-stage
+//     times t_s, needs at least Σt_s + (M−1)·max t_s ≥ (F/K)(M+K−1)/M of
+//     its share's time, whatever the stage times; interleaved and the
+//     zero-bubble schedules get no such factor.
+//   - pipeline latency: micro-batch 0 goes forward through all K stages
+//     and its gradient back, 2(K−1) sends on the pipeline axis's link,
+//     besides its share of compute, (F/K)·K/M per pipeline rank.
+//   - gradients: with D > 1 devices on the data axis, every gradient of a
+//     parameter the program does not split over that axis is reduced over
+//     it, each by a conversion of its own; a device holds at least an even
+//     share of those bytes, G·D/N. Plain data parallelism all-reduces
+//     each (2(D−1) latencies, 2(D−1)/D of the bytes), ZeRO reduce-scatters
+//     it and all-gathers the parameter (the same again); a pipeline rank
+//     reduces its stages' share of the count. Compute and that reduction
+//     add up on the busiest device.
+//   - memory: a device holds at least an even share of the parameters,
+//     over the devices outside the data axis (all N with zero = 3); with
+//     mixed precision and ZeRO, of their half-precision copies.
+//
+// The bounds ignore tensor-parallel communication, which they cannot
+// know before placements are inferred: the search is exact — it finds
+// what pricing every candidate would — as long as the bounds are bounds,
+// and it is fast when they are close.
+
+// timeBound is a lower bound on candidate c's step time.
+func (b *base) timeBound(c *Candidate, opts Options) float64 {
+	n := float64(opts.Devices)
+	share := b.flops[c.Micro] / n / opts.Rate
+	compute := share
+	if c.PP > 1 && (c.Schedule == "gpipe" || c.Schedule == "1f1b") {
+		k, m := float64(c.PP), float64(c.Micro)
+		compute = share * (m + k - 1) / m
+	}
+	if c.PP > 1 {
+		k, m := float64(c.PP), float64(c.Micro)
+		link, _ := opts.Links.Axis(c.fullSizes(), c.PPPos)
+		compute = max(compute, 2*(k-1)*link.Alpha+share*k/m)
+	}
+	if b.dataAxis < 0 || c.Sizes[b.dataAxis] < 2 {
+		return compute
+	}
+	d := float64(c.Sizes[b.dataAxis])
+	link, _ := opts.Links.Axis(c.fullSizes(), b.dataAxisFull(c))
+	grads := b.gradB * d / n
+	count := float64(b.grads) / float64(c.PP)
+	reduce := count*2*(d-1)*link.Alpha + 2*(d-1)/d*grads*link.Beta
+	return max(compute, share+reduce)
+}
+
+// dataAxisFull is the data axis's index in the candidate's full mesh.
+func (b *base) dataAxisFull(c *Candidate) int {
+	if c.PP > 1 && b.dataAxis >= c.PPPos {
+		return b.dataAxis + 1
+	}
+	return b.dataAxis
+}
+
+// memoryBound is a lower bound on the parameter bytes a device holds.
+func (b *base) memoryBound(c *Candidate, n int, p *Program) float64 {
+	over := float64(n)
+	if c.Zero < 3 && b.dataAxis >= 0 {
+		over /= float64(c.Sizes[b.dataAxis])
+	}
+	held := b.paramB
+	if b.half && c.Zero > 0 {
+		held /= 2 // the f32 masters are split; the half copy is what is whole
+	}
+	return held / over
+}
