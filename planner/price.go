@@ -23,7 +23,12 @@ type Cost struct {
 	Compute float64
 	Comm    map[string]float64 // seconds per collective kind ("all-reduce", …)
 	Bytes   map[string]float64 // bytes sent per device per collective kind
-	Bubble  float64
+	// ByAxis is the time per collective kind and mesh axis, keyed
+	// "all_reduce over tp"; ModelAxes the average over pipeline ranks of
+	// the time in collectives on axes other than the data axis.
+	ByAxis    map[string]float64
+	ModelAxes float64
+	Bubble    float64
 	// Memory of the device with the highest peak.
 	Peak, Params, Optimizer, Gradients, Activations int64
 }
@@ -75,19 +80,19 @@ func topology(g *ir.Graph, c *Candidate, links *Links) *mesh.Topology {
 // timed (kernels by their local FLOPs at rate, collectives by the link
 // model), a pipelined plan's actions run through the schedule simulator,
 // pipeline sends timed on the pipeline axis's link.
-func price(p *lower.Plan, c *Candidate, links *Links, rate float64) (*Cost, error) {
+func price(p *lower.Plan, c *Candidate, links *Links, rate float64, dataAxis string) (*Cost, error) {
 	var cost *Cost
 	if p.Pipe == nil {
 		cost = &Cost{}
 		for i, prog := range p.Exec.Programs {
-			r := walk(p, prog, rate)
+			r := walk(p, prog, rate, dataAxis)
 			if i == 0 || r.busy() > cost.Step {
-				cost = &Cost{Step: r.busy(), Compute: r.compute, Comm: r.comm, Bytes: r.bytes}
+				cost = &Cost{Step: r.busy(), Compute: r.compute, Comm: r.comm, Bytes: r.bytes, ByAxis: r.axis, ModelAxes: r.model}
 			}
 		}
 	} else {
 		var err error
-		if cost, err = pricePipeline(p, c, links, rate); err != nil {
+		if cost, err = pricePipeline(p, c, links, rate, dataAxis); err != nil {
 			return nil, err
 		}
 	}
@@ -98,7 +103,8 @@ func price(p *lower.Plan, c *Candidate, links *Links, rate float64) (*Cost, erro
 // rankTime is what one program keeps a device busy with.
 type rankTime struct {
 	compute, pre, post float64
-	comm, bytes        map[string]float64
+	comm, bytes, axis  map[string]float64
+	model              float64            // seconds in collectives off the data axis
 	action             map[actKey]float64 // pipelined: busy seconds per action
 	sent               map[actKey]float64 // pipelined: bytes sent after each action
 }
@@ -117,8 +123,8 @@ func (r *rankTime) busy() float64 {
 }
 
 // walk times a program's instructions on its first device.
-func walk(p *lower.Plan, prog *plan.Program, rate float64) *rankTime {
-	r := &rankTime{comm: map[string]float64{}, bytes: map[string]float64{}, action: map[actKey]float64{}, sent: map[actKey]float64{}}
+func walk(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string) *rankTime {
+	r := &rankTime{comm: map[string]float64{}, bytes: map[string]float64{}, axis: map[string]float64{}, action: map[actKey]float64{}, sent: map[actKey]float64{}}
 	started := false
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
@@ -131,6 +137,11 @@ func walk(p *lower.Plan, prog *plan.Program, rate float64) *rankTime {
 			t = in.Step.Time
 			r.comm[string(in.Step.Kind)] += t
 			r.bytes[string(in.Step.Kind)] += in.Step.Bytes
+			name := p.Exec.Mesh.Axes[in.Step.Axis].Name
+			r.axis[string(in.Step.Kind)+" over "+name] += t
+			if name != dataAxis {
+				r.model += t
+			}
 		case plan.Send:
 			if in.Act != nil {
 				k := actKey{in.Act.Stage, in.Act.Micro, in.Act.Kind}
@@ -175,13 +186,13 @@ func localBytes(m *mesh.Mesh, in *plan.Instr) int64 {
 // rank that holds its stage; the step is the longest rank's work before
 // the actions, the simulated span of the actions, and the longest rank's
 // work after them (the optimizer step and its collectives).
-func pricePipeline(p *lower.Plan, c *Candidate, links *Links, rate float64) (*Cost, error) {
+func pricePipeline(p *lower.Plan, c *Candidate, links *Links, rate float64, dataAxis string) (*Cost, error) {
 	full := p.Exec.Mesh
 	ranks := make([]*rankTime, p.Pipe.Schedule.Ranks)
 	for r := range ranks {
 		coord := make([]int, full.NumAxes())
 		coord[p.Pipe.Axis] = r
-		ranks[r] = walk(p, p.Exec.ProgramOf(full.Device(coord)), rate)
+		ranks[r] = walk(p, p.Exec.ProgramOf(full.Device(coord)), rate, dataAxis)
 	}
 	link, _ := links.Axis(c.fullSizes(), p.Pipe.Axis)
 	sched := p.Pipe.Schedule
@@ -211,12 +222,13 @@ func pricePipeline(p *lower.Plan, c *Candidate, links *Links, rate float64) (*Co
 	}
 	cost := &Cost{Step: pre + pipeline.Makespan(events) + post}
 	busiest := ranks[0]
-	for _, r := range ranks[1:] {
+	for _, r := range ranks {
 		if r.busy() > busiest.busy() {
 			busiest = r
 		}
+		cost.ModelAxes += r.model / float64(len(ranks))
 	}
-	cost.Compute, cost.Comm, cost.Bytes = busiest.compute, busiest.comm, busiest.bytes
+	cost.Compute, cost.Comm, cost.Bytes, cost.ByAxis = busiest.compute, busiest.comm, busiest.bytes, busiest.axis
 	cost.Bubble = max(0, cost.Step-busiest.busy())
 	return cost, nil
 }

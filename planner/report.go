@@ -25,8 +25,21 @@ func (r *Result) Text() string {
 	for _, n := range r.Rejected {
 		rejected += n
 	}
-	fmt.Fprintf(&b, "searched %d candidates in %.1f s: %d priced (checked, lowered, simulated), %d skipped by the time bound, %d by the memory bound; %d rejected by the checker or lowering\n\n",
-		r.Candidates, r.Elapsed.Seconds(), r.Priced, r.PrunedTime, r.PrunedMemory, rejected)
+	if r.Uneven > 0 {
+		fmt.Fprintf(&b, "%d candidates left out: their mesh splits a declared tensor (or the micro-batch) unevenly\n", r.Uneven)
+	}
+	if r.FewUnits > 0 {
+		fmt.Fprintf(&b, "%d candidates left out: more pipeline stages than the train block's %d units\n", r.FewUnits, r.Prog.Units)
+	}
+	fmt.Fprintf(&b, "searched %d candidates in %.1f s: %d priced (checked, lowered, simulated), %d skipped by the time bound (%d of them by a priced sibling's), %d by the memory bound; %d rejected by the checker or lowering\n\n",
+		r.Candidates, r.Elapsed.Seconds(), r.Priced, r.PrunedTime, r.PrunedSibling, r.PrunedMemory, rejected)
+	if r.Stopped {
+		fmt.Fprintf(&b, "stopped at the time limit with %d candidates left unpriced; none of them can be faster than %s", r.Left, seconds(r.Unpriced))
+		if len(r.Ranked) > 0 {
+			fmt.Fprintf(&b, ", so the best below is at most %.1f%% slower than the optimum", 100*max(0, r.Ranked[0].Cost.Step/r.Unpriced-1))
+		}
+		b.WriteString("\n\n")
+	}
 	if len(r.Ranked) == 0 {
 		b.WriteString("no strategy fits")
 		if o.Memory > 0 {
@@ -48,7 +61,9 @@ func (r *Result) Text() string {
 		for m := range r.Rejected {
 			msgs = append(msgs, m)
 		}
-		sort.Slice(msgs, func(i, j int) bool { return r.Rejected[msgs[i]] > r.Rejected[msgs[j]] || r.Rejected[msgs[i]] == r.Rejected[msgs[j]] && msgs[i] < msgs[j] })
+		sort.Slice(msgs, func(i, j int) bool {
+			return r.Rejected[msgs[i]] > r.Rejected[msgs[j]] || r.Rejected[msgs[i]] == r.Rejected[msgs[j]] && msgs[i] < msgs[j]
+		})
 		for i, m := range msgs {
 			if i == 8 {
 				fmt.Fprintf(&b, "  … and %d other reasons\n", len(msgs)-i)
@@ -146,48 +161,51 @@ func (r *Result) reason(best, e *Evaluated) string {
 		"compute": {e.Cost.Compute, best.Cost.Compute},
 		"bubble":  {e.Cost.Bubble, best.Cost.Bubble},
 	}
-	for _, k := range kinds([]*Evaluated{e, best}) {
-		terms[k] = [2]float64{e.Cost.Comm[k], best.Cost.Comm[k]}
+	for _, c := range []*Cost{e.Cost, best.Cost} {
+		for k := range c.ByAxis {
+			terms[k] = [2]float64{e.Cost.ByAxis[k], best.Cost.ByAxis[k]}
+		}
 	}
-	name, diff := "", math.Inf(-1)
 	keys := mapsKeys(terms)
 	slices.Sort(keys)
+	name, diff := "", math.Inf(-1)
 	for _, k := range keys {
 		if d := terms[k][0] - terms[k][1]; d > diff {
 			name, diff = k, d
 		}
 	}
 	t := terms[name]
-	s := fmt.Sprintf("step %s vs %s; %s %s vs %s", seconds(e.Cost.Step), seconds(best.Cost.Step), name, seconds(t[0]), seconds(t[1]))
-	if t[1] > 0 {
-		s += fmt.Sprintf(" (%.1f×)", t[0]/t[1])
+	what := name
+	if _, axis, ok := strings.Cut(name, " over "); ok {
+		what += " (" + r.axisLink(e.Cand, axis) + ")"
 	}
-	if name != "compute" && name != "bubble" {
-		if slow := r.slowAxes(e.Cand); slow != "" {
-			s = slow + ": " + s
-		}
+	s := fmt.Sprintf("step %s vs %s; %s %s vs %s", seconds(e.Cost.Step), seconds(best.Cost.Step), what, seconds(t[0]), seconds(t[1]))
+	if t[1] > 0 {
+		s += fmt.Sprintf(", %.1f×", t[0]/t[1])
 	}
 	return s
 }
 
-// slowAxes names the axes of c (size > 1) off the innermost link level.
-func (r *Result) slowAxes(c *Candidate) string {
+// axisLink describes an axis of c's mesh: its size and link.
+func (r *Result) axisLink(c *Candidate, axis string) string {
 	full := c.fullSizes()
 	names := slices.Clone(r.Prog.Axes)
 	if c.PP > 1 {
 		names = slices.Insert(names, c.PPPos, r.Prog.PipeName)
 	}
-	var out []string
-	for a, n := range full {
-		if n < 2 {
-			continue
-		}
-		l, lv := r.Opts.Links.Axis(full, a)
-		if lv > 0 {
-			out = append(out, fmt.Sprintf("%s=%d over the level-%d link (%g GB/s)", names[a], n, lv+1, 1/l.Beta/1e9))
-		}
+	a := slices.Index(names, axis)
+	if a < 0 {
+		return axis
 	}
-	return strings.Join(out, ", ")
+	l, lv := r.Opts.Links.Axis(full, a)
+	where := "inside a block of the innermost link level"
+	if lv > 0 {
+		where = fmt.Sprintf("spans level %d", lv+1)
+	}
+	if len(r.Opts.Links.Levels) == 1 {
+		where = "uniform links"
+	}
+	return fmt.Sprintf("%s=%d, %s: %g µs, %g GB/s", axis, full[a], where, l.Alpha*1e6, 1/l.Beta/1e9)
 }
 
 func mapsKeys[V any](m map[string]V) []string {

@@ -31,6 +31,7 @@ type Program struct {
 	meshEnd  int
 
 	HasTrain   bool
+	Units      int             // the train block's units: statements that compute, loop iterations
 	trainClose int             // offset of the train block's closing brace
 	settings   map[string]span // zero, microbatches, accumulate, pipeline
 	Defs       []Def           // the functions the train block calls directly
@@ -46,6 +47,11 @@ type Def struct {
 }
 
 type span struct{ start, end int }
+
+// blockSettings are the train block's settings, which are not units.
+var blockSettings = map[string]bool{"steps": true, "zero": true, "clip": true, "optimizer": true, "schedule": true,
+	"accumulate": true, "batch": true, "precision": true, "data_axis": true, "microbatches": true, "pipeline": true,
+	"stage": true}
 
 // settingNames are the train block settings a candidate rewrites.
 var settingNames = []string{"zero", "microbatches", "accumulate", "pipeline"}
@@ -127,6 +133,14 @@ func (p *Program) train(t *lang.TrainBlock, defs map[string]*lang.FuncDef) {
 		}
 		if s.Assign != nil && slices.Contains(settingNames, s.Assign.Name) {
 			p.settings[s.Assign.Name] = span{s.Pos.Offset, lineEnd(p.Src, s.Pos.Offset, end)}
+		}
+		switch {
+		case s.For != nil && s.For.Count != nil:
+			p.Units += *s.For.Count
+		case s.For != nil:
+			p.Units++ // a count named by a variable: at least one
+		case s.Assign != nil && !blockSettings[s.Assign.Name]:
+			p.Units++
 		}
 		calls(p.Src[s.Pos.Offset:end], called)
 	}

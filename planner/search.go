@@ -1,12 +1,16 @@
 package planner
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/meshrun/meshrun/ir"
@@ -27,6 +31,11 @@ type Options struct {
 	// Exhaustive prices every candidate (no pruning): the reference the
 	// tests compare the pruned search with.
 	Exhaustive bool
+	// Workers price candidates concurrently; 0: GOMAXPROCS.
+	Workers int
+	// TimeLimit stops starting new candidates after this long (0: none);
+	// the result then says how far from optimal the best can be.
+	TimeLimit time.Duration
 }
 
 // Evaluated is a priced candidate.
@@ -44,13 +53,21 @@ type Result struct {
 	// Ranked holds the best Top strategies that fit, fastest first;
 	// Losers the other priced ones (fitting or not), fastest first.
 	Ranked, Losers []*Evaluated
-	Candidates     int            // enumerated
+	Candidates     int            // enumerated, Uneven left out
+	Uneven         int            // split a declared tensor unevenly
+	FewUnits       int            // more pipeline stages than the train block has units
 	Priced         int            // checked, lowered and simulated
 	PrunedTime     int            // skipped: lower bound no better than the Top-th best
+	PrunedSibling  int            // of those, by a bound from a priced sibling
 	PrunedMemory   int            // skipped: lower bound on memory over the budget
 	Rejected       map[string]int // check or lowering errors, by message
-	Elapsed        time.Duration
-	bound          map[*Candidate]float64
+	// Stopped: the time limit ran out with Left candidates neither priced
+	// nor pruned, the lowest bound among them Unpriced.
+	Stopped  bool
+	Left     int
+	Unpriced float64
+	Elapsed  time.Duration
+	bound    map[*Candidate]float64
 }
 
 // base is what the search knows of the program before pricing: per
@@ -62,6 +79,7 @@ type base struct {
 	dataAxis int             // index in Program.Axes; -1 none
 	half     bool            // mixed precision
 	grads    int             // how many gradients gradB counts
+	splits   []split         // the dims the declared placements split
 	rejected map[int]string  // micro-batch counts that do not check
 }
 
@@ -77,6 +95,9 @@ func Search(p *Program, opts Options) (*Result, error) {
 	if opts.Top == 0 {
 		opts.Top = 5
 	}
+	if opts.Workers == 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
+	}
 	space := opts.Space.withDefaults(p)
 	b, err := analyse(p, space)
 	if err != nil {
@@ -87,8 +108,20 @@ func Search(p *Program, opts Options) (*Result, error) {
 		micro = append(micro, m)
 	}
 	slices.Sort(micro)
-	cands := enumerate(p, space, opts.Devices, micro, b.dataAxis)
-	res := &Result{Prog: p, Opts: opts, Candidates: len(cands), Rejected: map[string]int{}, bound: map[*Candidate]float64{}}
+	all := enumerate(p, space, opts.Devices, micro, b.dataAxis)
+	res := &Result{Prog: p, Opts: opts, Rejected: map[string]int{}, bound: map[*Candidate]float64{}}
+	var cands []*Candidate
+	for _, c := range all {
+		switch {
+		case c.PP > 1 && c.PP*group(c).v > p.Units:
+			res.FewUnits++
+		case !b.even(c):
+			res.Uneven++
+		default:
+			cands = append(cands, c)
+		}
+	}
+	res.Candidates = len(cands)
 	for m, why := range b.rejected {
 		res.Rejected[fmt.Sprintf("M=%d: %s", m, why)]++
 	}
@@ -96,38 +129,93 @@ func Search(p *Program, opts Options) (*Result, error) {
 		res.bound[c] = b.timeBound(c, opts)
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return res.bound[cands[i]] < res.bound[cands[j]] })
-	var fit []*Evaluated
-	for _, c := range cands {
-		if !opts.Exhaustive {
-			if opts.Memory > 0 && b.memoryBound(c, opts.Devices, p) > float64(opts.Memory) {
-				res.PrunedMemory++
-				continue
-			}
-			if len(fit) >= opts.Top && res.bound[c] >= fit[opts.Top-1].Cost.Step {
-				res.PrunedTime++
-				continue
-			}
-		}
-		e, err := evaluate(p, c, opts)
-		res.Priced++
-		if err != nil {
-			res.Rejected[firstLine(err)]++
-			continue
-		}
-		if e.Fits {
-			fit = insertRanked(fit, e)
-		} else {
-			res.Losers = append(res.Losers, e)
-		}
-	}
+	fit := res.run(cands, b, p, opts, start)
 	if len(fit) > opts.Top {
 		res.Losers = append(res.Losers, fit[opts.Top:]...)
 		fit = fit[:opts.Top]
 	}
 	res.Ranked = fit
-	sort.SliceStable(res.Losers, func(i, j int) bool { return res.Losers[i].Cost.Step < res.Losers[j].Cost.Step })
+	sort.SliceStable(res.Losers, func(i, j int) bool { return better(res.Losers[i], res.Losers[j]) })
 	res.Elapsed = time.Since(start)
 	return res, nil
+}
+
+// run prices the candidates, sorted by bound, on opts.Workers goroutines.
+// A candidate is skipped when its bound is above the Top-th best step
+// priced so far: that step only falls, so nothing skipped could have
+// made the Top. Past opts.TimeLimit no more are started; Unpriced then
+// holds the lowest bound among those left.
+func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, start time.Time) []*Evaluated {
+	var (
+		mu   sync.Mutex
+		fit  []*Evaluated
+		next int
+		wg   sync.WaitGroup
+	)
+	model := map[groupKey]float64{} // the least model-axis time priced per group
+	kth := func() float64 {
+		if len(fit) < opts.Top {
+			return math.Inf(1)
+		}
+		return fit[opts.Top-1].Cost.Step
+	}
+	// take hands out the next candidate worth pricing, or nil
+	take := func() *Candidate {
+		mu.Lock()
+		defer mu.Unlock()
+		for next < len(cands) {
+			c := cands[next]
+			next++
+			switch {
+			case opts.Exhaustive:
+			case opts.Memory > 0 && b.memoryBound(c, opts.Devices, p) > float64(opts.Memory):
+				res.PrunedMemory++
+				continue
+			case res.bound[c] > kth():
+				res.PrunedTime += len(cands) - next + 1
+				next = len(cands)
+				return nil
+			case !opts.Exhaustive && b.siblingBound(c, opts, model) > kth():
+				res.PrunedTime++
+				res.PrunedSibling++
+				continue
+			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
+				res.Stopped, res.Unpriced = true, res.bound[c]
+				res.Left = len(cands) - next + 1
+				next = len(cands)
+				return nil
+			}
+			res.Priced++
+			return c
+		}
+		return nil
+	}
+	for range max(1, opts.Workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := take(); c != nil; c = take() {
+				e, err := evaluate(p, c, opts, b.dataName(p))
+				mu.Lock()
+				if err != nil {
+					res.Rejected[firstLine(err)]++
+				} else {
+					if e.Fits {
+						fit = insertRanked(fit, e)
+					} else {
+						res.Losers = append(res.Losers, e)
+					}
+					k := group(c)
+					if m, ok := model[k]; !ok || e.Cost.ModelAxes < m {
+						model[k] = e.Cost.ModelAxes
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return fit
 }
 
 // insertRanked keeps evs sorted by step time, then by peak memory.
@@ -136,19 +224,24 @@ func insertRanked(evs []*Evaluated, e *Evaluated) []*Evaluated {
 	return slices.Insert(evs, i, e)
 }
 
+// better orders by step time, then peak memory, then label (so that the
+// order does not depend on which worker finished first).
 func better(a, b *Evaluated) bool {
 	if a.Cost.Step != b.Cost.Step {
 		return a.Cost.Step < b.Cost.Step
 	}
-	return a.Cost.Peak < b.Cost.Peak
+	if a.Cost.Peak != b.Cost.Peak {
+		return a.Cost.Peak < b.Cost.Peak
+	}
+	return a.Label < b.Label
 }
 
-func evaluate(p *Program, c *Candidate, opts Options) (*Evaluated, error) {
+func evaluate(p *Program, c *Candidate, opts Options, dataAxis string) (*Evaluated, error) {
 	lp, err := compile(p, c, opts.Devices, opts.Links)
 	if err != nil {
 		return nil, err
 	}
-	cost, err := price(lp, c, opts.Links, opts.Rate)
+	cost, err := price(lp, c, opts.Links, opts.Rate, dataAxis)
 	if err != nil {
 		return nil, err
 	}
@@ -176,28 +269,34 @@ func analyse(p *Program, s Space) (*base, error) {
 		one.Sizes[i] = 1
 	}
 	one.Micro = 1
-	g, err := check(p, one)
+	g, err := lang.CheckSource(p.Path, p.Src, lang.CheckOptions{Dir: filepath.Dir(p.Path)})
 	if err != nil {
 		return nil, err
 	}
-	rows := batchRows(g)
-	b.params(g, p)
 	counts := []int{1}
 	if g.Train != nil {
-		counts = micros(rows, s.MaxMicro)
+		counts = micros(batchRows(g), s.MaxMicro)
 	}
+	var first error
 	for _, m := range counts {
-		if m > 1 {
-			c := *one
-			c.Micro = m
-			if g, err = check(p, &c); err != nil {
-				b.rejected[m] = firstLine(err)
-				continue
-			}
+		c := *one
+		c.Micro = m
+		g, err := check(p, &c)
+		if err != nil {
+			b.rejected[m] = firstLine(err)
+			first = cmp.Or(first, err)
+			continue
+		}
+		if len(b.flops) == 0 {
+			b.params(g, p)
+			b.declaredSplits(g, p)
 		}
 		for _, v := range lower.LiveValues(g) {
 			b.flops[m] += ops.FLOPs(v)
 		}
+	}
+	if len(b.flops) == 0 {
+		return nil, fmt.Errorf("no micro-batch count checks on one device: %w", first)
 	}
 	return b, nil
 }
@@ -248,4 +347,48 @@ func (b *base) params(g *ir.Graph, p *Program) {
 		b.gradB += gb
 		b.grads++
 	}
+}
+
+// split is a dim of a declared tensor that a mesh axis splits; batch
+// marks an input's dim 0, which each micro-batch splits.
+type split struct {
+	axis, extent int
+	batch        bool
+}
+
+func (b *base) declaredSplits(g *ir.Graph, p *Program) {
+	for _, v := range g.Values {
+		if !v.IsSource() || v.Declared == nil {
+			continue
+		}
+		for a, s := range v.Declared {
+			if s.IsS() && a < len(p.Axes) {
+				b.splits = append(b.splits, split{a, v.Type.Shape[s.Dim], v.Op == "input" && s.Dim == 0})
+			}
+		}
+	}
+}
+
+// even says whether c's mesh splits every declared tensor evenly (and the
+// micro-batch evenly over the axes that split the batch): the planner
+// proposes no mesh that leaves devices with ragged or empty blocks.
+func (b *base) even(c *Candidate) bool {
+	for _, s := range b.splits {
+		n := s.extent
+		if s.batch {
+			n /= c.Micro
+		}
+		if n%c.Sizes[s.axis] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// dataName is the data axis's name ("" without one).
+func (b *base) dataName(p *Program) string {
+	if b.dataAxis < 0 {
+		return ""
+	}
+	return p.Axes[b.dataAxis]
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/meshrun/meshrun/internal/atomicfile"
 	"github.com/meshrun/meshrun/lang"
@@ -26,6 +27,7 @@ type planFlags struct {
 	out        string
 	exhaustive bool
 	noPipeline bool
+	timeLimit  time.Duration
 }
 
 func (e *env) plan(args []string) int {
@@ -38,6 +40,7 @@ func (e *env) plan(args []string) int {
 	fs.Float64Var(&f.tflops, "tflops", 400, "device compute rate in TFLOP/s (the cost model's)")
 	fs.StringVar(&f.out, "o", "", "write the best strategy as a .mesh file")
 	fs.BoolVar(&f.exhaustive, "exhaustive", false, "price every candidate instead of pruning with lower bounds (slow; the reference)")
+	fs.DurationVar(&f.timeLimit, "time-limit", 0, "stop pricing after this long and say how far from optimal the best found can be (0: search to the end)")
 	fs.BoolVar(&f.noPipeline, "no-pipeline", false, "do not add a pipeline axis the program does not declare")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -59,7 +62,7 @@ func (e *env) plan(args []string) int {
 		return ExitUsage
 	}
 	res, err := planner.Search(prog, planner.Options{Devices: f.devices, Memory: f.memory.bytes, Links: links, Rate: f.tflops * 1e12,
-		Top: f.top, Exhaustive: f.exhaustive, Space: planner.Space{NoPipeline: f.noPipeline}})
+		Top: f.top, Exhaustive: f.exhaustive, TimeLimit: f.timeLimit, Space: planner.Space{NoPipeline: f.noPipeline}})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "meshrun plan:", err)
 		return ExitFailure
@@ -98,6 +101,9 @@ func (f *planFlags) validate(k *checks, pos []string) *planner.Links {
 		k.fail("--top %d: want at least 1", f.top)
 	}
 	k.number("tflops", f.tflops, 0, true)
+	if f.timeLimit < 0 {
+		k.fail("--time-limit %v: want a duration of at least 0", f.timeLimit)
+	}
 	k.outFile("o", f.out)
 	if f.links == "" {
 		if k.set["links"] {
