@@ -43,10 +43,13 @@ func ParseLinks(spec string) (*Links, error) {
 		}
 		size := 0
 		last := i == len(parts)-1
-		if f[0] != "*" || !last {
+		switch {
+		case last && f[0] != "*":
+			return nil, fmt.Errorf("--links %q: the last SIZE must be * (the level that joins every device), got %q", spec, f[0])
+		case !last:
 			n, err := strconv.Atoi(f[0])
-			if err != nil || n < 2 || last {
-				return nil, fmt.Errorf("--links %q: entry %q: the size must be a whole number of at least 2, and only the last entry's is * (every device)", spec, part)
+			if err != nil || n < 2 {
+				return nil, fmt.Errorf("--links %q: entry %q: the size must be a whole number of at least 2 (only the last entry's is *)", spec, part)
 			}
 			if k := len(l.Levels); k > 0 && n%l.Levels[k-1].Size != 0 {
 				return nil, fmt.Errorf("--links %q: block size %d is not a multiple of the previous level's %d", spec, n, l.Levels[k-1].Size)

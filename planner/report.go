@@ -29,7 +29,7 @@ func (r *Result) Text() string {
 		fmt.Fprintf(&b, "%d candidates left out: their mesh splits a declared tensor (or the micro-batch) unevenly\n", r.Uneven)
 	}
 	if r.FewUnits > 0 {
-		fmt.Fprintf(&b, "%d candidates left out: more pipeline stages than the train block's %d units\n", r.FewUnits, r.Prog.Units)
+		fmt.Fprintf(&b, "%d candidates left out: more pipeline stages than the train block has units (%d)\n", r.FewUnits, r.Prog.Units)
 	}
 	fmt.Fprintf(&b, "searched %d candidates in %.1f s: %d priced (checked, lowered, simulated), %d skipped by the time bound (%d of them by a priced sibling's), %d by the memory bound; %d rejected by the checker or lowering\n\n",
 		r.Candidates, r.Elapsed.Seconds(), r.Priced, r.PrunedTime, r.PrunedSibling, r.PrunedMemory, rejected)
