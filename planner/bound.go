@@ -135,3 +135,25 @@ func (b *base) memoryBound(c *Candidate, n int, p *Program) float64 {
 	}
 	return held / over
 }
+
+// modelGuess is the search's guess at a candidate's time in collectives
+// on the axes other than the data axis, used only to order candidates:
+// Megatron's four all-reduces per layer and micro-batch (two forward, two
+// backward), each 2(t−1) latencies on its axis's link, for every unit a
+// pipeline rank holds. It is no bound: inference may do better or worse.
+func (b *base) modelGuess(c *Candidate, p *Program, opts Options) float64 {
+	full := c.fullSizes()
+	guess := 0.0
+	for i, n := range c.Sizes {
+		if i == b.dataAxis || n < 2 {
+			continue
+		}
+		a := i
+		if c.PP > 1 && i >= c.PPPos {
+			a++
+		}
+		link, _ := opts.Links.Axis(full, a)
+		guess += 4 * float64(p.Units*c.Micro) / float64(c.PP) * 2 * float64(n-1) * link.Alpha
+	}
+	return guess
+}

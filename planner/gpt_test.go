@@ -83,6 +83,9 @@ func axisSize(p *Program, c *Candidate, a string) int {
 // nodes; under a memory budget that the best strategy without ZeRO
 // cannot meet as fast, it shards with ZeRO.
 func TestGPTRecoversKnownLayouts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("prices hundreds of candidates")
+	}
 	p := writeGPT(t, 2, 4)
 	links := mustLinks(t, "8:1:300,*:10:25")
 	space := Space{Schedules: []string{"1f1b", "zb1p"}, MaxMicro: 4}

@@ -114,6 +114,8 @@ func seconds(s float64) string {
 	switch {
 	case s == 0:
 		return "0"
+	case s < 1e-6:
+		return fmt.Sprintf("%.3g ns", s*1e9)
 	case s < 1e-3:
 		return fmt.Sprintf("%.3g µs", s*1e6)
 	case s < 1:

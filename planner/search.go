@@ -128,7 +128,15 @@ func Search(p *Program, opts Options) (*Result, error) {
 	for _, c := range cands {
 		res.bound[c] = b.timeBound(c, opts)
 	}
-	sort.SliceStable(cands, func(i, j int) bool { return res.bound[cands[i]] < res.bound[cands[j]] })
+	// price the likeliest first: the bound plus a guess at the
+	// tensor-parallel latency the bound cannot know (orderKey); pruning
+	// tests each candidate's own bound, so the order changes only how
+	// soon the good ones are found (and what a time limit leaves)
+	key := map[*Candidate]float64{}
+	for _, c := range cands {
+		key[c] = res.bound[c] + b.modelGuess(c, p, opts)
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return key[cands[i]] < key[cands[j]] })
 	fit := res.run(cands, b, p, opts, start)
 	if len(fit) > opts.Top {
 		res.Losers = append(res.Losers, fit[opts.Top:]...)
@@ -140,8 +148,8 @@ func Search(p *Program, opts Options) (*Result, error) {
 	return res, nil
 }
 
-// run prices the candidates, sorted by bound, on opts.Workers goroutines.
-// A candidate is skipped when its bound is above the Top-th best step
+// run prices the candidates, in order, on opts.Workers goroutines. A
+// candidate is skipped when its bound is above the Top-th best step
 // priced so far: that step only falls, so nothing skipped could have
 // made the Top. Past opts.TimeLimit no more are started; Unpriced then
 // holds the lowest bound among those left.
@@ -172,16 +180,22 @@ func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, st
 				res.PrunedMemory++
 				continue
 			case res.bound[c] > kth():
-				res.PrunedTime += len(cands) - next + 1
-				next = len(cands)
-				return nil
+				res.PrunedTime++
+				continue
 			case !opts.Exhaustive && b.siblingBound(c, opts, model) > kth():
 				res.PrunedTime++
 				res.PrunedSibling++
 				continue
 			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
-				res.Stopped, res.Unpriced = true, res.bound[c]
-				res.Left = len(cands) - next + 1
+				res.Stopped, res.Unpriced = true, math.Inf(1)
+				for _, c := range cands[next-1:] {
+					if res.bound[c] <= kth() {
+						res.Left++
+						res.Unpriced = min(res.Unpriced, res.bound[c])
+					} else {
+						res.PrunedTime++
+					}
+				}
 				next = len(cands)
 				return nil
 			}

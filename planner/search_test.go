@@ -16,6 +16,9 @@ func mustLinks(t *testing.T, spec string) *Links {
 // The pruned search returns what pricing every candidate returns: the
 // same strategies, in the same order, with the same costs.
 func TestPrunedEqualsExhaustive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("prices hundreds of candidates")
+	}
 	p, err := Load("testdata/mlp4.mesh")
 	require.NoError(t, err)
 	for _, tc := range []struct {
