@@ -129,7 +129,7 @@ func Search(p *Program, opts Options) (*Result, error) {
 		res.bound[c] = b.timeBound(c, opts)
 	}
 	// price the likeliest first: the bound plus a guess at the
-	// tensor-parallel latency the bound cannot know (orderKey); pruning
+	// tensor-parallel latency the bound cannot know (modelGuess); pruning
 	// tests each candidate's own bound, so the order changes only how
 	// soon the good ones are found (and what a time limit leaves)
 	key := map[*Candidate]float64{}
@@ -151,8 +151,8 @@ func Search(p *Program, opts Options) (*Result, error) {
 // run prices the candidates, in order, on opts.Workers goroutines. A
 // candidate is skipped when its bound is above the Top-th best step
 // priced so far: that step only falls, so nothing skipped could have
-// made the Top. Past opts.TimeLimit no more are started; Unpriced then
-// holds the lowest bound among those left.
+// made the Top. Past opts.TimeLimit no more are started (those under
+// way finish); Unpriced then holds the lowest bound among those left.
 func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, start time.Time) []*Evaluated {
 	var (
 		mu   sync.Mutex
@@ -182,7 +182,7 @@ func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, st
 			case res.bound[c] > kth():
 				res.PrunedTime++
 				continue
-			case !opts.Exhaustive && b.siblingBound(c, opts, model) > kth():
+			case b.siblingBound(c, opts, model) > kth():
 				res.PrunedTime++
 				res.PrunedSibling++
 				continue
