@@ -17,10 +17,13 @@
 //   - activation checkpointing of each function the train block calls
 //     (each subset; all-or-none with more than four of them).
 //
-// Not searched: the placements themselves — parameters keep their
-// declared placements and inference picks every other value's, as it
-// does for `meshrun explain`; the order of the declared axes; sequence
-// parallelism, mixed precision and offload.
+// Placements: the search keeps every parameter's declared placement and
+// lets inference pick every other value's, as `meshrun explain` does.
+// Refine (meshrun plan --placements) then tries the other placements of
+// each parameter role on the best strategy, one axis at a time, keeping
+// what lowers the step: coordinate descent to a local optimum, not an
+// exhaustive search (placement.go). Not searched at all: the order of the
+// declared axes, sequence parallelism, mixed precision and offload.
 //
 // How a candidate is priced. Its source is checked and lowered by
 // package lower with a link model (Links: consecutive blocks of devices

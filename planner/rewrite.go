@@ -36,6 +36,7 @@ type Program struct {
 	settings   map[string]span // zero, microbatches, accumulate, pipeline
 	Defs       []Def           // the functions the train block calls directly
 	loads      []span          // string literals of load("…")
+	params     []paramDecl     // parameters with positional placements
 }
 
 // Def is a function the train block calls directly: a block whose
@@ -76,6 +77,7 @@ func Load(path string) (*Program, error) {
 			defs[s.Def.Name] = s.Def
 		case s.Tensor != nil:
 			p.load(s.Tensor)
+			p.param(s.Tensor)
 		}
 	}
 	if p.meshEnd == 0 {
@@ -270,6 +272,7 @@ func (p *Program) Source(c *Candidate, dir string) []byte {
 			eds = append(eds, edit{span{d.off, d.off + k}, ""})
 		}
 	}
+	eds = append(eds, p.placementEdits(c)...)
 	if dir != "" {
 		eds = append(eds, p.loadEdits(dir)...)
 	}

@@ -68,6 +68,7 @@ type Result struct {
 	Unpriced float64
 	Elapsed  time.Duration
 	bound    map[*Candidate]float64
+	base     *base
 }
 
 // base is what the search knows of the program before pricing: per
@@ -109,7 +110,7 @@ func Search(p *Program, opts Options) (*Result, error) {
 	}
 	slices.Sort(micro)
 	all := enumerate(p, space, opts.Devices, micro, b.dataAxis)
-	res := &Result{Prog: p, Opts: opts, Rejected: map[string]int{}, bound: map[*Candidate]float64{}}
+	res := &Result{Prog: p, Opts: opts, Rejected: map[string]int{}, bound: map[*Candidate]float64{}, base: b}
 	var cands []*Candidate
 	for _, c := range all {
 		switch {

@@ -18,6 +18,9 @@ type Candidate struct {
 	Schedule   string
 	Zero       int
 	Checkpoint []bool // per Program.Defs
+	// Place overrides declared placements by parameter role or name
+	// (Refine), e.g. "Wout" → "{B, B}".
+	Place map[string]string
 }
 
 // Label is the candidate in one line, e.g.
@@ -42,6 +45,14 @@ func (c *Candidate) Label(p *Program) string {
 	}
 	if len(ck) > 0 {
 		fmt.Fprintf(&b, " checkpoint(%s)", strings.Join(ck, ","))
+	}
+	roles := make([]string, 0, len(c.Place))
+	for r := range c.Place {
+		roles = append(roles, r)
+	}
+	slices.Sort(roles)
+	for _, r := range roles {
+		fmt.Fprintf(&b, " %s%s", r, c.Place[r])
 	}
 	return b.String()
 }

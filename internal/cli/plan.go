@@ -28,6 +28,7 @@ type planFlags struct {
 	exhaustive bool
 	noPipeline bool
 	timeLimit  time.Duration
+	refine     bool
 }
 
 func (e *env) plan(args []string) int {
@@ -41,6 +42,7 @@ func (e *env) plan(args []string) int {
 	fs.StringVar(&f.out, "o", "", "write the best strategy as a .mesh file")
 	fs.BoolVar(&f.exhaustive, "exhaustive", false, "price every candidate instead of pruning with lower bounds (slow; the reference)")
 	fs.DurationVar(&f.timeLimit, "time-limit", 0, "stop pricing after this long and say how far from optimal the best found can be (0: search to the end)")
+	fs.BoolVar(&f.refine, "placements", false, "then try other placements of each parameter role on the best strategy (coordinate descent)")
 	fs.BoolVar(&f.noPipeline, "no-pipeline", false, "do not add a pipeline axis the program does not declare")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -71,8 +73,14 @@ func (e *env) plan(args []string) int {
 	if len(res.Ranked) == 0 {
 		return ExitFailure
 	}
+	best := res.Ranked[0]
+	if f.refine {
+		ref := planner.Refine(res)
+		fmt.Fprint(e.stdout, ref.Text())
+		best = ref.Best
+	}
 	if f.out != "" {
-		src := prog.Source(res.Ranked[0].Cand, filepath.Dir(f.out))
+		src := prog.Source(best.Cand, filepath.Dir(f.out))
 		err := atomicfile.Write(f.out, func(w io.Writer) error { _, err := io.Copy(w, bytes.NewReader(src)); return err }, nil)
 		if err != nil {
 			fmt.Fprintln(e.stderr, "meshrun plan:", err)

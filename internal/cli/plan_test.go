@@ -65,3 +65,18 @@ func TestPlanBadFlags(t *testing.T) {
 	require.Empty(t, stdout)
 	require.Contains(t, stderr, "bad.mesh:4:")
 }
+
+// --placements rewrites the declared placements it improves, and the
+// file it writes checks against one device.
+func TestPlanPlacementsWritesACheckedProgram(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "refined.mesh")
+	code, stdout, stderr := meshrun(t, "", "plan", "../../planner/testdata/badmlp.mesh", "--devices", "4", "--top", "1", "--no-pipeline", "--placements", "-o", out)
+	require.Equal(t, ExitOK, code, stderr)
+	require.Contains(t, stdout, "W1 {B, S(0)} → {B, S(1)}")
+	src, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Contains(t, string(src), "param W1 : f32[256, 1024] {B, S(1)}")
+	code, stdout, stderr = meshrun(t, "", "check", out, "--devices", "4")
+	require.Equal(t, ExitOK, code, stdout+stderr)
+	require.Contains(t, stdout, "PASS")
+}
