@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -88,8 +89,9 @@ func TestSpearman(t *testing.T) {
 // times on the CPU runtime, alternating strategies round by round, and
 // reports the rank correlation between the model's step times and the
 // measured medians, for the default device model (400 TFLOP/s, 5 µs,
-// 100 GB/s) and for one whose rate is this CPU's (the one-device run's
-// FLOPs over its step time) with in-process links (20 µs, 2 GB/s).
+// 100 GB/s), for one whose rate is this CPU's (the one-device run's
+// FLOPs over its step time) with in-process links (20 µs, 2 GB/s), and
+// for that one with the devices' compute sharing GOMAXPROCS cores.
 //
 //	go test ./planner -run '^$' -bench RankCorrelation -benchtime 1x
 func BenchmarkRankCorrelation(b *testing.B) {
@@ -137,7 +139,11 @@ func BenchmarkRankCorrelation(b *testing.B) {
 			b.Fatal(err)
 		}
 		cpuRate := oneCost.Compute / median(single).Seconds()
-		var model, cpuModel, wall []float64
+		// the CPU runtime runs the 4 devices as goroutines on GOMAXPROCS
+		// cores: a device's compute waits for the others' when the cores
+		// are fewer (the hypothesis the third correlation tests)
+		share := float64(4) / float64(min(4, runtime.GOMAXPROCS(0)))
+		var model, cpuModel, shared, wall []float64
 		var rows []string
 		for i, c := range cands {
 			m, err := price(plans[i], c, def, lower.ModelFLOPS, "dp")
@@ -151,12 +157,14 @@ func BenchmarkRankCorrelation(b *testing.B) {
 			ws := measured[i]
 			slices.Sort(ws)
 			model, cpuModel, wall = append(model, m.Step), append(cpuModel, cm.Step), append(wall, median(ws).Seconds())
+			shared = append(shared, cm.Step+(share-1)*cm.Compute)
 			rows = append(rows, fmt.Sprintf("%-48s model %9s  cpu model %9s  measured min %8v median %8v max %8v",
 				c.Label(p), seconds(m.Step), seconds(cm.Step), ws[0].Round(time.Microsecond), median(ws).Round(time.Microsecond), ws[len(ws)-1].Round(time.Microsecond)))
 		}
 		b.Logf("CPU rate from the one-device run: %.3g GFLOP/s; %d rounds × %d steps per strategy\n%s", cpuRate/1e9, rounds, steps-1, strings.Join(rows, "\n"))
 		b.ReportMetric(spearman(model, wall), "spearman_default")
 		b.ReportMetric(spearman(cpuModel, wall), "spearman_cpu")
+		b.ReportMetric(spearman(shared, wall), "spearman_cpu_shared")
 	}
 }
 

@@ -31,8 +31,8 @@ func (r *Result) Text() string {
 	if r.FewUnits > 0 {
 		fmt.Fprintf(&b, "%d candidates left out: more pipeline stages than the train block has units (%d)\n", r.FewUnits, r.Prog.Units)
 	}
-	fmt.Fprintf(&b, "searched %d candidates in %.1f s: %d priced (checked, lowered, simulated), %d skipped by the time bound (%d of them by a priced sibling's), %d by the memory bound; %d rejected by the checker or lowering\n\n",
-		r.Candidates, r.Elapsed.Seconds(), r.Priced, r.PrunedTime, r.PrunedSibling, r.PrunedMemory, rejected)
+	fmt.Fprintf(&b, "searched %d candidates in %.1f s (%.1f s checking the program per micro-batch count): %d priced (checked, lowered, simulated), %d skipped by the time bound (%d of them by a priced sibling's), %d by the memory bound; %d rejected by the checker or lowering\n\n",
+		r.Candidates, r.Elapsed.Seconds(), r.Analysis.Seconds(), r.Priced, r.PrunedTime, r.PrunedSibling, r.PrunedMemory, rejected)
 	if r.Stopped {
 		fmt.Fprintf(&b, "stopped at the time limit with %d candidates left unpriced; none of them can be faster than %s", r.Left, seconds(r.Unpriced))
 		if len(r.Ranked) > 0 {

@@ -67,6 +67,7 @@ type Result struct {
 	Left     int
 	Unpriced float64
 	Elapsed  time.Duration
+	Analysis time.Duration // of Elapsed, checking the program once per micro-batch count
 	bound    map[*Candidate]float64
 	base     *base
 }
@@ -104,13 +105,14 @@ func Search(p *Program, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	analysed := time.Since(start)
 	var micro []int
 	for m := range b.flops {
 		micro = append(micro, m)
 	}
 	slices.Sort(micro)
 	all := enumerate(p, space, opts.Devices, micro, b.dataAxis)
-	res := &Result{Prog: p, Opts: opts, Rejected: map[string]int{}, bound: map[*Candidate]float64{}, base: b}
+	res := &Result{Prog: p, Opts: opts, Rejected: map[string]int{}, bound: map[*Candidate]float64{}, base: b, Analysis: analysed}
 	var cands []*Candidate
 	for _, c := range all {
 		switch {
