@@ -124,7 +124,7 @@ func (b *base) dataAxisFull(c *Candidate) int {
 }
 
 // memoryBound is a lower bound on the parameter bytes a device holds.
-func (b *base) memoryBound(c *Candidate, n int, p *Program) float64 {
+func (b *base) memoryBound(c *Candidate, n int) float64 {
 	over := float64(n)
 	if c.Zero < 3 && b.dataAxis >= 0 {
 		over /= float64(c.Sizes[b.dataAxis])

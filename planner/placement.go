@@ -200,7 +200,7 @@ func (ref *Refinement) Text() string {
 		b.WriteString("  " + c + "\n")
 	}
 	if len(ref.Changes) > 0 {
-		b.WriteString(table([]*Evaluated{ref.Best}, true))
+		b.WriteString(table([]*Evaluated{ref.Best}))
 	}
 	return b.String()
 }

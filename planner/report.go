@@ -47,7 +47,7 @@ func (r *Result) Text() string {
 		}
 		b.WriteString(".\n")
 	} else {
-		b.WriteString(table(r.Ranked, true))
+		b.WriteString(table(r.Ranked))
 	}
 	if why := r.why(); len(why) > 0 {
 		b.WriteString("\nwhy the others lost (against the best):\n")
@@ -89,7 +89,7 @@ func kinds(evs []*Evaluated) []string {
 	return ks
 }
 
-func table(evs []*Evaluated, ranked bool) string {
+func table(evs []*Evaluated) string {
 	ks := kinds(evs)
 	head := []string{"#", "strategy", "step", "compute"}
 	head = append(head, ks...)

@@ -179,7 +179,7 @@ func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, st
 			next++
 			switch {
 			case opts.Exhaustive:
-			case opts.Memory > 0 && b.memoryBound(c, opts.Devices, p) > float64(opts.Memory):
+			case opts.Memory > 0 && b.memoryBound(c, opts.Devices) > float64(opts.Memory):
 				res.PrunedMemory++
 				continue
 			case res.bound[c] > kth():
