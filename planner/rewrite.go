@@ -294,9 +294,11 @@ func (p *Program) meshText(c *Candidate) string {
 	for i, name := range p.Axes {
 		axes = append(axes, fmt.Sprintf("%s=%d", name, c.Sizes[i]))
 	}
-	if c.PP > 1 {
+	if c.PP > 1 || len(axes) == 0 {
+		// a mesh needs an axis: a program with only a pipeline axis keeps
+		// it, of size 1, for a candidate without a pipeline
 		pipe := fmt.Sprintf("pipeline %s=%d", p.PipeName, c.PP)
-		axes = slices.Insert(axes, c.PPPos, pipe)
+		axes = slices.Insert(axes, min(c.PPPos, len(axes)), pipe)
 	}
 	return strings.Join(axes, ", ")
 }
