@@ -29,6 +29,22 @@ func TestPlanWritesARunnableProgram(t *testing.T) {
 	require.Contains(t, stdout, "trained steps 1 to")
 }
 
+// On the tiny GPT the best strategy adds a pipeline axis and rewrites the
+// train block's settings and checkpoint marks; the file still checks
+// (trains on the mesh and on one device, every step compared).
+func TestPlanWritesAPipelinedGPT(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "gpt.mesh")
+	code, stdout, stderr := meshrun(t, "", "plan", "../../examples/train/gpt/gpt.mesh", "--devices", "4", "--top", "1", "-o", out)
+	require.Equal(t, ExitOK, code, stderr)
+	src, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Contains(t, string(src), "pipeline pp=", stdout)
+	require.Contains(t, string(src), "microbatches = ")
+	code, stdout, stderr = meshrun(t, "", "check", out, "--devices", "4")
+	require.Equal(t, ExitOK, code, stdout+stderr)
+	require.Contains(t, stdout, "PASS")
+}
+
 // Bad flags are reported together, before any search.
 func TestPlanBadFlags(t *testing.T) {
 	ex := "../../examples/train/mlp_dp.mesh"
