@@ -45,6 +45,7 @@ usage:
   meshrun trace FILE [flags]     one step's timeline: Chrome trace, a pipeline's Gantt chart and bubble
   meshrun estimate [flags]       ZeRO memory, bytes and seconds per step for a model size, without running
   meshrun gemm [flags]           1D, 2D, 2.5D and 3D parallel GEMM compared: memory, bytes, messages, time, formulas
+  meshrun plan FILE [flags]      search mesh sizes, pipeline, ZeRO, checkpointing, micro-batches: the fastest that fit
   meshrun repl [flags]           interactive sharding experiments
   meshrun devices                the NVIDIA GPUs NVML sees: memory, compute capability, PCI, NVLink topology
   meshrun grammar                print the grammar (EBNF, generated from the parser)
@@ -78,6 +79,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return env.estimate(args[1:])
 	case "gemm":
 		return env.gemm(args[1:])
+	case "plan":
+		return env.plan(args[1:])
 	case "trace":
 		return env.trace(args[1:])
 	case "devices":

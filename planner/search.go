@@ -1,0 +1,411 @@
+package planner
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/ops"
+	"github.com/meshrun/meshrun/train"
+)
+
+// Options configure a search.
+type Options struct {
+	Devices int
+	Memory  int64   // bytes per device; 0: no budget
+	Links   *Links  // nil: mesh.DefaultLink on every axis
+	Rate    float64 // device FLOP/s; 0: lower.ModelFLOPS
+	Top     int     // strategies to keep; 0: 5
+	Space   Space
+	// Exhaustive prices every candidate (no pruning): the reference the
+	// tests compare the pruned search with.
+	Exhaustive bool
+	// Workers price candidates concurrently; 0: GOMAXPROCS.
+	Workers int
+	// TimeLimit stops starting new candidates after this long (0: none);
+	// the result then says how far from optimal the best can be.
+	TimeLimit time.Duration
+}
+
+// Evaluated is a priced candidate.
+type Evaluated struct {
+	Cand  *Candidate
+	Cost  *Cost
+	Label string
+	Fits  bool
+}
+
+// Result is a search's outcome.
+type Result struct {
+	Prog *Program
+	Opts Options
+	// Ranked holds the best Top strategies that fit, fastest first;
+	// Losers the other priced ones (fitting or not), fastest first.
+	Ranked, Losers []*Evaluated
+	Candidates     int            // enumerated, Uneven left out
+	Uneven         int            // split a declared tensor unevenly
+	FewUnits       int            // more pipeline stages than the train block has units
+	Priced         int            // checked, lowered and simulated
+	PrunedTime     int            // skipped: lower bound no better than the Top-th best
+	PrunedSibling  int            // of those, by a bound from a priced sibling
+	PrunedMemory   int            // skipped: lower bound on memory over the budget
+	Rejected       map[string]int // check or lowering errors, by message
+	// Stopped: the time limit ran out with Left candidates neither priced
+	// nor pruned, the lowest bound among them Unpriced.
+	Stopped  bool
+	Left     int
+	Unpriced float64
+	Elapsed  time.Duration
+	Analysis time.Duration // of Elapsed, checking the program once per micro-batch count
+	bound    map[*Candidate]float64
+	base     *base
+}
+
+// base is what the search knows of the program before pricing: per
+// micro-batch count, the checked graph's arithmetic and whether it checks.
+type base struct {
+	flops    map[int]float64 // micro-batch count → FLOPs of the step's live values
+	paramB   float64         // parameter bytes
+	gradB    float64         // bytes of the gradients a data-parallel axis must reduce
+	dataAxis int             // index in Program.Axes; -1 none
+	half     bool            // mixed precision
+	grads    int             // how many gradients gradB counts
+	splits   []split         // the dims the declared placements split
+	rejected map[int]string  // micro-batch counts that do not check
+}
+
+// Search finds the fastest strategies for p on opts.Devices devices.
+func Search(p *Program, opts Options) (*Result, error) {
+	start := time.Now()
+	if opts.Links == nil {
+		opts.Links = Uniform(meshDefault())
+	}
+	if opts.Rate == 0 {
+		opts.Rate = lower.ModelFLOPS
+	}
+	if opts.Top == 0 {
+		opts.Top = 5
+	}
+	if opts.Workers == 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
+	}
+	space := opts.Space.withDefaults(p)
+	b, err := analyse(p, space)
+	if err != nil {
+		return nil, err
+	}
+	analysed := time.Since(start)
+	var micro []int
+	for m := range b.flops {
+		micro = append(micro, m)
+	}
+	slices.Sort(micro)
+	all := enumerate(p, space, opts.Devices, micro, b.dataAxis)
+	res := &Result{Prog: p, Opts: opts, Rejected: map[string]int{}, bound: map[*Candidate]float64{}, base: b, Analysis: analysed}
+	var cands []*Candidate
+	for _, c := range all {
+		switch {
+		case c.PP > 1 && c.PP*group(c).v > p.Units:
+			res.FewUnits++
+		case !b.even(c):
+			res.Uneven++
+		default:
+			cands = append(cands, c)
+		}
+	}
+	res.Candidates = len(cands)
+	for m, why := range b.rejected {
+		res.Rejected[fmt.Sprintf("M=%d: %s", m, why)]++
+	}
+	for _, c := range cands {
+		res.bound[c] = b.timeBound(c, opts)
+	}
+	// price the likeliest first: the bound plus a guess at the
+	// tensor-parallel latency the bound cannot know (modelGuess); pruning
+	// tests each candidate's own bound, so the order changes only how
+	// soon the good ones are found (and what a time limit leaves)
+	key := map[*Candidate]float64{}
+	for _, c := range cands {
+		key[c] = res.bound[c] + b.modelGuess(c, p, opts)
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return key[cands[i]] < key[cands[j]] })
+	fit := res.run(cands, b, p, opts, start)
+	if len(fit) > opts.Top {
+		res.Losers = append(res.Losers, fit[opts.Top:]...)
+		fit = fit[:opts.Top]
+	}
+	res.Ranked = fit
+	sort.SliceStable(res.Losers, func(i, j int) bool { return better(res.Losers[i], res.Losers[j]) })
+	res.Elapsed = time.Since(start)
+	return res, nil
+}
+
+// run prices the candidates, in order, on opts.Workers goroutines. A
+// candidate is skipped when its bound is above the Top-th best step
+// priced so far: that step only falls, so nothing skipped could have
+// made the Top. Past opts.TimeLimit no more are started (those under
+// way finish); Unpriced then holds the lowest bound among those left.
+func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, start time.Time) []*Evaluated {
+	var (
+		mu   sync.Mutex
+		fit  []*Evaluated
+		next int
+		wg   sync.WaitGroup
+	)
+	model := map[groupKey]float64{} // the least model-axis time priced per group
+	kth := func() float64 {
+		if len(fit) < opts.Top {
+			return math.Inf(1)
+		}
+		return fit[opts.Top-1].Cost.Step
+	}
+	// take hands out the next candidate worth pricing, or nil
+	take := func() *Candidate {
+		mu.Lock()
+		defer mu.Unlock()
+		for next < len(cands) {
+			c := cands[next]
+			next++
+			switch {
+			case opts.Exhaustive:
+			case opts.Memory > 0 && b.memoryBound(c, opts.Devices) > float64(opts.Memory):
+				res.PrunedMemory++
+				continue
+			case res.bound[c] > kth():
+				res.PrunedTime++
+				continue
+			case b.siblingBound(c, opts, model) > kth():
+				res.PrunedTime++
+				res.PrunedSibling++
+				continue
+			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
+				res.Stopped, res.Unpriced = true, math.Inf(1)
+				for _, c := range cands[next-1:] {
+					if res.bound[c] <= kth() {
+						res.Left++
+						res.Unpriced = min(res.Unpriced, res.bound[c])
+					} else {
+						res.PrunedTime++
+					}
+				}
+				next = len(cands)
+				return nil
+			}
+			res.Priced++
+			return c
+		}
+		return nil
+	}
+	for range max(1, opts.Workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := take(); c != nil; c = take() {
+				e, err := evaluate(p, c, opts, b.dataName(p))
+				mu.Lock()
+				if err != nil {
+					res.Rejected[firstLine(err)]++
+				} else {
+					if e.Fits {
+						fit = insertRanked(fit, e)
+					} else {
+						res.Losers = append(res.Losers, e)
+					}
+					k := group(c)
+					if m, ok := model[k]; !ok || e.Cost.ModelAxes < m {
+						model[k] = e.Cost.ModelAxes
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return fit
+}
+
+// insertRanked keeps evs sorted by step time, then by peak memory.
+func insertRanked(evs []*Evaluated, e *Evaluated) []*Evaluated {
+	i := sort.Search(len(evs), func(i int) bool { return better(e, evs[i]) })
+	return slices.Insert(evs, i, e)
+}
+
+// better orders by step time, then peak memory, then label (so that the
+// order does not depend on which worker finished first).
+func better(a, b *Evaluated) bool {
+	if a.Cost.Step != b.Cost.Step {
+		return a.Cost.Step < b.Cost.Step
+	}
+	if a.Cost.Peak != b.Cost.Peak {
+		return a.Cost.Peak < b.Cost.Peak
+	}
+	return a.Label < b.Label
+}
+
+func evaluate(p *Program, c *Candidate, opts Options, dataAxis string) (*Evaluated, error) {
+	lp, err := compile(p, c, opts.Devices, opts.Links)
+	if err != nil {
+		return nil, err
+	}
+	cost, err := price(lp, c, opts.Links, opts.Rate, dataAxis)
+	if err != nil {
+		return nil, err
+	}
+	return &Evaluated{Cand: c, Cost: cost, Label: c.Label(p), Fits: opts.Memory == 0 || cost.Peak <= opts.Memory}, nil
+}
+
+// firstLine is an error's first line with the file name dropped: the
+// same mistake in many candidates counts once.
+func firstLine(err error) string {
+	var el lang.ErrorList
+	if errors.As(err, &el) && len(el) > 0 {
+		return el[0].Msg
+	}
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+// analyse checks the program once per micro-batch count, on a mesh of one
+// device and without a pipeline axis: which counts the program's shapes
+// accept, and the arithmetic and parameter bytes the bounds use.
+func analyse(p *Program, s Space) (*base, error) {
+	b := &base{flops: map[int]float64{}, rejected: map[int]string{}, dataAxis: -1}
+	one := &Candidate{Sizes: make([]int, len(p.Axes)), PP: 1, Checkpoint: make([]bool, len(p.Defs))}
+	for i := range one.Sizes {
+		one.Sizes[i] = 1
+	}
+	one.Micro = 1
+	g, err := lang.CheckSource(p.Path, p.Src, lang.CheckOptions{Dir: filepath.Dir(p.Path)})
+	if err != nil {
+		return nil, err
+	}
+	counts := []int{1}
+	if g.Train != nil {
+		counts = micros(batchRows(g), s.MaxMicro)
+	}
+	var first error
+	for _, m := range counts {
+		c := *one
+		c.Micro = m
+		g, err := check(p, &c)
+		if err != nil {
+			b.rejected[m] = firstLine(err)
+			first = cmp.Or(first, err)
+			continue
+		}
+		if len(b.flops) == 0 {
+			b.params(g, p)
+			b.declaredSplits(g, p)
+		}
+		for _, v := range lower.LiveValues(g) {
+			b.flops[m] += ops.FLOPs(v)
+		}
+	}
+	if len(b.flops) == 0 {
+		return nil, fmt.Errorf("no micro-batch count checks on one device: %w", first)
+	}
+	return b, nil
+}
+
+func check(p *Program, c *Candidate) (*ir.Graph, error) {
+	return lang.CheckSource(p.Path, p.Source(c, ""), lang.CheckOptions{Dir: filepath.Dir(p.Path)})
+}
+
+// batchRows is the rows a step sees: the train block's batch, or dim 0
+// of the first input split along it.
+func batchRows(g *ir.Graph) int {
+	if g.Train != nil && g.Train.Batch > 0 {
+		return g.Train.Batch
+	}
+	for _, v := range g.Values {
+		if v.Op == "input" && len(v.Type.Shape) > 0 {
+			for _, s := range v.Declared {
+				if s.IsS() && s.Dim == 0 {
+					return v.Type.Shape[0]
+				}
+			}
+		}
+	}
+	return 1
+}
+
+// params sums the parameters' bytes and the gradient bytes a data axis
+// must reduce (the parameters it does not split; half precision halves
+// them).
+func (b *base) params(g *ir.Graph, p *Program) {
+	if g.Train != nil {
+		if a, err := train.DataAxis(g, "", 0); err == nil {
+			b.dataAxis = a
+		}
+	}
+	for _, v := range g.Values {
+		if v.Op != "param" {
+			continue
+		}
+		b.paramB += float64(v.Type.Bytes())
+		if b.dataAxis < 0 || v.Declared == nil || !v.Declared[b.dataAxis].IsB() {
+			continue
+		}
+		gb := float64(v.Type.Bytes())
+		if b.half = g.Train.Precision != ""; b.half {
+			gb /= 2
+		}
+		b.gradB += gb
+		b.grads++
+	}
+}
+
+// split is a dim of a declared tensor that a mesh axis splits; batch
+// marks an input's dim 0, which each micro-batch splits.
+type split struct {
+	axis, extent int
+	batch        bool
+}
+
+func (b *base) declaredSplits(g *ir.Graph, p *Program) {
+	for _, v := range g.Values {
+		if !v.IsSource() || v.Declared == nil {
+			continue
+		}
+		for a, s := range v.Declared {
+			if s.IsS() && a < len(p.Axes) {
+				b.splits = append(b.splits, split{a, v.Type.Shape[s.Dim], v.Op == "input" && s.Dim == 0})
+			}
+		}
+	}
+}
+
+// even says whether c's mesh splits every declared tensor evenly (and the
+// micro-batch evenly over the axes that split the batch): the planner
+// proposes no mesh that leaves devices with ragged or empty blocks.
+func (b *base) even(c *Candidate) bool {
+	for _, s := range b.splits {
+		n := s.extent
+		if s.batch {
+			n /= c.Micro
+		}
+		if n%c.Sizes[s.axis] != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// dataName is the data axis's name ("" without one).
+func (b *base) dataName(p *Program) string {
+	if b.dataAxis < 0 {
+		return ""
+	}
+	return p.Axes[b.dataAxis]
+}
