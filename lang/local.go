@@ -190,35 +190,9 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 		c.errorf(call.Pos, "%s takes %s, got %d", name, plural(len(def.Params), "argument"), len(args))
 		return operand{bad: true}
 	}
-	locals := make([]operand, len(args))
-	for i, a := range args {
-		if a.num != nil && def.Params[i].Placement == nil {
-			locals[i] = a // a number: the same on every device
-			continue
-		}
-		if a.v == nil && def.Params[i].Placement != nil {
-			c.errorf(call.Pos, "argument %d of local function %s declares a placement %s: pass a tensor", i+1, name, placementText(def.Params[i].Placement))
-			return operand{bad: true}
-		}
-		if a.v == nil {
-			c.errorf(call.Pos, "argument %d of local function %s must be a tensor or a number", i+1, name)
-			return operand{bad: true}
-		}
-		pl := sbp.Broadcasts(c.g.Mesh.NumAxes())
-		if lit := def.Params[i].Placement; lit != nil {
-			var ok bool
-			if pl, ok = c.placement(lit, a.v.Type); !ok {
-				return operand{bad: true}
-			}
-		}
-		kw := map[string]operand{"place": {place: pl}}
-		if def.Padded {
-			kw["padded"] = numOp(1)
-		}
-		locals[i] = c.apply(call.Pos, "to_local", []operand{a}, kw)
-		if locals[i].bad {
-			return operand{bad: true}
-		}
+	locals, ok := c.enterLocal(call, def, name, args)
+	if !ok {
+		return operand{bad: true}
 	}
 	c.local = name
 	ret := c.expand(call, def, name, locals, nil)
@@ -242,6 +216,43 @@ func (c *Checker) expandLocal(call *Call, def *FuncDef, name string, args []oper
 		return operand{bad: true}
 	}
 	return c.leaveLocal(call.Pos, name, ret, out, shape)
+}
+
+// enterLocal turns a local function's arguments into the body's blocks:
+// each tensor converted to its parameter's placement (B by default) and
+// seen through to_local; numbers pass unchanged.
+func (c *Checker) enterLocal(call *Call, def *FuncDef, name string, args []operand) ([]operand, bool) {
+	locals := make([]operand, len(args))
+	for i, a := range args {
+		if a.num != nil && def.Params[i].Placement == nil {
+			locals[i] = a // a number: the same on every device
+			continue
+		}
+		if a.v == nil && def.Params[i].Placement != nil {
+			c.errorf(call.Pos, "argument %d of local function %s declares a placement %s: pass a tensor", i+1, name, placementText(def.Params[i].Placement))
+			return nil, false
+		}
+		if a.v == nil {
+			c.errorf(call.Pos, "argument %d of local function %s must be a tensor or a number", i+1, name)
+			return nil, false
+		}
+		pl := sbp.Broadcasts(c.g.Mesh.NumAxes())
+		if lit := def.Params[i].Placement; lit != nil {
+			var ok bool
+			if pl, ok = c.placement(lit, a.v.Type); !ok {
+				return nil, false
+			}
+		}
+		kw := map[string]operand{"place": {place: pl}}
+		if def.Padded {
+			kw["padded"] = numOp(1)
+		}
+		locals[i] = c.apply(call.Pos, "to_local", []operand{a}, kw)
+		if locals[i].bad {
+			return nil, false
+		}
+	}
+	return locals, true
 }
 
 // resultShape is a local function's global result shape: its blocks
@@ -439,7 +450,6 @@ func (c *Checker) localCall(call *Call) operand {
 		c.errorf(call.Pos, "%s belongs to the local view: call it inside a `local def`", call.Name)
 		return operand{bad: true}
 	}
-	m := c.g.Mesh
 	if call.Name == "arange" {
 		var args []operand
 		for _, a := range call.Args {
@@ -449,75 +459,95 @@ func (c *Checker) localCall(call *Call) operand {
 		}
 		return c.apply(call.Pos, "arange", args, nil)
 	}
-	var x operand
-	var axes, offsets []int
-	kw := map[string]operand{}
-	for i, a := range call.Args {
-		axisArg := a.Name == "" && (i > 0 || call.Name == "axis_index" || call.Name == "axis_size")
-		if axisArg {
-			name, ok := bareIdent(a.Value)
-			if !ok || c.axisIndex(name) < 0 {
-				c.errorf(a.Pos, "%s: expected the name of a mesh axis of %s %s", call.Name, m.Name, m)
-				return operand{bad: true}
-			}
-			if slices.Contains(axes, c.axisIndex(name)) {
-				c.errorf(a.Pos, "mesh axis %s named twice", name)
-				return operand{bad: true}
-			}
-			axes = append(axes, c.axisIndex(name))
-			continue
-		}
-		op := c.expr(a.Value)
-		if op.bad {
-			return op
-		}
-		switch {
-		case a.Name != "" && call.Name == "shift" && c.axisIndex(a.Name) >= 0:
-			if op.num == nil || *op.num != math.Trunc(*op.num) || math.Abs(*op.num) > 1<<20 {
-				c.errorf(a.Pos, "shift: the offset along %s must be an integer", a.Name)
-				return operand{bad: true}
-			}
-			if slices.Contains(axes, c.axisIndex(a.Name)) {
-				c.errorf(a.Pos, "mesh axis %s named twice", a.Name)
-				return operand{bad: true}
-			}
-			axes = append(axes, c.axisIndex(a.Name))
-			offsets = append(offsets, int(*op.num))
-		case a.Name != "":
-			kw[a.Name] = op
-		default:
-			x = op
-		}
+	la, ok := c.localArgs(call)
+	if !ok {
+		return operand{bad: true}
 	}
-	if len(axes) == 0 {
+	m := c.g.Mesh
+	if len(la.axes) == 0 {
 		c.errorf(call.Pos, "%s needs at least one mesh axis of %s %s", call.Name, m.Name, m)
 		return operand{bad: true}
 	}
+	kw := la.kw
 	switch call.Name {
 	case "axis_size":
-		if len(axes) != 1 || len(kw) > 0 || x.v != nil {
+		if len(la.axes) != 1 || len(kw) > 0 || la.x.v != nil {
 			c.errorf(call.Pos, "axis_size takes one mesh axis")
 			return operand{bad: true}
 		}
-		return numOp(float64(m.Axes[axes[0]].Size))
+		return numOp(float64(m.Axes[la.axes[0]].Size))
 	case "axis_index":
-		kw["axes"] = operand{ints: axes}
+		kw["axes"] = operand{ints: la.axes}
 		return c.apply(call.Pos, call.Name, nil, kw)
 	}
-	if x.v == nil || !x.v.Local {
+	if la.x.v == nil || !la.x.v.Local {
 		c.errorf(call.Pos, "%s needs a local tensor (a value of the local function's body) as its first argument", call.Name)
 		return operand{bad: true}
 	}
-	kw["axes"] = operand{ints: axes}
+	kw["axes"] = operand{ints: la.axes}
 	if call.Name == "shift" {
-		kw["by"] = operand{ints: offsets}
+		kw["by"] = operand{ints: la.offsets}
 	}
 	if r, ok := kw["root"]; ok && c.opts.SingleDevice && r.num != nil {
 		// the single-device reference: every axis has one device, which is
 		// every root (the program was checked with its real sizes)
 		kw["root"] = numOp(0)
 	}
-	return c.apply(call.Pos, call.Name, []operand{x}, kw)
+	return c.apply(call.Pos, call.Name, []operand{la.x}, kw)
+}
+
+// localArgs are a local-view call's arguments: the tensor, the mesh axes
+// (shift's with their offsets) and the other keywords.
+type localArgs struct {
+	x             operand
+	axes, offsets []int
+	kw            map[string]operand
+}
+
+func (c *Checker) localArgs(call *Call) (localArgs, bool) {
+	la := localArgs{kw: map[string]operand{}}
+	m := c.g.Mesh
+	addAxis := func(pos Pos, name string) bool {
+		if slices.Contains(la.axes, c.axisIndex(name)) {
+			c.errorf(pos, "mesh axis %s named twice", name)
+			return false
+		}
+		la.axes = append(la.axes, c.axisIndex(name))
+		return true
+	}
+	for i, a := range call.Args {
+		if a.Name == "" && (i > 0 || call.Name == "axis_index" || call.Name == "axis_size") {
+			name, ok := bareIdent(a.Value)
+			if !ok || c.axisIndex(name) < 0 {
+				c.errorf(a.Pos, "%s: expected the name of a mesh axis of %s %s", call.Name, m.Name, m)
+				return la, false
+			}
+			if !addAxis(a.Pos, name) {
+				return la, false
+			}
+			continue
+		}
+		op := c.expr(a.Value)
+		if op.bad {
+			return la, false
+		}
+		switch {
+		case a.Name != "" && call.Name == "shift" && c.axisIndex(a.Name) >= 0:
+			if op.num == nil || *op.num != math.Trunc(*op.num) || math.Abs(*op.num) > 1<<20 {
+				c.errorf(a.Pos, "shift: the offset along %s must be an integer", a.Name)
+				return la, false
+			}
+			if !addAxis(a.Pos, a.Name) {
+				return la, false
+			}
+			la.offsets = append(la.offsets, int(*op.num))
+		case a.Name != "":
+			la.kw[a.Name] = op
+		default:
+			la.x = op
+		}
+	}
+	return la, true
 }
 
 // bareIdent reports an expression that is just a name.
