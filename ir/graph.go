@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/meshrun/meshrun/mesh"
@@ -108,7 +109,7 @@ func (v *Value) Label() string {
 	if v.Name != "" {
 		return v.Name
 	}
-	return fmt.Sprintf("%s#%d", v.Op, v.ID)
+	return v.Op + "#" + strconv.Itoa(v.ID) // not fmt: called per value by every pass that names one
 }
 
 // HasLocal reports whether the graph holds local values (local

@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/alecthomas/participle/v2/lexer"
 )
@@ -15,7 +16,9 @@ func FormatPos(p Pos) string {
 	if f == "" {
 		f = "<input>"
 	}
-	return fmt.Sprintf("%s:%d:%d", f, p.Line, p.Column)
+	// strconv rather than fmt: explain and the emitters format a position
+	// per value, hundreds of thousands of times for a deep pipelined model
+	return f + ":" + strconv.Itoa(p.Line) + ":" + strconv.Itoa(p.Column)
 }
 
 // Error is one diagnostic at a source position. Every phase reports this

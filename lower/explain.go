@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
@@ -461,7 +462,7 @@ func (r *Report) Text() string {
 		where := shortWhere(o.Where) + via(o.CalledFrom)
 		tw.row(where, o.Value, o.Op, strings.Join(ins, " "), o.Placement, local)
 	}
-	b.WriteString(tw.String())
+	tw.writeTo(&b)
 	b.WriteString("\ncollectives inserted by the compiler\n")
 	if len(r.Collectives) == 0 {
 		b.WriteString("  none: every op found its inputs where it needed them\n")
@@ -471,7 +472,7 @@ func (r *Report) Text() string {
 			tw.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
 				fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
 		}
-		b.WriteString(tw.String())
+		tw.writeTo(&b)
 		kinds := map[string]bool{}
 		b.WriteString("  formulas (p = group size, G = bytes the group holds, L = local bytes):\n")
 		for _, c := range r.Collectives {
@@ -506,7 +507,7 @@ func (r *Report) Text() string {
 			tw = tieredMemoryTable(r.Memory)
 			b.WriteString(offloadHeading)
 		}
-		b.WriteString(tw.String())
+		tw.writeTo(&b)
 	}
 	b.WriteString("\npeak memory per device (tensors held, from the plan)\n")
 	groups := map[int64][]int{}
@@ -571,22 +572,36 @@ func FormatTable(rows [][]string) string { return (&table{rows: rows}).String() 
 func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }
 
 func (t *table) String() string {
+	var b strings.Builder
+	t.writeTo(&b)
+	return b.String()
+}
+
+// writeTo appends the aligned table to b, sized once: explain's op table
+// of a deep pipelined model is tens of megabytes.
+func (t *table) writeTo(b *strings.Builder) {
 	w := make([]int, len(t.rows[0]))
 	for _, r := range t.rows {
 		for i, c := range r {
-			w[i] = max(w[i], len([]rune(c)))
+			w[i] = max(w[i], utf8.RuneCountInString(c))
 		}
 	}
-	var b strings.Builder
+	width := 1
+	for _, x := range w {
+		width += 1 + x
+	}
+	b.Grow(len(t.rows) * (width + 1))
 	for _, r := range t.rows {
-		b.WriteString(" ")
+		b.WriteByte(' ')
 		for i, c := range r {
-			b.WriteString(" " + c)
+			b.WriteByte(' ')
+			b.WriteString(c)
 			if i < len(r)-1 {
-				b.WriteString(strings.Repeat(" ", w[i]-len([]rune(c))))
+				for n := w[i] - utf8.RuneCountInString(c); n > 0; n-- {
+					b.WriteByte(' ')
+				}
 			}
 		}
 		b.WriteByte('\n')
 	}
-	return b.String()
 }

@@ -136,7 +136,7 @@ func (r *PipelineReport) text(b *strings.Builder) {
 		tw.row(fmt.Sprint(s.Stage), fmt.Sprint(s.Rank), strings.Join(shortAll(s.Units), " "), fmt.Sprintf("%.3g us", s.TimeUs),
 			HumanBytes(float64(s.Params)), HumanBytes(float64(s.PeakBytes)))
 	}
-	b.WriteString(tw.String())
+	tw.writeTo(b)
 	b.WriteString("  schedule (per rank: stage, F forward / B backward / I input-gradient / W weight-gradient, SEND_/RECV_ of activations (F) and gradients (B), micro-batch)\n")
 	for rank, acts := range r.Actions {
 		fmt.Fprintf(b, "    rank %d: %s\n", rank, strings.Join(acts, " "))
@@ -168,7 +168,7 @@ func (r *PipelineReport) text(b *strings.Builder) {
 			tw.row(value[k], k.kind, fmt.Sprintf("%d → %d", k.from, k.to), fmt.Sprint(count[k]), HumanBytes(float64(bytes[k])),
 				dropDirs(k.where)+": "+src[k])
 		}
-		b.WriteString(tw.String())
+		tw.writeTo(b)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(b, "  note: %s\n", n)

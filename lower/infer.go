@@ -20,10 +20,9 @@ func Desc(v *ir.Value) *sbp.OpDesc {
 }
 
 // ndSigs is sbp.NdSigs on the plan's mesh, computed once per distinct
-// description.
-func (p *Plan) ndSigs(rule *sbp.Rule, d *sbp.OpDesc) ([]sbp.NdSig, error) {
-	k := descKey(d)
-	if sigs, ok := p.sigs[k]; ok {
+// description (k is descKey(d)).
+func (p *Plan) ndSigs(rule *sbp.Rule, d *sbp.OpDesc, k []byte) ([]sbp.NdSig, error) {
+	if sigs, ok := p.sigs[string(k)]; ok {
 		return sigs, nil
 	}
 	sigs, err := sbp.NdSigs(rule, d, p.Mesh)
@@ -33,14 +32,15 @@ func (p *Plan) ndSigs(rule *sbp.Rule, d *sbp.OpDesc) ([]sbp.NdSig, error) {
 	if p.sigs == nil {
 		p.sigs = map[string][]sbp.NdSig{}
 	}
-	p.sigs[k] = sigs
+	p.sigs[string(k)] = sigs
 	return sigs, nil
 }
 
-// descKey identifies an op description: the op, its attributes and the
-// shapes, as self-delimiting varints after the op's name.
-func descKey(d *sbp.OpDesc) string {
-	b := append([]byte(d.Op), 0)
+// descKey appends to b what identifies an op description: the op, its
+// attributes and the shapes, as self-delimiting varints after the op's
+// name.
+func descKey(b []byte, d *sbp.OpDesc) []byte {
+	b = append(append(b, d.Op...), 0)
 	b = binary.AppendVarint(b, int64(d.Axis))
 	b = binary.AppendVarint(b, int64(d.NumIn))
 	ints := func(xs []int) {
@@ -55,7 +55,33 @@ func descKey(d *sbp.OpDesc) string {
 	for _, in := range d.In {
 		ints(in)
 	}
-	return string(b)
+	return b
+}
+
+// choiceKey appends to the description's key (descKey) everything else
+// choose reads: the dtypes of the value and its arguments, the arguments'
+// current placements and, for a gradient, its forward value's placement.
+// Values with equal keys get equal choices.
+func (p *Plan) choiceKey(b []byte, v *ir.Value) []byte {
+	nd := func(x sbp.NdSBP) {
+		b = binary.AppendUvarint(b, uint64(len(x)))
+		for _, e := range x {
+			b = append(b, byte(e.Kind), byte(e.Reduce))
+			b = binary.AppendVarint(b, int64(e.Dim))
+		}
+	}
+	b = append(b, byte(v.Type.DType))
+	for _, a := range v.Args {
+		b = append(b, byte(a.Type.DType))
+		nd(p.Placement[a])
+	}
+	if pv := v.Primal; pv != nil && slices.Equal(pv.Type.Shape, v.Type.Shape) {
+		b = append(b, 1)
+		nd(p.Placement[pv])
+	} else {
+		b = append(b, 0)
+	}
+	return b
 }
 
 // sigScore orders candidate signatures; lower is better.
@@ -126,10 +152,34 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 			return nil, fmt.Errorf("internal: %s used before it has a placement", a.Label())
 		}
 	}
-	sigs, err := p.ndSigs(rule, Desc(v))
+	// A deep or pipelined model repeats each layer's ops, per layer and
+	// per micro-batch, with the same shapes and argument placements:
+	// price each distinct case once.
+	d := Desc(v)
+	p.keyBuf = descKey(p.keyBuf[:0], d)
+	n := len(p.keyBuf)
+	p.keyBuf = p.choiceKey(p.keyBuf, v)
+	if c, ok := p.chosen[string(p.keyBuf)]; ok {
+		return &Choice{Sig: c.Sig, Time: c.Time, Candidates: c.Candidates}, nil
+	}
+	key := string(p.keyBuf)
+	sigs, err := p.ndSigs(rule, d, p.keyBuf[:n])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", v.Op, err)
 	}
+	best, err := p.cheapest(v, sigs)
+	if err != nil {
+		return nil, err
+	}
+	if p.chosen == nil {
+		p.chosen = map[string]Choice{}
+	}
+	p.chosen[key] = *best
+	return best, nil
+}
+
+// cheapest prices every signature in sigs that fits v and keeps the best.
+func (p *Plan) cheapest(v *ir.Value, sigs []sbp.NdSig) (*Choice, error) {
 	var best *Choice
 	var bestScore sigScore
 	valid := 0

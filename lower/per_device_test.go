@@ -96,7 +96,7 @@ func TestDescKeySeparatesDescriptions(t *testing.T) {
 	for i, f := range variants {
 		d := base
 		f(&d)
-		k := descKey(&d)
+		k := string(descKey(nil, &d))
 		j, dup := seen[k]
 		require.False(t, dup, "variants %d and %d share a key", j, i)
 		seen[k] = i

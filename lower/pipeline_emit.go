@@ -22,7 +22,7 @@ type rankEmit struct {
 // program is rank r's instructions: what precedes the micro-batches, the
 // schedule's actions in order, then the rest (the optimizer step).
 func (b *pipeBuild) program(r int) (*plan.Program, error) {
-	e := &rankEmit{b: b, r: r, prog: &plan.Program{SlotType: slices.Clone(b.src.SlotType)},
+	e := &rankEmit{b: b, r: r, prog: &plan.Program{SlotType: slices.Clone(b.src.SlotType), Instrs: make([]plan.Instr, 0, b.sizeHint(r))},
 		done: make([]bool, len(b.src.Instrs)), recvd: map[int]bool{}}
 	for i := range b.src.Instrs {
 		if b.pre[i] && b.act[i] == nil && b.rank(i) == r {
@@ -74,6 +74,24 @@ func (b *pipeBuild) program(r int) (*plan.Program, error) {
 	}
 	e.finish()
 	return e.prog, nil
+}
+
+// sizeHint bounds rank r's program: its own instructions, those of no
+// stage, a mark per action and its sends and receives. Sizing the program
+// once saves copying instructions as it grows.
+func (b *pipeBuild) sizeHint(r int) int {
+	n := len(b.sched.Actions[r])
+	for i := range b.src.Instrs {
+		if k := b.rank(i); k < 0 || k == r {
+			n++
+		}
+	}
+	for _, t := range b.xfer {
+		if t.From == r || t.To == r {
+			n++
+		}
+	}
+	return n
 }
 
 // need emits instruction i after what it reads: instructions of no stage
@@ -205,15 +223,49 @@ func widenPlan(ex *plan.Plan, groups []plan.Group, axis int) {
 			ts[i].Placement = widen(ts[i].Placement, axis)
 		}
 	}
+	// Instructions share their placement slices (one per value, one per
+	// signature), and nothing modifies a placement once emitted: widen each
+	// distinct slice once and share the result, as the input shared it.
+	type sliceID struct {
+		first *sbp.SBP
+		n     int
+	}
+	widened := map[sliceID]sbp.NdSBP{}
+	wide := func(nd sbp.NdSBP) sbp.NdSBP {
+		if len(nd) == 0 {
+			return widen(nd, axis)
+		}
+		id := sliceID{&nd[0], len(nd)}
+		w, ok := widened[id]
+		if !ok {
+			w = widen(nd, axis)
+			widened[id] = w
+		}
+		return w
+	}
+	type argsID struct {
+		first *sbp.NdSBP
+		n     int
+	}
+	argPlaces := map[argsID][]sbp.NdSBP{}
 	for _, prog := range ex.Programs {
 		for i := range prog.Instrs {
 			in := &prog.Instrs[i]
-			in.Placement = widen(in.Placement, axis)
-			args := make([]sbp.NdSBP, len(in.ArgPlace))
-			for k, pl := range in.ArgPlace {
-				args[k] = widen(pl, axis)
+			in.Placement = wide(in.Placement)
+			if len(in.ArgPlace) == 0 {
+				in.ArgPlace = []sbp.NdSBP{}
+			} else {
+				id := argsID{&in.ArgPlace[0], len(in.ArgPlace)}
+				args, ok := argPlaces[id]
+				if !ok {
+					args = make([]sbp.NdSBP, len(in.ArgPlace))
+					for k, pl := range in.ArgPlace {
+						args[k] = wide(pl)
+					}
+					argPlaces[id] = args
+				}
+				in.ArgPlace = args
 			}
-			in.ArgPlace = args
 			if (in.Kind == plan.Send || in.Kind == plan.Recv) && in.Tag == localShiftTag {
 				// a local function's shift: its axes are the spmd mesh's
 				in.Peer.Axes = slices.Clone(in.Peer.Axes)

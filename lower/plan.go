@@ -72,7 +72,11 @@ type Plan struct {
 	// the signatures are a function of the description and the mesh.
 	// Choices share the cached slices, which nothing modifies.
 	sigs map[string][]sbp.NdSig
-	Opts Options
+	// chosen caches choose's result (without ArgConv) by choiceKey, and
+	// keyBuf is the scratch buffer the keys are built in.
+	chosen map[string]Choice
+	keyBuf []byte
+	Opts   Options
 
 	// Values are the graph's values that reach an output, in order (the
 	// check pass drops the rest unless Options.KeepDead).
