@@ -131,15 +131,20 @@ func (v *Value) IsSource() bool {
 
 // Where renders the value's position and call chain: "mlp.mesh:9:9 (via mlp.mesh:13:5)".
 func (v *Value) Where() string {
-	s := FormatPos(v.Pos)
-	if len(v.Calls) > 0 {
-		var vs []string
-		for _, c := range v.Calls {
-			vs = append(vs, FormatPos(c))
-		}
-		s += " (called from " + strings.Join(vs, ", ") + ")"
+	if len(v.Calls) == 0 {
+		return FormatPos(v.Pos)
 	}
-	return s
+	// built in one buffer: the emitters ask once per value
+	b := make([]byte, 0, 64*(1+len(v.Calls)))
+	b = appendPos(b, v.Pos)
+	b = append(b, " (called from "...)
+	for i, c := range v.Calls {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPos(b, c)
+	}
+	return string(append(b, ')'))
 }
 
 // CollectiveAttrs renders a local-view collective's group, root and

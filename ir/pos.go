@@ -21,6 +21,19 @@ func FormatPos(p Pos) string {
 	return f + ":" + strconv.Itoa(p.Line) + ":" + strconv.Itoa(p.Column)
 }
 
+// appendPos appends FormatPos(p) to b.
+func appendPos(b []byte, p Pos) []byte {
+	if p.Filename == "" {
+		b = append(b, "<input>"...)
+	} else {
+		b = append(b, p.Filename...)
+	}
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(p.Line), 10)
+	b = append(b, ':')
+	return strconv.AppendInt(b, int64(p.Column), 10)
+}
+
 // Error is one diagnostic at a source position. Every phase reports this
 // shape, so the CLI and the REPL render them the same way.
 type Error struct {

@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"sort"
@@ -149,17 +150,19 @@ func Explain(p *Plan) *Report {
 		l := p.Planner.Topo.Link(i)
 		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: round6(l.Alpha * 1e6), GBPerSec: round6(1 / l.Beta / 1e9), ReduceGBps: round6(1 / l.Gamma / 1e9)})
 	}
+	r.Ops = make([]OpReport, 0, len(p.Values))
+	blocks := &blockMemo{p: p, local: map[string][]int{}, distinct: map[string][][]int{}}
 	for _, v := range p.Values {
 		pl := p.Placement[v]
 		op := OpReport{ID: v.ID, Op: v.Op, Value: v.Label(), Where: ir.FormatPos(v.Pos), Line: v.Pos.Line, CalledFrom: callSites(v), Shape: v.Type.Shape, DType: v.Type.DType.String(),
-			Placement: pl.String(), Local: sbp.LocalShape(m, v.Type.Shape, pl, 0), LocalShapes: distinctShapes(p, v.Type.Shape, pl)}
+			Placement: pl.String(), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
 		if ch := p.Choice[v]; ch != nil {
 			op.Candidates = ch.Candidates
 			if v.Op != "to" {
 				op.Why = dedupe(ch.Sig.Why)
 			}
 			for i, a := range v.Args {
-				ar := ArgReport{Value: a.Label(), Placement: p.Placement[a].String(), Local: sbp.LocalShape(m, a.Type.Shape, ch.Sig.In[i], 0)}
+				ar := ArgReport{Value: a.Label(), Placement: p.Placement[a].String(), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
 				if ch.ArgConv[i] != nil {
 					ar.Converted = ch.Sig.In[i].String()
 				}
@@ -261,6 +264,49 @@ func distinctShapes(p *Plan, shape []int, pl sbp.NdSBP) [][]int {
 			return out
 		}
 	}
+}
+
+// blockMemo answers device 0's block shape and distinctShapes once per
+// distinct (shape, placement): a deep or pipelined model repeats each
+// layer's values with the same ones. The reports share the answers, which
+// nothing modifies.
+type blockMemo struct {
+	p        *Plan
+	key      []byte
+	local    map[string][]int
+	distinct map[string][][]int
+}
+
+func (bm *blockMemo) setKey(shape []int, pl sbp.NdSBP) {
+	bm.key = binary.AppendUvarint(bm.key[:0], uint64(len(shape)))
+	for _, d := range shape {
+		bm.key = binary.AppendVarint(bm.key, int64(d))
+	}
+	bm.key = binary.AppendUvarint(bm.key, uint64(len(pl)))
+	for _, e := range pl {
+		bm.key = append(bm.key, byte(e.Kind), byte(e.Reduce))
+		bm.key = binary.AppendVarint(bm.key, int64(e.Dim))
+	}
+}
+
+func (bm *blockMemo) localShape(shape []int, pl sbp.NdSBP) []int {
+	bm.setKey(shape, pl)
+	if s, ok := bm.local[string(bm.key)]; ok {
+		return s
+	}
+	s := sbp.LocalShape(bm.p.Mesh, shape, pl, 0)
+	bm.local[string(bm.key)] = s
+	return s
+}
+
+func (bm *blockMemo) distinctShapes(shape []int, pl sbp.NdSBP) [][]int {
+	bm.setKey(shape, pl)
+	if s, ok := bm.distinct[string(bm.key)]; ok {
+		return s
+	}
+	s := distinctShapes(bm.p, shape, pl)
+	bm.distinct[string(bm.key)] = s
+	return s
 }
 
 // nextCoord advances coord to the next coordinate in row-major order over

@@ -183,7 +183,7 @@ func Lower(g *ir.Graph, opts Options) (*Plan, error) {
 	}
 	p := &Plan{
 		Graph: g, Mesh: m, Planner: sbp.NewPlanner(m, opts.Topo), Opts: opts,
-		Placement: map[*ir.Value]sbp.NdSBP{}, Choice: map[*ir.Value]*Choice{},
+		Placement: make(map[*ir.Value]sbp.NdSBP, len(g.Values)), Choice: make(map[*ir.Value]*Choice, len(g.Values)),
 		done: map[string]bool{},
 	}
 	for _, pass := range Passes {

@@ -15,10 +15,14 @@ import (
 // coordinate), the groups its collectives use, and the sources, outputs
 // and carried values it names. Nothing in it points into the graph.
 func buildPrograms(p *Plan) error {
-	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: map[*ir.Value]int{},
-		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{}}
+	n := len(p.Values) // an instruction per value and per conversion step, allocated once
+	for _, c := range p.Convs {
+		n += len(c.Path.Steps)
+	}
+	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make(map[*ir.Value]int, len(p.Values)),
+		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}}
 	p.SourceIndex = map[*ir.Value]int{}
-	p.InstrValue = nil
+	p.InstrValue = make([]*ir.Value, 0, n)
 	for _, v := range p.Values {
 		e.cur = v
 		if err := e.value(v); err != nil {

@@ -43,7 +43,7 @@ type stageOf struct {
 	g      *ir.Graph
 	pipe   *ir.PipeTrain
 	stages int
-	unit   map[int]int // value ID → unit index (every micro-batch)
+	unit   []int32 // value ID → unit index (every micro-batch), -1: none
 	// UnitStage is each unit's stage; Auto says the cut was balanced.
 	UnitStage []int
 	Auto      bool
@@ -52,11 +52,14 @@ type stageOf struct {
 
 func assignStages(g *ir.Graph, stages int, unitCost func(u int) (compute, sent float64)) (*stageOf, error) {
 	pipe := g.Train.Pipe
-	s := &stageOf{g: g, pipe: pipe, stages: stages, unit: map[int]int{}, Stage: map[*ir.Value]int{}}
+	s := &stageOf{g: g, pipe: pipe, stages: stages, unit: make([]int32, len(g.Values)), Stage: make(map[*ir.Value]int, len(g.Values))}
+	for i := range s.unit {
+		s.unit[i] = -1
+	}
 	for _, units := range pipe.Units {
 		for u, r := range units {
 			for id := r.Start; id < r.End; id++ {
-				s.unit[id] = u
+				s.unit[id] = int32(u)
 			}
 		}
 	}
@@ -102,7 +105,7 @@ func assignStages(g *ir.Graph, stages int, unitCost func(u int) (compute, sent f
 	return s, nil
 }
 
-func (s *stageOf) hasUnit(id int) bool { _, ok := s.unit[id]; return ok }
+func (s *stageOf) hasUnit(id int) bool { return id >= 0 && id < len(s.unit) && s.unit[id] >= 0 }
 
 // phaseOf is 'F' or 'B' for a value of a micro-batch's forward or backward,
 // 0 elsewhere (before the first micro-batch, between them, in the step).

@@ -25,6 +25,7 @@ package sbp
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -94,11 +95,24 @@ func Broadcasts(n int) NdSBP {
 }
 
 func (n NdSBP) String() string {
-	parts := make([]string, len(n))
+	// one allocation: explain names a placement per value and argument
+	var b strings.Builder
+	b.Grow(2 + 8*len(n))
+	b.WriteByte('{')
 	for i, s := range n {
-		parts[i] = s.String()
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if s.Kind == Split {
+			b.WriteString("S(")
+			b.WriteString(strconv.Itoa(s.Dim))
+			b.WriteByte(')')
+		} else {
+			b.WriteString(s.String())
+		}
 	}
-	return "{" + strings.Join(parts, ", ") + "}"
+	b.WriteByte('}')
+	return b.String()
 }
 
 // Equal reports whether two placements are the same.
