@@ -508,17 +508,19 @@ func (r *Report) Text() string {
 		where := shortWhere(o.Where) + via(o.CalledFrom)
 		tw.row(where, o.Value, o.Op, strings.Join(ins, " "), o.Placement, local)
 	}
+	tc := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
+	for _, c := range r.Collectives {
+		tc.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
+			fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
+	}
+	// the two tables are nearly all of the text: size it once
+	b.Grow(tw.size() + tc.size() + 64<<10)
 	tw.writeTo(&b)
 	b.WriteString("\ncollectives inserted by the compiler\n")
 	if len(r.Collectives) == 0 {
 		b.WriteString("  none: every op found its inputs where it needed them\n")
 	} else {
-		tw := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
-		for _, c := range r.Collectives {
-			tw.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
-				fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
-		}
-		tw.writeTo(&b)
+		tc.writeTo(&b)
 		kinds := map[string]bool{}
 		b.WriteString("  formulas (p = group size, G = bytes the group holds, L = local bytes):\n")
 		for _, c := range r.Collectives {
@@ -623,15 +625,38 @@ func (t *table) String() string {
 	return b.String()
 }
 
-// writeTo appends the aligned table to b, sized once: explain's op table
-// of a deep pipelined model is tens of megabytes.
-func (t *table) writeTo(b *strings.Builder) {
+// widths is the widest cell of each column, in runes.
+func (t *table) widths() []int {
 	w := make([]int, len(t.rows[0]))
 	for _, r := range t.rows {
 		for i, c := range r {
 			w[i] = max(w[i], utf8.RuneCountInString(c))
 		}
 	}
+	return w
+}
+
+// size bounds the bytes writeTo writes: each cell padded to its column's
+// width (the last is not), plus its bytes beyond one per rune.
+func (t *table) size() int {
+	n := 0
+	for _, r := range t.rows {
+		n += 2 + len(r) // the indent, a space per cell, the newline
+		for _, c := range r {
+			n += len(c) - utf8.RuneCountInString(c)
+		}
+	}
+	width := 0
+	for _, x := range t.widths() {
+		width += x
+	}
+	return n + len(t.rows)*width
+}
+
+// writeTo appends the aligned table to b, sized once: explain's op table
+// of a deep pipelined model is tens of megabytes.
+func (t *table) writeTo(b *strings.Builder) {
+	w := t.widths()
 	width := 1
 	for _, x := range w {
 		width += 1 + x

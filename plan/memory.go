@@ -133,10 +133,11 @@ func (p *Plan) replayTier(r int, host bool, visit func(i int, cur int64) bool) {
 	prog := p.ProgramOf(r)
 	var cur int64
 	slot := make([]int64, prog.NumSlots())
+	coord := p.Mesh.Coord(r)
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
 		if in.Out >= 0 && in.Host == host {
-			n := int64(sbp.Layout(p.Mesh, in.Shape, in.Placement, r).Numel())
+			n := int64(sbp.LocalNumel(p.Mesh, in.Shape, in.Placement, coord))
 			slot[in.Out] = n * int64(in.DType.Size())
 			cur = size.AddBytes(cur, slot[in.Out])
 			if !visit(i, cur) {

@@ -43,6 +43,24 @@ func Layout(m *mesh.Mesh, shape []int, p NdSBP, dev int) Block {
 	return b
 }
 
+// LocalNumel is Layout(m, shape, p, dev).Numel() for the device at coord,
+// without allocating: the memory pass asks it once per instruction of
+// every program it replays.
+func LocalNumel(m *mesh.Mesh, shape []int, p NdSBP, coord []int) int {
+	var buf [8]int
+	l := append(buf[:0], shape...)
+	for a, s := range p {
+		if s.Kind == Split {
+			_, l[s.Dim] = mesh.Split(l[s.Dim], m.Axes[a].Size, coord[a])
+		}
+	}
+	n := 1
+	for _, d := range l {
+		n *= d
+	}
+	return n
+}
+
 // LocalShape is the shape of the block a device holds.
 func LocalShape(m *mesh.Mesh, shape []int, p NdSBP, dev int) []int {
 	return Layout(m, shape, p, dev).Len

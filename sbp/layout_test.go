@@ -64,3 +64,21 @@ func TestMarkVaryingStartsAtTheFirstUnevenSplit(t *testing.T) {
 	require.False(t, Uniform(m, []int{64, 256}, NdSBP{S(0), S(0)}))
 	require.True(t, Uniform(m, []int{512, 256}, NdSBP{S(0), S(0)}))
 }
+
+// LocalNumel counts the elements of the block Layout gives each device,
+// on uneven nested splits and on a rank above its stack buffer's eight.
+func TestLocalNumelAgreesWithLayout(t *testing.T) {
+	m := mesh.New("M", mesh.Axis{Name: "a", Size: 3}, mesh.Axis{Name: "b", Size: 2}, mesh.Axis{Name: "c", Size: 2})
+	pls := []NdSBP{{S(0), S(0), B}, {S(0), S(1), S(0)}, {B, S(0), S(8)}, {P, S(1), B}, {S(1), B, S(1)}}
+	shapes := [][]int{{12, 4}, {4, 5}, {6, 1}, {1, 6}, {3, 2}, {5, 1, 1, 1, 1, 1, 1, 1, 7, 2}}
+	for _, pl := range pls {
+		for _, shape := range shapes {
+			if len(shape) <= 8 && pl[2].IsS() && pl[2].Dim == 8 {
+				continue
+			}
+			for d := 0; d < m.Size(); d++ {
+				require.Equal(t, Layout(m, shape, pl, d).Numel(), LocalNumel(m, shape, pl, m.Coord(d)), "%v %v device %d", shape, pl, d)
+			}
+		}
+	}
+}
