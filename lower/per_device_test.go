@@ -1,9 +1,11 @@
 package lower
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
+	"github.com/meshrun/meshrun/bench/gptsrc"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/sbp"
 	"github.com/stretchr/testify/require"
@@ -100,5 +102,41 @@ func TestDescKeySeparatesDescriptions(t *testing.T) {
 		j, dup := seen[k]
 		require.False(t, dup, "variants %d and %d share a key", j, i)
 		seen[k] = i
+	}
+}
+
+// choose prices each distinct (description, argument placements, dtypes,
+// forward placement) once and hands later values the cached choice; every
+// value must get what pricing it afresh gives. The pipelined GPT repeats
+// its layers and micro-batches, so the cache is hit there.
+func TestCachedChoicesMatchFreshPricing(t *testing.T) {
+	plans := testPlans(t)
+	var src bytes.Buffer
+	gptsrc.Write(&src, 8, true) // a layer per stage
+	g, err := lang.CheckSource("gpt.mesh", src.Bytes(), lang.CheckOptions{})
+	require.NoError(t, err)
+	plans["gpt pipelined"], err = Lower(g, Options{})
+	require.NoError(t, err)
+	for name, p := range plans {
+		chosen := 0
+		for _, v := range p.Values {
+			ch := p.Choice[v]
+			if ch == nil || v.Op == "to" {
+				continue
+			}
+			chosen++
+			rule, ok := sbp.Lookup(v.Op)
+			require.True(t, ok)
+			sigs, err := sbp.NdSigs(rule, Desc(v), p.Mesh)
+			require.NoError(t, err)
+			fresh, err := p.cheapest(v, sigs)
+			require.NoError(t, err)
+			require.Equal(t, fresh.Sig, ch.Sig, "%s %s", name, v.Label())
+			require.Equal(t, fresh.Time, ch.Time, "%s %s", name, v.Label())
+			require.Equal(t, fresh.Candidates, ch.Candidates, "%s %s", name, v.Label())
+		}
+		if name == "gpt pipelined" {
+			require.Less(t, len(p.chosen), chosen/4, "the micro-batches' copies share choices")
+		}
 	}
 }
