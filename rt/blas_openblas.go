@@ -120,6 +120,17 @@ func (OpenBLAS) Describe() string {
 	return fmt.Sprintf("OpenBLAS (libopenblas.so.0: %s; %s kernels), %d thread(s)", C.GoString(C.ob_cfg()), C.GoString(C.ob_core()), int(C.ob_nthreads()))
 }
 
+// obSlots bounds the calls into OpenBLAS at once. Each OS thread that
+// calls it takes one of its per-thread buffers (tens of MB), and a library
+// built for 128 threads aborts the process past its table ("too many
+// memory regions"): 256 virtual devices, each a goroutine blocked in its
+// own cgo call on its own thread, reach that. No more calls than Go runs
+// threads at once can make progress anyway, and Go reuses the threads it
+// has, so few distinct threads ever enter the library (about twice the
+// slots at most: those inside it and those running Go code that may enter
+// it next), hence the cap of 32 slots on machines with many CPUs.
+var obSlots = make(chan struct{}, min(max(2, runtime.GOMAXPROCS(0)), 32))
+
 func (OpenBLAS) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
@@ -128,6 +139,8 @@ func (OpenBLAS) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c
 		clear(c[:(m-1)*ldc+n])
 		return
 	}
+	obSlots <- struct{}{}
+	defer func() { <-obSlots }()
 	C.ob_s(C.int(m), C.int(n), C.int(k), (*C.float)(&a[0]), C.int(lda), (*C.float)(&b[0]), C.int(ldb), (*C.float)(&c[0]), C.int(ldc))
 }
 
@@ -139,6 +152,8 @@ func (OpenBLAS) Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c
 		clear(c[:(m-1)*ldc+n])
 		return
 	}
+	obSlots <- struct{}{}
+	defer func() { <-obSlots }()
 	C.ob_d(C.int(m), C.int(n), C.int(k), (*C.double)(&a[0]), C.int(lda), (*C.double)(&b[0]), C.int(ldb), (*C.double)(&c[0]), C.int(ldc))
 }
 

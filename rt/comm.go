@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -285,9 +286,46 @@ func (g *Ring) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int,
 }
 
 func (g *Ring) reduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (*Tensor, error) {
-	if isHalf(t.DType) && op == OpSum {
-		return g.reduceScatterHalf(ctx, t, dim, lens)
+	if isHalf(t.DType) {
+		if op == OpSum {
+			return g.reduceScatterHalf(ctx, t, dim, lens)
+		}
+		return g.reduceScatterCopy(ctx, t, dim, lens, op)
 	}
+	// The running sum of a chunk travels the ring: this rank starts the
+	// one of chunk r-1 as a copy of its own piece, then each step adds its
+	// piece into the sum it received and passes that on. A received sum is
+	// a buffer its sender made and never touches again, so adding into it
+	// is safe, and a rank holds one chunk of scratch rather than a copy of
+	// its whole input (which at 256 data-parallel ranks is a gradient's
+	// worth of memory per rank during every all-reduce).
+	p := g.Size()
+	offs := make([]int, p+1)
+	for i, l := range lens {
+		offs[i+1] = offs[i] + l
+	}
+	run := chunkOf(t, dim, offs, mod(g.Rank-1, p), true)
+	for k := 0; k < p-1; k++ {
+		start := time.Now()
+		if err := g.send(ctx, g.next(), run); err != nil {
+			return nil, err
+		}
+		got, err := g.recv(ctx, g.prev())
+		if err != nil {
+			return nil, err
+		}
+		if err := accumulateOwn(got, chunkOf(t, dim, offs, mod(g.Rank-k-2, p), false), op); err != nil {
+			return nil, err
+		}
+		g.stepDone("reduce_scatter", k, run, start)
+		run = got
+	}
+	return run, nil
+}
+
+// reduceScatterCopy is the ring reduce-scatter over a copy of every chunk,
+// for half-precision maxima (accumulate widens its two operands).
+func (g *Ring) reduceScatterCopy(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (*Tensor, error) {
 	p := g.Size()
 	chunks := SplitDim(t, dim, lens)
 	for k := 0; k < p-1; k++ {
@@ -305,6 +343,84 @@ func (g *Ring) reduceScatter(ctx context.Context, t *Tensor, dim int, lens []int
 		g.stepDone("reduce_scatter", k, chunks[mod(g.Rank-k-1, p)], start)
 	}
 	return chunks[g.Rank], nil
+}
+
+// chunkOf is piece i of t cut along dim at offs: a copy when fresh (it
+// will be sent and changed by its receiver), else a view of t's storage
+// where the piece is contiguous (every dim before dim has extent 1),
+// which the caller only reads.
+func chunkOf(t *Tensor, dim int, offs []int, i int, fresh bool) *Tensor {
+	count := slices.Clone(t.Shape)
+	count[dim] = offs[i+1] - offs[i]
+	outer, inner := 1, 1
+	for _, d := range t.Shape[:dim] {
+		outer *= d
+	}
+	for _, d := range t.Shape[dim+1:] {
+		inner *= d
+	}
+	if fresh || outer != 1 {
+		off := make([]int, len(t.Shape))
+		off[dim] = offs[i]
+		return Extract(t, off, count)
+	}
+	v := header(t.DType, count)
+	v.Data = sliceData(t.Data, offs[i]*inner, offs[i+1]*inner)
+	return v
+}
+
+// sliceData is d[lo:hi] for any storage type.
+func sliceData(d any, lo, hi int) any {
+	switch x := d.(type) {
+	case []float32:
+		return x[lo:hi]
+	case []float64:
+		return x[lo:hi]
+	case []int32:
+		return x[lo:hi]
+	case []int64:
+		return x[lo:hi]
+	case []uint16:
+		return x[lo:hi]
+	}
+	panic(fmt.Sprintf("rt: no storage type %T", d))
+}
+
+// accumulateOwn folds this rank's piece own into the running value dst
+// received from the previous rank, with accumulate(own-copy, dst)'s
+// result: own + dst, or for a maximum own unless dst is greater (which
+// decides ties and NaNs as the copying ring did).
+func accumulateOwn(dst, own *Tensor, op ReduceOp) error {
+	if !sameShape(dst.Shape, own.Shape) || dst.DType != own.DType {
+		return fmt.Errorf("reduce: received %s%v, expected %s%v", dst.DType, dst.Shape, own.DType, own.Shape)
+	}
+	switch d := dst.Data.(type) {
+	case []float32:
+		foldOwn(d, own.Data.([]float32), op)
+	case []float64:
+		foldOwn(d, own.Data.([]float64), op)
+	case []int32:
+		foldOwn(d, own.Data.([]int32), op)
+	case []int64:
+		foldOwn(d, own.Data.([]int64), op)
+	default:
+		return fmt.Errorf("reduce: %s in place is not supported", dst.DType)
+	}
+	return nil
+}
+
+func foldOwn[T Num](d, own []T, op ReduceOp) {
+	if op == OpMax {
+		for i, v := range own {
+			if !(d[i] > v) {
+				d[i] = v
+			}
+		}
+		return
+	}
+	for i, v := range own {
+		d[i] = v + d[i]
+	}
 }
 
 // reduceScatterHalf sums half-precision partials in f32 and rounds once.

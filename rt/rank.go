@@ -376,7 +376,9 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	defer cancel()
 	switch in.Kind {
 	case plan.Collective:
-		if len(b.Members) > 1 {
+		if len(b.Members) > 1 && in.Step.Kind == sbp.AllGather {
+			// only the ring all-gather hands peers this rank's input
+			// itself; the others send copies or running sums (Ring)
 			lend(args[0])
 		}
 		if x.clk != nil {

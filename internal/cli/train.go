@@ -69,6 +69,15 @@ func (e *env) train(args []string) int {
 	if l == nil {
 		return code
 	}
+	if _, ok := l.(*rt.Local); ok {
+		// every rank in this process: collect by the plan's total, not
+		// twice the live heap (rt.LimitMemory)
+		var total int64
+		for _, b := range p.Peak {
+			total += b
+		}
+		defer rt.LimitMemory(total)()
+	}
 	var logw io.Writer
 	if *logPath != "" && l.Lead() {
 		f, err := os.Create(*logPath)
