@@ -62,7 +62,7 @@ for r in $(seq "$ROUNDS"); do
 	for b in $order; do
 		name=${b%%=*}
 		bin=${b#*=}
-		/usr/bin/time -f '%e %M' -o "$tmp/t" "$bin" train --devices "$N" "$tmp/mlp.mesh" >/dev/null 2>"$tmp/err" ||
+		/usr/bin/time -f '%e %M' -o "$tmp/t" "$bin" train --timeout 30m --devices "$N" "$tmp/mlp.mesh" >/dev/null 2>"$tmp/err" ||
 			{ echo "dpmem: $name failed:" >&2; tail -5 "$tmp/err" >&2; exit 1; }
 		read -r secs kb <"$tmp/t"
 		ratio=$(python3 -c "print(f'{$kb * 1024 / $plan:.2f}')")

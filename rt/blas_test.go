@@ -3,7 +3,9 @@ package rt
 import (
 	"math"
 	"os"
+	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -92,4 +94,49 @@ func TestCoreTypeFor(t *testing.T) {
 	require.Equal(t, "Haswell", coreTypeFor(cpuFlags("flags : sse2 avx avx2 fma avx512f\n")))
 	require.Equal(t, "", coreTypeFor(cpuFlags("flags : sse2 avx avx2\n")))
 	require.Equal(t, "", coreTypeFor(cpuFlags("no flags here\n")))
+}
+
+// Many ranks call OpenBLAS at once (one goroutine per virtual device). A
+// library built for 128 threads aborts the whole process ("too many memory
+// regions") once more OS threads than that have entered it, which 256
+// goroutines each blocked in their own cgo call used to cause. The calls
+// must not each get an OS thread, and every result must be right.
+func TestOpenBLASFromManyGoroutines(t *testing.T) {
+	ob, err := LoadOpenBLAS()
+	if err != nil {
+		t.Skipf("OpenBLAS not available: %v", err)
+	}
+	const n, callers = 128, 256
+	a, b := make([]float32, n*n), make([]float32, n*n)
+	for i := range a {
+		a[i], b[i] = float32(math.Sin(float64(i))), float32(math.Cos(float64(i)))
+	}
+	want := make([]float32, n*n)
+	GonumBLAS{}.Sgemm(n, n, n, a, n, b, n, want, n)
+	bad := make([]int, callers)
+	threads := pprof.Lookup("threadcreate").Count()
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := make([]float32, n*n)
+			for range 3 {
+				ob.Sgemm(n, n, n, a, n, b, n, c, n)
+				for i := range c {
+					if math.Abs(float64(c[i]-want[i])) > 1e-4*n {
+						bad[g]++
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// at most 32 calls at once, and threads that left it are reused;
+	// without the bound 256 callers made 220 threads here
+	created := pprof.Lookup("threadcreate").Count() - threads
+	require.LessOrEqual(t, created, 80, "OS threads created by %d goroutines calling OpenBLAS", callers)
+	for g, k := range bad {
+		require.Zero(t, k, "caller %d got %d wrong elements", g, k)
+	}
 }
