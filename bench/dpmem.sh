@@ -44,9 +44,10 @@ train {
 MESH
 plan=$("$MESHRUN" explain --json --devices "$N" "$tmp/mlp.mesh" |
 	python3 -c 'import json, sys; print(sum(m["peak_bytes"] for m in json.load(sys.stdin)["memory"]))')
-blas=openblas
-if [ "${MESHRUN_BLAS:-}" = gonum ] || ! /sbin/ldconfig -p 2>/dev/null | grep -q libopenblas.so.0; then
-	blas=gonum
+blas=gonum
+cache=$(/sbin/ldconfig -p 2>/dev/null || true) # not piped into grep -q: under pipefail that can fail
+if [ "${MESHRUN_BLAS:-}" != gonum ] && [[ $cache == *libopenblas.so.0* ]]; then
+	blas=openblas
 fi
 echo "dp=$N, $STEPS steps, BLAS $blas; plan total $((plan / 1048576)) MiB"
 printf '%-8s %5s %9s %12s %9s\n' binary round seconds max_RSS_MiB RSS/plan
