@@ -105,25 +105,35 @@ func materialise(src *plan.Tensor, m *mesh.Mesh, dev int, seed uint64, cache *np
 	key := initKey(seed, src.Name)
 	gst := strides(src.Shape)
 	n := out.Numel()
-	vals := make([]float64, n)
+	// values in float64 a chunk at a time: a whole block's worth (twice
+	// an f32 block) on each of 256 ranks initialising at once was a
+	// gigabyte the plan does not know of
+	vals := make([]float64, min(n, initChunk))
 	idx := make([]int, len(b.Len))
-	for k := 0; k < n; k++ {
-		g := 0
-		for d := range idx {
-			g += (b.Off[d] + idx[d]) * gst[d]
-		}
-		vals[k] = InitValue(init, key, g)
-		for d := len(idx) - 1; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < b.Len[d] {
-				break
+	for k0 := 0; k0 < n; k0 += len(vals) {
+		chunk := vals[:min(len(vals), n-k0)]
+		for k := range chunk {
+			g := 0
+			for d := range idx {
+				g += (b.Off[d] + idx[d]) * gst[d]
 			}
-			idx[d] = 0
+			chunk[k] = InitValue(init, key, g)
+			for d := len(idx) - 1; d >= 0; d-- {
+				idx[d]++
+				if idx[d] < b.Len[d] {
+					break
+				}
+				idx[d] = 0
+			}
 		}
+		storeValues(&Tensor{DType: out.DType, Shape: []int{len(chunk)}, Data: sliceData(out.Data, k0, k0+len(chunk))}, chunk)
 	}
-	storeValues(out, vals)
 	return out, nil
 }
+
+// initChunk is how many initialiser values materialise computes before
+// storing them.
+const initChunk = 4096
 
 // storeValues writes initialiser values into a tensor of any dtype
 // (integers take the floor).
