@@ -24,13 +24,17 @@ func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	n := p.Mesh.Size()
 	comms := NewInProc(n)
 	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock}
+	budget := make([]int64, n) // 0: none
+	if opts.Backend == nil && n >= budgetRanks {
+		budget = p.Peaks()
+	}
 	for r := range l.Workers {
 		be := opts.Backend
 		if be == nil {
 			// a CPU per rank, each recycling its own kernels' outputs
 			// from one step to the next (a shared one would need a lock
 			// per allocation)
-			be = &CPU{BLAS: DefaultBLAS(), arena: newArena()}
+			be = &CPU{BLAS: DefaultBLAS(), arena: newArena(budget[r])}
 		}
 		w, err := NewWorker(ctx, p, r, be, comms[r], opts)
 		if err != nil {
@@ -40,6 +44,14 @@ func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	}
 	return l, nil
 }
+
+// budgetRanks is the mesh size from which each rank's arena keeps only
+// what its peak in the plan allows (hostPool.budget). With many ranks in
+// one process, memory is what bounds the mesh one can study: on 256
+// data-parallel ranks the budget takes the process from 1.31x to 1.19x
+// the plan's total, for about 14% more CPU (buffers a step frees that do
+// not fit are made again the next). Smaller meshes recycle everything.
+const budgetRanks = 128
 
 // Exec runs every rank's program once; feed, if not nil, gives each rank
 // its Feed. When a rank fails the others are cancelled, and the first

@@ -32,7 +32,7 @@ func TestHostPoolRecyclesBySizeOnce(t *testing.T) {
 	q := newHostPool(4096 * 4)
 	q.put(NewTensor(ir.F32, []int{4096}))
 	q.put(NewTensor(ir.F32, []int{4096}))
-	require.Len(t, q.free[poolKey{ir.F32, 4096}], 1)
+	require.Len(t, q.free[poolKey{ir.F32, 4096, false}], 1)
 }
 
 // freeCounter is a CPU backend that counts Free calls per buffer.
@@ -73,4 +73,29 @@ func TestWorkerFreesABufferWhenItsLastSlotDies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, be.freed[x], "x is in slots 0 and 1: one Free, after both die")
 	require.Equal(t, []float32{3, 6, 9, 12}, res.Outputs[0].(*Tensor).Data)
+}
+
+// A budgeted arena keeps a freed tensor only while the tensors it has
+// handed out and those it keeps fit the budget; kernels' scratch does
+// not count.
+func TestArenaBudgetBoundsWhatItKeeps(t *testing.T) {
+	const size = 4096 * 4 // one f32[4096]
+	p := newArena(2 * size)
+	a, b, c := p.zeroed(ir.F32, []int{4096}), p.zeroed(ir.F32, []int{4096}), p.zeroed(ir.F32, []int{4096})
+	p.put(a) // two still out: keeping a would make three
+	require.Empty(t, p.free[poolKey{ir.F32, 4096, false}])
+	p.put(b) // one out, one kept
+	p.put(c)
+	require.Len(t, p.free[poolKey{ir.F32, 4096, false}], 2)
+	require.Equal(t, int64(0), p.out)
+	s := p.f64(8192) // 64 KiB of scratch, four times the budget
+	p.done(s)
+	require.Len(t, p.free[poolKey{ir.F64, 8192, true}], 1)
+	// without a budget every freed tensor is kept
+	q := newArena(0)
+	x, y, z := q.zeroed(ir.F32, []int{4096}), q.zeroed(ir.F32, []int{4096}), q.zeroed(ir.F32, []int{4096})
+	q.put(x)
+	q.put(y)
+	q.put(z)
+	require.Len(t, q.free[poolKey{ir.F32, 4096, false}], 3)
 }

@@ -194,8 +194,13 @@ func (tr *trainer) feeds(batches map[int]*Tensor, hyper map[int]float64) func(ra
 				return be.CopyIn(s)
 			}
 			if i, ok := tr.carried[src]; ok && tr.state[tr.pos[r]][i] != nil {
-				// the worker owns it from here: the step's carried value replaces it
-				return tr.state[tr.pos[r]][i], nil
+				// the worker owns it from here: the step's carried value
+				// replaces it (and a reference kept here would hold the
+				// old blocks alive through the step after the worker
+				// has freed them)
+				b := tr.state[tr.pos[r]][i]
+				tr.state[tr.pos[r]][i] = nil
+				return b, nil
 			}
 			return nil, nil
 		}
