@@ -615,17 +615,18 @@ func uninitialised(p *hostPool, dt ir.DType, shape []int) *Tensor {
 	if p == nil {
 		return NewTensor(dt, shape)
 	}
-	d := p.take(dt, numel(shape))
+	d := p.take(dt, numel(shape), false)
 	if d == nil {
 		return p.zeroed(dt, shape)
 	}
 	t := header(dt, shape)
 	t.Data = d
 	t.home = p
+	p.handOut(t.Bytes())
 	return t
 }
 
 // NewRankCPU is the CPU backend as the local launcher makes it for one
 // rank: kernel outputs drawn from, and freed buffers returned to, the
 // rank's own arena (for benchmarks that time an op as the runtime runs it).
-func NewRankCPU(b BLAS) *CPU { return &CPU{BLAS: b, arena: newArena()} }
+func NewRankCPU(b BLAS) *CPU { return &CPU{BLAS: b, arena: newArena(0)} }

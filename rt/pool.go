@@ -107,12 +107,17 @@ func (p *hostPool) zeroed(dt ir.DType, shape []int) *Tensor {
 		t = NewTensor(dt, shape)
 	}
 	t.home = p
+	p.handOut(t.Bytes())
+	return t
+}
+
+// handOut counts n bytes of tensors handed out against the budget.
+func (p *hostPool) handOut(n int64) {
 	if p.budget > 0 {
 		p.mu.Lock()
-		p.out += t.Bytes()
+		p.out += n
 		p.mu.Unlock()
 	}
-	return t
 }
 
 // f64 returns a zeroed float64 scratch slice of n elements, a kernel's
