@@ -32,8 +32,11 @@ import (
 // gradient back unchanged, and where a value that does not vary meets one
 // that does, an identity pvary is inserted whose gradient is summed over
 // those axes — Megatron's f and g operators fall out of this rule. A result
-// declared B along an axis its blocks may differ on is taken as the mean of
-// equal copies (equal_copies), and its gradient is split evenly.
+// declared B along an axis must be the same on its devices: not varying
+// there, or known equal (Value.Equal: an all_gather's or a broadcast's
+// result and what ops keep of it), which is taken as the mean of equal
+// copies (equal_copies) with its gradient split evenly; anything else is
+// a compile error.
 
 // localCalls are the local view's built-in calls.
 var localCalls = map[string]bool{"all_reduce": true, "all_gather": true, "reduce_scatter": true, "all_to_all": true,
