@@ -125,6 +125,9 @@ func (b *base) dataAxisFull(c *Candidate) int {
 
 // memoryBound is a lower bound on the parameter bytes a device holds.
 func (b *base) memoryBound(c *Candidate, n int) float64 {
+	if c.Offload {
+		return 0 // the parameters live on the host; the device fetches them one at a time
+	}
 	over := float64(n)
 	if c.Zero < 3 && b.dataAxis >= 0 {
 		over /= float64(c.Sizes[b.dataAxis])

@@ -15,7 +15,9 @@
 //   - the pipeline schedule: gpipe, 1f1b, interleaved(2), zb1p, zbv;
 //   - the ZeRO stage 0–3 over the data axis;
 //   - activation checkpointing of each function the train block calls
-//     (each subset; all-or-none with more than four of them).
+//     (each subset; all-or-none with more than four of them);
+//   - under a memory budget, offload = optimizer or not (no pipeline):
+//     its copies between device and host are priced on HostLink.
 //
 // Placements: the search keeps every parameter's declared placement and
 // lets inference pick every other value's, as `meshrun explain` does.
@@ -23,7 +25,8 @@
 // each parameter role on the best strategy, one axis at a time, keeping
 // what lowers the step: coordinate descent to a local optimum, not an
 // exhaustive search (placement.go). Not searched at all: the order of the
-// declared axes, sequence parallelism, mixed precision and offload.
+// declared axes, sequence parallelism, mixed precision and offloading
+// the parameters too (offload = optimizer+params).
 //
 // How a candidate is priced. Its source is checked and lowered by
 // package lower with a link model (Links: consecutive blocks of devices

@@ -26,6 +26,10 @@ type Level struct {
 	Link mesh.Link
 }
 
+// HostLink prices ZeRO-Offload's copies between a device and its host:
+// PCIe 4.0 x16, about 25 GB/s each way and 10 µs per transfer.
+var HostLink = mesh.Link{Alpha: 10e-6, Beta: 1 / 25e9}
+
 // Uniform is one link for every axis (no hierarchy).
 func Uniform(l mesh.Link) *Links { return &Links{Levels: []Level{{Link: l}}} }
 

@@ -142,6 +142,12 @@ func walk(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string) *ran
 			if name != dataAxis {
 				r.model += t
 			}
+		case plan.Offload, plan.Fetch:
+			// ZeRO-Offload's copies over the host link (PCIe)
+			b := float64(localBytes(p.Exec.Mesh, in))
+			t = HostLink.Alpha + b*HostLink.Beta
+			r.comm["host copy"] += t
+			r.bytes["host copy"] += b
 		case plan.Send:
 			if in.Act != nil {
 				k := actKey{in.Act.Stage, in.Act.Micro, in.Act.Kind}

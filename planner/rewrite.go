@@ -55,7 +55,7 @@ var blockSettings = map[string]bool{"steps": true, "zero": true, "clip": true, "
 	"stage": true}
 
 // settingNames are the train block settings a candidate rewrites.
-var settingNames = []string{"zero", "microbatches", "accumulate", "pipeline"}
+var settingNames = []string{"zero", "microbatches", "accumulate", "pipeline", "offload"}
 
 // Load reads and parses a program. Check errors come later, per candidate.
 func Load(path string) (*Program, error) {
@@ -231,6 +231,9 @@ func (p *Program) Source(c *Candidate, dir string) []byte {
 	want := map[string]string{}
 	if c.Zero > 0 {
 		want["zero"] = strconv.Itoa(c.Zero)
+	}
+	if c.Offload {
+		want["offload"] = "optimizer"
 	}
 	if c.PP > 1 {
 		want["microbatches"] = strconv.Itoa(c.Micro)

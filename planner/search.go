@@ -101,6 +101,9 @@ func Search(p *Program, opts Options) (*Result, error) {
 		opts.Workers = runtime.GOMAXPROCS(0)
 	}
 	space := opts.Space.withDefaults(p)
+	if opts.Memory > 0 && p.HasTrain && len(opts.Space.Offload) == 0 {
+		space.Offload = []bool{false, true} // a budget: device memory may bind
+	}
 	b, err := analyse(p, space)
 	if err != nil {
 		return nil, err

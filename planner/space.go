@@ -11,12 +11,15 @@ import (
 // per step, the pipeline schedule, the ZeRO stage and which of the train
 // block's functions are checkpointed.
 type Candidate struct {
-	Sizes      []int // per Program.Axes
-	PP         int   // pipeline ranks; 1: no pipeline axis
-	PPPos      int   // where the pipeline axis goes among Program.Axes
-	Micro      int   // micro-batches per step (accumulate / microbatches); 1: none
-	Schedule   string
-	Zero       int
+	Sizes    []int // per Program.Axes
+	PP       int   // pipeline ranks; 1: no pipeline axis
+	PPPos    int   // where the pipeline axis goes among Program.Axes
+	Micro    int   // micro-batches per step (accumulate / microbatches); 1: none
+	Schedule string
+	Zero     int
+	// Offload keeps the optimizer states and the update in host memory
+	// (offload = optimizer; not with a pipeline axis).
+	Offload    bool
 	Checkpoint []bool // per Program.Defs
 	// Place overrides declared placements by parameter role or name
 	// (Refine), e.g. "Wout" → "{B, B}".
@@ -36,6 +39,9 @@ func (c *Candidate) Label(p *Program) string {
 	}
 	if c.Zero > 0 {
 		fmt.Fprintf(&b, " zero=%d", c.Zero)
+	}
+	if c.Offload {
+		b.WriteString(" offload")
 	}
 	var ck []string
 	for i, on := range c.Checkpoint {
@@ -65,6 +71,10 @@ type Space struct {
 	MaxMicro  int      // largest micro-batch count; default 64
 	// NoPipeline keeps the pipeline axis out unless the program declares one.
 	NoPipeline bool
+	// Offload is searched (with and without) for a train block under a
+	// memory budget: it only trades host copies for device memory, so
+	// without a budget it can never win and is not priced.
+	Offload []bool
 }
 
 // DefaultSchedules are the schedules tried on a pipeline axis. naive is
@@ -87,6 +97,9 @@ func (s Space) withDefaults(p *Program) Space {
 	}
 	if s.MaxMicro == 0 {
 		s.MaxMicro = 64
+	}
+	if len(s.Offload) == 0 {
+		s.Offload = []bool{false}
 	}
 	return s
 }
@@ -183,8 +196,13 @@ func enumerate(p *Program, s Space, n int, micro []int, dataAxis int) []*Candida
 						if z > 0 && (dataAxis < 0 || sizes[dataAxis] == 1) && slices.Contains(s.Zero, 0) {
 							continue
 						}
-						for _, ck := range checkpointChoices(len(p.Defs)) {
-							out = append(out, &Candidate{Sizes: sizes, PP: pp, PPPos: pos, Micro: m, Schedule: sched, Zero: z, Checkpoint: ck})
+						for _, off := range s.Offload {
+							if off && pp > 1 {
+								continue // offload does not run with a pipeline axis
+							}
+							for _, ck := range checkpointChoices(len(p.Defs)) {
+								out = append(out, &Candidate{Sizes: sizes, PP: pp, PPPos: pos, Micro: m, Schedule: sched, Zero: z, Offload: off, Checkpoint: ck})
+							}
 						}
 					}
 				}
