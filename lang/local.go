@@ -376,23 +376,20 @@ func (c *Checker) localize(v *Value) bool {
 	case "from_local":
 		return true
 	}
+	if !slices.ContainsFunc(v.Args, func(a *Value) bool { return a.Local }) {
+		return true
+	}
 	var union uint64
 	same := ^uint64(0) // axes along which every local argument is the same on every device
-	local := false
 	for _, a := range v.Args {
-		if a.Local {
-			local = true
+		switch {
+		case a.Local:
 			union |= a.Vary
 			same &= a.Equal | ^a.Vary
-		} else if a.Op != "const" && a.Type.Rank() > 0 {
-			if local || slices.ContainsFunc(v.Args, func(x *Value) bool { return x.Local }) {
-				c.errorf(v.Pos, "%s mixes a local value with the global value %s", v.Op, a.Label())
-				return false
-			}
+		case a.Op != "const" && a.Type.Rank() > 0:
+			c.errorf(v.Pos, "%s mixes a local value with the global value %s", v.Op, a.Label())
+			return false
 		}
-	}
-	if !local {
-		return true
 	}
 	v.Local = true
 	need, out := union, union

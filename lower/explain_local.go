@@ -85,18 +85,11 @@ func writeWritten(b *strings.Builder, ws []CollectiveReport) {
 // but its own and the next member's once each way (2n − c_r − c_{r+1});
 // the model's 2(p−1)/p·n is its average.
 func ringAllReduceBytes(n, p int) float64 {
-	if p <= 1 {
-		return 0
-	}
-	chunk := func(i int) int {
-		if i < n%p {
-			return n/p + 1
+	var most int64
+	for r := range int64(p) {
+		if p > 1 {
+			most = max(most, 2*int64(n)-chunk(int64(n), int64(p), r)-chunk(int64(n), int64(p), (r+1)%int64(p)))
 		}
-		return n / p
-	}
-	most := 0
-	for r := range p {
-		most = max(most, 2*n-chunk(r)-chunk((r+1)%p))
 	}
 	return float64(most)
 }

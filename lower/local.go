@@ -67,24 +67,27 @@ func (e *emitter) emitLocal(v *ir.Value, args []int) bool {
 	case "shift":
 		e.slotOf[v] = e.shift(v, args[0])
 	case "arange":
-		out := e.newSlot(v.Type.DType)
-		e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: KernelOf(v), DType: v.Type.DType, Shape: v.Type.Shape,
-			Placement: sbp.Broadcasts(e.p.Mesh.NumAxes()), Out: out, Pos: v.Pos, Where: v.Where()})
-		e.slotOf[v] = out
+		e.slotOf[v] = e.sourceKernel(v, KernelOf(v), sbp.Broadcasts(e.p.Mesh.NumAxes()))
 	case "axis_index":
 		// the device's block of [0, 1, ..., p-1] split along the axis
-		out := e.newSlot(v.Type.DType)
 		k := KernelOf(v)
 		k.Shape = []int{e.p.Mesh.Axes[v.Attrs.Axes[0]].Size}
 		pl := sbp.Broadcasts(e.p.Mesh.NumAxes())
 		pl[v.Attrs.Axes[0]] = sbp.S(0)
-		e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: k, DType: v.Type.DType, Shape: k.Shape,
-			Placement: pl, Out: out, Pos: v.Pos, Where: v.Where()})
-		e.slotOf[v] = out
+		e.slotOf[v] = e.sourceKernel(v, k, pl)
 	default:
 		return false
 	}
 	return true
+}
+
+// sourceKernel emits a kernel without arguments whose result has global
+// shape k.Shape under pl, and returns its slot.
+func (e *emitter) sourceKernel(v *ir.Value, k *plan.Kernel, pl sbp.NdSBP) int {
+	out := e.newSlot(v.Type.DType)
+	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: k, DType: v.Type.DType, Shape: k.Shape,
+		Placement: pl, Out: out, Pos: v.Pos, Where: v.Where()})
+	return out
 }
 
 // padsBlocks reports a boundary whose global tensor does not split evenly:
