@@ -606,14 +606,7 @@ func (e *env) explain(args []string) int {
 	}
 	r := lower.Explain(p)
 	if *asJSON {
-		emptyNotNull(reflect.ValueOf(r))
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			fmt.Fprintln(e.stderr, "meshrun:", err)
-			return ExitFailure
-		}
-		return ExitOK
+		return e.writeJSON(r)
 	}
 	fmt.Fprint(e.stdout, r.Text())
 	return ExitOK
@@ -638,4 +631,17 @@ func flagExit(err error) int {
 		return ExitOK
 	}
 	return ExitUsage
+}
+
+// writeJSON prints a report as indented JSON, its nil lists written as []
+// (a report's fields are never null).
+func (e *env) writeJSON(r any) int {
+	emptyNotNull(reflect.ValueOf(r))
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		fmt.Fprintln(e.stderr, "meshrun:", err)
+		return ExitFailure
+	}
+	return ExitOK
 }

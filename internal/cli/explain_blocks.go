@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
-	"reflect"
 
 	"github.com/meshrun/meshrun/lower"
 )
@@ -13,14 +11,7 @@ import (
 func (e *env) explainBlocks(p *lower.Plan, asJSON bool) int {
 	r := lower.Blocks(p)
 	if asJSON {
-		emptyNotNull(reflect.ValueOf(r))
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			fmt.Fprintln(e.stderr, "meshrun:", err)
-			return ExitFailure
-		}
-		return ExitOK
+		return e.writeJSON(r)
 	}
 	if len(r.Calls) == 0 {
 		fmt.Fprintln(e.stdout, "no local function is called: --blocks steps through local functions (spec.md, Local functions)")
