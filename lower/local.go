@@ -23,7 +23,7 @@ import (
 // receive with tag 0 (the pipeline's transfers use tags from 1).
 
 // localShiftTag is the tag of a shift's send and receive; the pipeline's
-// transfers use tags from 1, so widening can tell them apart.
+// transfers use tags from 1, so the two never match each other's messages.
 const localShiftTag = 0
 
 // isLocalOp reports the values lowering places and emits by the local

@@ -120,6 +120,12 @@ func (e *rankEmit) need(i int) error {
 	}
 	in.Act = b.act[i]
 	in.Free = nil
+	if len(in.Peer.Axes) > 0 {
+		// a send or receive of the spmd program (a local function's shift)
+		// names axes of the mesh without the pipeline axis; the pipeline's
+		// own transfers, added here, name the full mesh's
+		in.Peer.Axes = fullAxes(in.Peer.Axes, b.p.Pipe0Axis())
+	}
 	e.prog.Instrs = append(e.prog.Instrs, in)
 	e.done[i] = true
 	if e.act == nil {
@@ -266,13 +272,6 @@ func widenPlan(ex *plan.Plan, groups []plan.Group, axis int) {
 				}
 				in.ArgPlace = args
 			}
-			if (in.Kind == plan.Send || in.Kind == plan.Recv) && in.Tag == localShiftTag {
-				// a local function's shift: its axes are the spmd mesh's
-				in.Peer.Axes = slices.Clone(in.Peer.Axes)
-				for k, a := range in.Peer.Axes {
-					in.Peer.Axes[k] = shift(a)
-				}
-			}
 			if in.Step != nil {
 				st := *in.Step
 				st.Axis, st.From, st.To = shift(st.Axis), widen(st.From, axis), widen(st.To, axis)
@@ -293,3 +292,16 @@ func widen(nd sbp.NdSBP, axis int) sbp.NdSBP {
 // Pipe0Axis is the pipeline axis of the declared mesh (send and receive
 // peers are shifts along it).
 func (p *Plan) Pipe0Axis() int { return p.Graph.Pipeline.Axis }
+
+// fullAxes maps axes of the mesh without the pipeline axis to the full
+// mesh's, where the pipeline axis sits at pipe.
+func fullAxes(axes []int, pipe int) []int {
+	out := make([]int, len(axes))
+	for k, a := range axes {
+		out[k] = a
+		if a >= pipe {
+			out[k] = a + 1
+		}
+	}
+	return out
+}

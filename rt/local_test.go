@@ -197,6 +197,15 @@ func TestLocalGradients(t *testing.T) {
 			"    loss = mse(par.unzigzag(par.ring_attention_zigzag(par.zigzag(Q, 2), par.zigzag(K, 2), par.zigzag(V, 2), 0.7), 2), T)",
 			"    loss = mse(softmax((Q @ transpose(K)) * 0.7 + mask, axis=-1) @ V, T)")
 	})
+	t.Run("ring attention on a pipeline stage (1F1B)", func(t *testing.T) {
+		// the shifts' axes are the mesh's without the pipeline axis, which
+		// comes first here: lowering must put it back into their peers
+		decls := "input X : f32[2, 4, 2] {s: S(1)} = normal(0, 1)\nparam Wq : f32[2, 2] = normal(0, 0.5)\nparam Wk : f32[2, 2] = normal(0, 0.5)\nparam W : f32[2, 2] = normal(0, 0.5)\ninput T : f32[2, 4, 2] = normal(0, 1)\ninput mask : f32[4, 4] = causal"
+		pipe := "\n    pipeline = 1f1b\n    microbatches = 2"
+		trainBoth(t, "[pipeline pp=2, s=2]", decls,
+			"    a = par.ring_attention(X @ Wq, X @ Wk, X, 0.7, 1)\n    stage = 1\n    loss = mse(tanh(a @ W), T)"+pipe,
+			"    a = softmax(((X @ Wq) @ transpose(X @ Wk)) * 0.7 + mask, axis=-1) @ X\n    stage = 1\n    loss = mse(tanh(a @ W), T)"+pipe)
+	})
 	t.Run("ulysses", func(t *testing.T) {
 		trainBoth(t, "[s=2]", "param Q : f32[3, 2, 4, 2] = normal(0, 1)\nparam K : f32[3, 2, 4, 2] = normal(0, 1)\nparam V : f32[3, 2, 4, 2] = normal(0, 1)\ninput T : f32[3, 2, 4, 2] = normal(0, 1)\ninput mask : f32[4, 4] = causal",
 			"    loss = mse(par.ulysses_attention(Q, K, V, mask, 0.7), T)", "    loss = mse(softmax((Q @ transpose(K)) * 0.7 + mask, axis=-1) @ V, T)")
