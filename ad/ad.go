@@ -1,6 +1,7 @@
 package ad
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -27,11 +28,19 @@ type Adjoints struct {
 // Backward builds, with b, the adjoints of every value on a path from a
 // float source to the scalar y. onFinal hooks run when a watched value's
 // adjoint is complete (nil: none); a hook returns the adjoint to keep.
-func Backward(b Builder, y *ir.Value, onFinal map[*ir.Value]func(g *ir.Value) *ir.Value) (*Adjoints, error) {
+func Backward(b Builder, y *ir.Value, onFinal map[*ir.Value]func(g *ir.Value) *ir.Value) (adj *Adjoints, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(failed); !ok {
+				panic(r)
+			}
+			adj, err = nil, ErrNotBuilt
+		}
+	}()
 	values := cone(y)
 	active := activeValues(values)
-	adj := &Adjoints{Of: map[*ir.Value]*ir.Value{}, For: map[*ir.Value]*ir.Value{}, regather: map[*ir.Value]*ir.Value{}, remat: map[*ir.Value]*ir.Value{}}
-	adj.Of[y] = b.Const(1, y.Type.DType, y.Pos)
+	adj = &Adjoints{Of: map[*ir.Value]*ir.Value{}, For: map[*ir.Value]*ir.Value{}, regather: map[*ir.Value]*ir.Value{}, remat: map[*ir.Value]*ir.Value{}}
+	adj.Of[y] = built(b.Const(1, y.Type.DType, y.Pos))
 	finalAt := finalPoints(values, onFinal, func(v *ir.Value) bool { return active[v] })
 	for i := len(values) - 1; i >= 0; i-- {
 		v := values[i]
@@ -44,11 +53,28 @@ func Backward(b Builder, y *ir.Value, onFinal map[*ir.Value]func(g *ir.Value) *i
 		}
 		for _, w := range finalAt[v.ID] {
 			if g := adj.Of[w]; g != nil {
-				adj.Of[w] = onFinal[w](g)
+				adj.Of[w] = built(onFinal[w](g))
 			}
 		}
 	}
 	return adj, nil
+}
+
+// ErrNotBuilt says the builder refused a value of the backward: it has
+// reported why (a program past the checker's size budget), and the
+// adjoints are incomplete.
+var ErrNotBuilt = errors.New("the backward could not be built")
+
+// failed unwinds the backward from the first value the builder refused:
+// later gradient rules would read the shape of a value that has none.
+type failed struct{}
+
+// built returns v, or unwinds when the builder refused it (ID < 0).
+func built(v *ir.Value) *ir.Value {
+	if v == nil || v.ID < 0 {
+		panic(failed{})
+	}
+	return v
 }
 
 // activeValues are the float values that depend on a float source: the
@@ -127,7 +153,7 @@ type vjp struct {
 // build applies an op for the backward of b.v: at its position and call
 // sites, marked as backward.
 func (b *vjp) build(name string, kw map[string]ops.Arg, args ...ops.Arg) *ir.Value {
-	out := b.b.Apply(b.v.Pos, name, kw, args...)
+	out := built(b.b.Apply(b.v.Pos, name, kw, args...))
 	out.Calls = b.v.Calls
 	out.Backward = true
 	b.adj.For[out] = b.v
@@ -146,7 +172,7 @@ func (b *vjp) val(x *ir.Value) *ir.Value {
 	if r, ok := b.adj.regather[x]; ok {
 		return r
 	}
-	r := b.b.Add(&ir.Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true, Attrs: ir.Attrs{Regather: true}})
+	r := built(b.b.Add(&ir.Value{Op: "to", Type: x.Type, Args: x.Args, Pos: x.Pos, Declared: x.Declared, Name: x.Name + ".again", Backward: true, Attrs: ir.Attrs{Regather: true}}))
 	b.adj.regather[x] = r
 	b.adj.For[r] = b.v // made for this backward: a pipeline runs it on b.v's stage
 	return r
@@ -171,7 +197,7 @@ func (b *vjp) recompute(x *ir.Value) *ir.Value {
 	if r.Name != "" {
 		r.Name += ".recomputed"
 	}
-	out := b.b.Add(&r)
+	out := built(b.b.Add(&r))
 	out.Calls = x.Calls
 	b.adj.remat[x] = out
 	b.adj.For[out] = b.v // recomputed for this backward, on its stage

@@ -1,6 +1,8 @@
 package lang
 
 import (
+	"errors"
+
 	"github.com/meshrun/meshrun/ad"
 	"github.com/meshrun/meshrun/ops"
 )
@@ -24,6 +26,9 @@ func gradOp(c *Checker, b *ops.Call, raw []operand) *Value {
 		return b.Failf("grad(y, x): x must be a float tensor, got %s", x.Type)
 	}
 	adj, err := c.backward(y)
+	if errors.Is(err, ad.ErrNotBuilt) {
+		return nil // the builder reported why
+	}
 	if err != nil {
 		return b.Failf("%v", err)
 	}

@@ -124,6 +124,9 @@ func (c *Checker) mk(pos Pos, name string, args []operand, kw map[string]operand
 	b := c.newCall(pos, name, args, kw)
 	nerr := len(c.errs)
 	v := c.typeRule(b, args)
+	if c.tooLarge {
+		return &Value{ID: -1, Op: name, Pos: pos} // reported where the budget ran out
+	}
 	if v == nil || b.Err() != "" || len(c.errs) > nerr {
 		errs := ErrorList(slices.Clone(c.errs[nerr:]))
 		c.errs = c.errs[:nerr]

@@ -1,6 +1,9 @@
 package lang
 
 import (
+	"errors"
+
+	"github.com/meshrun/meshrun/ad"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/sbp"
@@ -227,7 +230,9 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 	bwd := len(c.g.Values)
 	adj, err := c.backward(seed)
 	if err != nil {
-		c.errorf(tb.Pos, "%v", err)
+		if !errors.Is(err, ad.ErrNotBuilt) {
+			c.errorf(tb.Pos, "%v", err)
+		}
 		return nil, false
 	}
 	if tr.Pipe != nil {
