@@ -51,6 +51,9 @@ func assignTiers(p *Plan) error {
 			in.Kind, in.Kernel, in.Host = plan.Fetch, nil, false
 		case in.Kind == plan.Compute:
 			in.Host = p.Host[v]
+		case in.Kind == plan.Send || in.Kind == plan.Recv:
+			// a local function's shift: transfers move device memory
+			in.Host = false
 		default: // a boxing step lives where the value it converts does
 			in.Host = host[in.Args[0]]
 		}

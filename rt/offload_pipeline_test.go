@@ -399,3 +399,48 @@ func TestOffloadPipelineWithCheckpointing(t *testing.T) {
 		}
 	}
 }
+
+// A local function (ring attention's explicit shifts over the sequence
+// axis s) reads fetched parameters like any op, and its sends and
+// receives move device memory: with either offload the run equals the one
+// without, bit for bit, on its own and on a 1F1B pipeline stage. (Before
+// the tier pass knew a local function's transfers it panicked on their
+// receives, with or without a pipeline.)
+func TestOffloadLocalFunction(t *testing.T) {
+	src := func(pipe bool, off string) string {
+		s := `mesh M = [pipeline pp=2, s=2]
+use par
+input X : f32[2, 4, 2] {s: S(1)} = normal(0, 1)
+param Wq : f32[2, 2] = normal(0, 0.5)
+param Wk : f32[2, 2] = normal(0, 0.5)
+param W : f32[2, 2] = normal(0, 0.5)
+input T : f32[2, 4, 2] = normal(0, 1)
+train {
+    a = par.ring_attention(X @ Wq, X @ Wk, X, 0.7, 1)
+    stage = 1
+    loss = mse(tanh(a @ W), T)
+    pipeline = 1f1b
+    microbatches = 2
+    optimizer = adam(lr=0.1)
+    steps = 3
+`
+		if off != "" {
+			s += "    offload = " + off + "\n"
+		}
+		s += "}\n"
+		if !pipe {
+			s = withoutPipeline(s)
+		}
+		return s
+	}
+	for _, pipe := range []bool{false, true} {
+		_, ref := trainPlan(t, src(pipe, ""), false)
+		for _, off := range []string{"optimizer", "optimizer+params"} {
+			name := fmt.Sprintf("pipeline=%v offload=%s", pipe, off)
+			p, res := trainPlan(t, src(pipe, off), false)
+			require.True(t, p.Exec.HasHost(), name)
+			require.Equal(t, pipe, p.Pipe != nil, name)
+			requireSameTraining(t, ref, res, name)
+		}
+	}
+}
