@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -442,5 +444,56 @@ train {
 			require.Equal(t, pipe, p.Pipe != nil, name)
 			requireSameTraining(t, ref, res, name)
 		}
+	}
+}
+
+// explain's pipeline note on offload: where a pipeline copies per
+// micro-batch (ZeRO-2/3's gradients, optimizer+params' fetches for each
+// backward) it names the rank that copies the most and its bytes per
+// step next to copying each tensor once; both figures are the runtime's
+// (its copy events, all of them, and with each instruction name counted
+// once). Under ZeRO-1 with offload = optimizer a step copies each tensor
+// once, and there is no note.
+func TestOffloadPipelineNote(t *testing.T) {
+	re := regexp.MustCompile(`^offload on a pipeline copies per micro-batch \(.*\): rank (\d+) copies (.+) between device and host per step, ([0-9.]+)× the (.+) of copying each tensor once \(4 micro-batches\)$`)
+	for _, c := range []struct {
+		zero int
+		off  string
+		want bool
+	}{{1, "optimizer", false}, {1, "optimizer+params", true}, {2, "optimizer", true}, {3, "optimizer+params", true}} {
+		name := fmt.Sprintf("zero=%d offload=%s", c.zero, c.off)
+		p, res := trainPlan(t, offPipe("1f1b", c.zero, "bf16", c.off, false), false)
+		var m []string
+		for _, n := range lower.Explain(p).Pipeline.Notes {
+			if strings.HasPrefix(n, "offload") {
+				require.Nil(t, m, "one note")
+				m = re.FindStringSubmatch(n)
+				require.NotNil(t, m, n)
+			}
+		}
+		if !c.want {
+			require.Nil(t, m, name)
+			continue
+		}
+		require.NotNil(t, m, name)
+		// the rank copying the most, measured
+		most, rank := int64(-1), -1
+		for d, st := range res.Last.Devices {
+			if n := st.ToHost + st.ToDevice; n > most {
+				most, rank = n, p.Exec.Mesh.Coord(d)[0]
+			}
+		}
+		require.Equal(t, strconv.Itoa(rank), m[1], name)
+		st := res.Last.Devices[rank*4] // pp is the first of pp×dp×tp = 2×2×2
+		once, seen := int64(0), map[string]bool{}
+		for _, e := range st.Events {
+			if e.Copied > 0 && !seen[e.Name] {
+				seen[e.Name] = true
+				once += e.Copied
+			}
+		}
+		require.Equal(t, lower.HumanBytes(float64(st.ToHost+st.ToDevice)), m[2], name)
+		require.Equal(t, lower.HumanBytes(float64(once)), m[4], name)
+		require.Equal(t, fmt.Sprintf("%.1f", float64(st.ToHost+st.ToDevice)/float64(once)), m[3], name)
 	}
 }
