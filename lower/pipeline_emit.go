@@ -140,8 +140,9 @@ func (e *rankEmit) sendsOf(i int) {
 	b := e.b
 	in := &b.src.Instrs[i]
 	for _, t := range b.sends[i] {
+		s := e.sendSlot(i, t.Slot) // may append a fetch: before the send's append reads the slice
 		e.prog.Instrs = append(e.prog.Instrs, plan.Instr{Kind: plan.Send, Label: in.Label, DType: in.DType, Shape: in.Shape,
-			Placement: in.Placement, Args: []int{e.sendSlot(i, t.Slot)}, Out: -1, Tag: t.Tag, Act: b.act[i],
+			Placement: in.Placement, Args: []int{s}, Out: -1, Tag: t.Tag, Act: b.act[i],
 			Peer: plan.Peer{Axes: []int{b.p.Pipe0Axis()}, Shift: []int{t.To - t.From}}, Pos: in.Pos, Where: in.Where})
 	}
 }

@@ -59,6 +59,9 @@ func (e *rankEmit) recvSlot(src *plan.Instr, s int) int {
 	return e.newSlot(src)
 }
 
+// recvDone follows the receive into d of src's result s: a host value
+// received into a device slot is offloaded into s, where its readers on
+// the host look for it.
 func (e *rankEmit) recvDone(src *plan.Instr, s, d int) {
 	if d != s {
 		e.copyTier(src, d, s, plan.Offload)
