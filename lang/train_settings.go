@@ -15,7 +15,6 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 	nerr := len(c.errs)
 	opt, optSet := Optimizer{}, false
 	var dataAxis *Assign // data_axis = NAME
-	var offload *Assign  // offload = optimizer | optimizer+params
 	accSet, microSet := false, false
 	for _, s := range tb.Body {
 		a := s.Assign
@@ -51,7 +50,6 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 		case "data_axis":
 			dataAxis = a
 		case "offload":
-			offload = a
 			c.offloadSetting(a, tr)
 		}
 	}
@@ -64,9 +62,6 @@ func (c *Checker) trainSettings(tb *TrainBlock) (*Train, bool) {
 	}
 	tr.Optimizer = opt
 	c.pipelineDefaults(tb, tr, microSet || accSet)
-	if offload != nil && tr.Pipe != nil {
-		c.errorf(offload.Value.Pos, "offload does not combine with a pipeline axis yet (the host tier is modelled for one stage per device)")
-	}
 	if len(c.errs) > nerr {
 		return nil, false
 	}

@@ -93,6 +93,9 @@ func explainPipeline(p *Plan) *PipelineReport {
 	if n := zeroPipelineNote(p, s.Micro); n != "" {
 		r.Notes = append(r.Notes, n)
 	}
+	if n := offloadPipelineNote(p, s.Micro); n != "" {
+		r.Notes = append(r.Notes, n)
+	}
 	var shared []string
 	var sharedBytes int64
 	for _, t := range pp.Transfers {

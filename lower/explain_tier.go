@@ -84,7 +84,7 @@ func CopiedBytes(ex *plan.Plan, r int) (toHost, toDevice int64) {
 		if in.Kind != plan.Offload && in.Kind != plan.Fetch {
 			continue
 		}
-		n := int64(sbp.Layout(ex.Mesh, in.Shape, in.Placement, r).Numel() * in.DType.Size())
+		n := localCopyBytes(ex, in, r)
 		if in.Kind == plan.Offload {
 			toHost += n
 		} else {
@@ -92,6 +92,12 @@ func CopiedBytes(ex *plan.Plan, r int) (toHost, toDevice int64) {
 		}
 	}
 	return toHost, toDevice
+}
+
+// localCopyBytes is what a copy instruction moves on rank r: its local
+// block's bytes.
+func localCopyBytes(ex *plan.Plan, in *plan.Instr, r int) int64 {
+	return int64(sbp.Layout(ex.Mesh, in.Shape, in.Placement, r).Numel() * in.DType.Size())
 }
 
 const offloadHeading = "  (offload: parameters and optimizer states are kept in host memory and updated there; the device\n" +

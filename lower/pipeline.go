@@ -127,6 +127,7 @@ func buildPipeline(p *Plan) error {
 		p.Pipe.Transfers = append(p.Pipe.Transfers, *t)
 	}
 	slices.SortFunc(p.Pipe.Transfers, func(x, y Transfer) int { return x.Tag - y.Tag })
+	pipelineHostPeaks(p)
 	if p.Opts.Verify {
 		return ex.Verify()
 	}

@@ -11,19 +11,20 @@ import (
 
 // rankEmit builds one pipeline rank's program.
 type rankEmit struct {
-	b     *pipeBuild
-	r     int
-	prog  *plan.Program
-	done  []bool           // per source instruction: emitted here
-	recvd map[int]bool     // slots received
-	act   *pipeline.Action // the action being emitted (tags receives)
+	b      *pipeBuild
+	r      int
+	prog   *plan.Program
+	done   []bool           // per source instruction: emitted here
+	recvd  map[int]bool     // slots received
+	staged map[int]int      // host slot → its device copy to send (tier_pipe.go)
+	act    *pipeline.Action // the action being emitted (tags receives)
 }
 
 // program is rank r's instructions: what precedes the micro-batches, the
 // schedule's actions in order, then the rest (the optimizer step).
 func (b *pipeBuild) program(r int) (*plan.Program, error) {
 	e := &rankEmit{b: b, r: r, prog: &plan.Program{SlotType: slices.Clone(b.src.SlotType), Instrs: make([]plan.Instr, 0, b.sizeHint(r))},
-		done: make([]bool, len(b.src.Instrs)), recvd: map[int]bool{}}
+		done: make([]bool, len(b.src.Instrs)), recvd: map[int]bool{}, staged: map[int]int{}}
 	for i := range b.src.Instrs {
 		if b.pre[i] && b.act[i] == nil && b.rank(i) == r {
 			if err := e.need(i); err != nil {
@@ -137,10 +138,11 @@ func (e *rankEmit) need(i int) error {
 // sendsOf emits the sends of what instruction i computed.
 func (e *rankEmit) sendsOf(i int) {
 	b := e.b
-	in := b.src.Instrs[i]
+	in := &b.src.Instrs[i]
 	for _, t := range b.sends[i] {
+		s := e.sendSlot(i, t.Slot) // may append a fetch: before the send's append reads the slice
 		e.prog.Instrs = append(e.prog.Instrs, plan.Instr{Kind: plan.Send, Label: in.Label, DType: in.DType, Shape: in.Shape,
-			Placement: in.Placement, Args: []int{t.Slot}, Out: -1, Tag: t.Tag, Act: b.act[i],
+			Placement: in.Placement, Args: []int{s}, Out: -1, Tag: t.Tag, Act: b.act[i],
 			Peer: plan.Peer{Axes: []int{b.p.Pipe0Axis()}, Shift: []int{t.To - t.From}}, Pos: in.Pos, Where: in.Where})
 	}
 }
@@ -152,10 +154,12 @@ func (e *rankEmit) recv(j, s int) {
 	}
 	b := e.b
 	t := b.xfer[[3]int{s, b.rank(j), e.r}]
-	src := b.src.Instrs[j]
+	src := &b.src.Instrs[j]
+	d := e.recvSlot(src, s)
 	e.prog.Instrs = append(e.prog.Instrs, plan.Instr{Kind: plan.Recv, Label: src.Label, DType: src.DType, Shape: src.Shape,
-		Placement: src.Placement, Out: s, Tag: t.Tag, Act: e.act,
+		Placement: src.Placement, Out: d, Tag: t.Tag, Act: e.act,
 		Peer: plan.Peer{Axes: []int{b.p.Pipe0Axis()}, Shift: []int{t.From - e.r}}, Pos: src.Pos, Where: src.Where})
+	e.recvDone(src, s, d)
 	e.recvd[s] = true
 }
 

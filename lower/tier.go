@@ -20,6 +20,9 @@ import (
 // whose result is in host memory gets Instr.Host, which the runtime runs
 // on the rank's host backend; the pass also replays each rank's host
 // memory (Plan.HostPeak), which the memory pass (device memory) leaves out.
+// With a pipeline axis the pass runs on the spmd program before the
+// pipeline pass cuts it, so every stage's tiers travel with its
+// instructions; tier_pipe.go stages the host values that cross a cut.
 
 // assignTiers is the tier pass.
 func assignTiers(p *Plan) error {
@@ -28,7 +31,7 @@ func assignTiers(p *Plan) error {
 		return nil
 	}
 	if p.Pipe != nil || len(p.Exec.Programs) != 1 {
-		return fmt.Errorf("%w: offload with a pipeline reached the tier pass", ErrInternal)
+		return fmt.Errorf("%w: the tier pass runs on the spmd program, before the pipeline pass cuts it", ErrInternal)
 	}
 	if err := valueTiers(p, t); err != nil {
 		return err
@@ -48,6 +51,9 @@ func assignTiers(p *Plan) error {
 			in.Kind, in.Kernel, in.Host = plan.Fetch, nil, false
 		case in.Kind == plan.Compute:
 			in.Host = p.Host[v]
+		case in.Kind == plan.Send || in.Kind == plan.Recv:
+			// a local function's shift: transfers move device memory
+			in.Host = false
 		default: // a boxing step lives where the value it converts does
 			in.Host = host[in.Args[0]]
 		}

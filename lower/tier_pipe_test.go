@@ -1,0 +1,75 @@
+package lower
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/meshrun/meshrun/plan"
+	"github.com/stretchr/testify/require"
+)
+
+// offloadPipeSrc has two stages of one parameter each (of two sizes), f16 (an overflow
+// flag) and clipping (a global norm): both are reduced in host memory
+// from pieces on every stage.
+const offloadPipeSrc = `mesh M = [pipeline pp=2, dp=2]
+input x : f32[8, 4] {S(0)} = normal(0, 1)
+input t : f32[8, 8] {S(0)} = normal(0, 1)
+param W : f32[4, 4] = normal(0, 0.5)
+param V : f32[4, 8] = normal(0, 0.5)
+train {
+    pipeline = 1f1b
+    microbatches = 2
+    h = tanh(x @ W)
+    stage = 1
+    h = tanh(h @ V)
+    loss = mse(h, t)
+    optimizer = adam(lr=0.05)
+    zero = 1
+    precision = f16
+    clip = 0.5
+    offload = optimizer
+}
+`
+
+// The tier pass on a pipeline: each rank's program keeps its own stage's
+// parameters and optimizer states as host sources (and no other stage's),
+// no send or receive runs in host memory, a host value a rank sends is
+// fetched just before (and one it receives offloaded just after), and the
+// plan passes the cross-rank dry run.
+func TestTierPassOnAPipeline(t *testing.T) {
+	p, err := lowerSource(offloadPipeSrc)
+	require.NoError(t, err)
+	require.NotNil(t, p.Pipe)
+	require.Len(t, p.Exec.Programs, 2)
+	own := []string{"W", "V"}
+	staged := 0
+	for r, prog := range p.Exec.Programs {
+		var hostSources []string
+		for i := range prog.Instrs {
+			in := &prog.Instrs[i]
+			if in.Kind == plan.Source && in.Host && !strings.Contains(in.Label, ".") && len(in.Shape) > 0 {
+				hostSources = append(hostSources, in.Label)
+			}
+			require.False(t, in.Host && (in.Kind == plan.Send || in.Kind == plan.Recv), "rank %d: %s", r, in.Name())
+			switch in.Kind {
+			case plan.Send:
+				prev := &prog.Instrs[i-1]
+				if prev.Kind == plan.Fetch && prev.Out == in.Args[0] {
+					staged++
+				}
+			case plan.Recv:
+				if next := &prog.Instrs[i+1]; next.Kind == plan.Offload && next.Args[0] == in.Out {
+					require.True(t, next.Host)
+					staged++
+				}
+			}
+		}
+		require.Equal(t, []string{own[r]}, hostSources, "rank %d's host sources", r)
+	}
+	// each rank sends its pieces of the overflow flag and the norm, or the
+	// results, and receives the others: 4 sends and 4 receives in all
+	require.Equal(t, 8, staged)
+	require.Len(t, p.HostPeak, 4)
+	require.NotEqual(t, p.HostPeak[0], p.HostPeak[2], "each rank's host tier is its own program's")
+	require.Equal(t, p.Exec.HostPeaks(), p.HostPeak)
+}
