@@ -16,7 +16,8 @@
 //   - the ZeRO stage 0–3 over the data axis;
 //   - activation checkpointing of each function the train block calls
 //     (each subset; all-or-none with more than four of them);
-//   - under a memory budget, offload = optimizer or not (no pipeline):
+//   - under a memory budget, offload = optimizer or not (a pipeline rank
+//     offloads its stages' optimizer states):
 //     its copies between device and host are priced on HostLink.
 //
 // Placements: the search keeps every parameter's declared placement and

@@ -1,6 +1,9 @@
 package planner
 
 import (
+	"path/filepath"
+
+	"github.com/meshrun/meshrun/lang"
 	"strings"
 	"testing"
 
@@ -36,4 +39,37 @@ func TestOffloadChosenWhenMemoryBinds(t *testing.T) {
 		require.False(t, e.Cand.Offload, e.Label)
 	}
 	require.False(t, strings.Contains(free.Ranked[0].Label, "offload"))
+}
+
+// Offload with a pipeline axis: under a budget below the least peak of any
+// strategy that keeps the optimizer on the device, the planner's best
+// offloads it, and offloading pipelined strategies are priced (their
+// copies on the host link) and written back as files that check.
+func TestOffloadWithPipeline(t *testing.T) {
+	p, err := Load("../examples/train/mlp_offload_pipe.mesh")
+	require.NoError(t, err)
+	onDevice, err := Search(p, Options{Devices: 4, Top: 1000, Space: Space{Offload: []bool{false}}})
+	require.NoError(t, err)
+	least := int64(1 << 62)
+	for _, e := range append(append([]*Evaluated{}, onDevice.Ranked...), onDevice.Losers...) {
+		least = min(least, e.Cost.Peak)
+	}
+	budget := least - 1
+	res, err := Search(p, Options{Devices: 4, Memory: budget, Top: 3})
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Ranked, res.Text())
+	require.True(t, res.Ranked[0].Cand.Offload, res.Ranked[0].Label)
+	var piped *Evaluated
+	for _, e := range append(append([]*Evaluated{}, res.Ranked...), res.Losers...) {
+		if e.Cand.Offload && e.Cand.PP > 1 && e.Fits {
+			piped = e
+			break
+		}
+	}
+	require.NotNil(t, piped, "an offloading pipelined strategy fits %d B:\n%s", budget, res.Text())
+	require.Positive(t, piped.Cost.Comm["host copy"], piped.Label)
+	src := p.Source(piped.Cand, "")
+	require.Contains(t, string(src), "offload = optimizer")
+	_, err = lang.CheckSource(p.Path, src, lang.CheckOptions{Devices: 4, Dir: filepath.Dir(p.Path)})
+	require.NoError(t, err, piped.Label)
 }

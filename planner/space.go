@@ -18,7 +18,7 @@ type Candidate struct {
 	Schedule string
 	Zero     int
 	// Offload keeps the optimizer states and the update in host memory
-	// (offload = optimizer; not with a pipeline axis).
+	// (offload = optimizer), with or without a pipeline axis.
 	Offload    bool
 	Checkpoint []bool // per Program.Defs
 	// Place overrides declared placements by parameter role or name
@@ -197,9 +197,6 @@ func enumerate(p *Program, s Space, n int, micro []int, dataAxis int) []*Candida
 							continue
 						}
 						for _, off := range s.Offload {
-							if off && pp > 1 {
-								continue // offload does not run with a pipeline axis
-							}
 							for _, ck := range checkpointChoices(len(p.Defs)) {
 								out = append(out, &Candidate{Sizes: sizes, PP: pp, PPPos: pos, Micro: m, Schedule: sched, Zero: z, Offload: off, Checkpoint: ck})
 							}
