@@ -1,6 +1,9 @@
 package plan
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/meshrun/meshrun/internal/size"
 	"github.com/meshrun/meshrun/sbp"
 )
@@ -53,24 +56,112 @@ func (p *Plan) HostPeaks() []int64 { return p.peaks(true) }
 
 func (p *Plan) peaks(host bool) []int64 {
 	peaks := make([]int64, p.Mesh.Size())
-	varying := make(map[*Program][]bool)
-	first := make(map[peakKey]int) // the rank whose replay the others reuse
+	sizes := make(map[*Program]*blockSizes)
+	first := make(map[peakKey]int)   // the rank whose replay the others reuse
+	byBlocks := make(map[string]int) // the same, by the blocks' sizes
 	for r := range peaks {
 		prog := p.ProgramOf(r)
-		v, ok := varying[prog]
+		bs, ok := sizes[prog]
 		if !ok {
-			v = p.varyingAxes(prog)
-			varying[prog] = v
+			bs = p.newBlockSizes(prog, r, host)
+			sizes[prog] = bs
 		}
-		k := peakKey{prog, p.coordOn(r, v)}
+		k := peakKey{prog, p.coordOn(r, bs.varying)}
 		if f, ok := first[k]; ok {
 			peaks[r] = peaks[f]
 			continue
 		}
 		first[k] = r
-		peaks[r] = p.peakIn(r, host)
+		numels := bs.numels(p, r)
+		bk := fmt.Sprintf("%p %v", prog, numels)
+		if f, ok := byBlocks[bk]; ok {
+			peaks[r] = peaks[f]
+			continue
+		}
+		byBlocks[bk] = r
+		peaks[r] = bs.peak(numels)
 	}
 	return peaks
+}
+
+// blockSizes are the bytes each instruction of a program allocates in one
+// tier, as replayTier counts them, computed once per program. Only the
+// blocks that an uneven split makes depend on the rank are sized per
+// rank, once per distinct shape and placement among them; ranks whose
+// sizes of those agree share one replay. (A mesh of 4096 ranks whose
+// micro-batch of 64 rows splits over 512 of them has two kinds of rank,
+// with a row and without; replaying the program for each of the 512
+// coordinates, sizing every instruction each time, was most of lowering's
+// time.)
+type blockSizes struct {
+	prog    *Program
+	host    bool
+	varying []bool   // the axes that vary some block's size
+	bytes   []int64  // per instruction: the bytes it allocates (0: none)
+	uneven  []int    // the instructions whose bytes depend on the rank
+	kind    []int    // per uneven instruction: its index in kinds
+	kinds   []*Instr // one instruction per distinct shape and placement
+}
+
+func (p *Plan) newBlockSizes(prog *Program, r int, host bool) *blockSizes {
+	bs := &blockSizes{prog: prog, host: host, varying: p.varyingAxes(prog), bytes: make([]int64, len(prog.Instrs))}
+	mark := make([]bool, len(p.Mesh.Axes))
+	coord := p.Mesh.Coord(r)
+	seen := map[string]int{}
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i]
+		if in.Out < 0 || in.Host != host {
+			continue
+		}
+		clear(mark)
+		sbp.MarkVarying(p.Mesh, in.Shape, in.Placement, mark)
+		if !slices.Contains(mark, true) {
+			bs.bytes[i] = int64(sbp.LocalNumel(p.Mesh, in.Shape, in.Placement, coord)) * int64(in.DType.Size())
+			continue
+		}
+		key := fmt.Sprint(in.Shape, in.Placement)
+		k, ok := seen[key]
+		if !ok {
+			k = len(bs.kinds)
+			seen[key] = k
+			bs.kinds = append(bs.kinds, in)
+		}
+		bs.uneven = append(bs.uneven, i)
+		bs.kind = append(bs.kind, k)
+	}
+	return bs
+}
+
+// numels are rank r's element counts of each distinct uneven block.
+func (bs *blockSizes) numels(p *Plan, r int) []int {
+	coord := p.Mesh.Coord(r)
+	out := make([]int, len(bs.kinds))
+	for k, in := range bs.kinds {
+		out[k] = sbp.LocalNumel(p.Mesh, in.Shape, in.Placement, coord)
+	}
+	return out
+}
+
+// peak is the peak of a rank with the given uneven blocks' element
+// counts: replayTier's walk over precomputed sizes.
+func (bs *blockSizes) peak(numels []int) int64 {
+	for j, i := range bs.uneven {
+		bs.bytes[i] = int64(numels[bs.kind[j]]) * int64(bs.prog.Instrs[i].DType.Size())
+	}
+	var cur, peak int64
+	slot := make([]int64, bs.prog.NumSlots())
+	for i := range bs.prog.Instrs {
+		in := &bs.prog.Instrs[i]
+		if in.Out >= 0 && in.Host == bs.host {
+			slot[in.Out] = bs.bytes[i]
+			cur = size.AddBytes(cur, slot[in.Out])
+			peak = max(peak, cur)
+		}
+		for _, s := range in.Free {
+			cur -= slot[s]
+		}
+	}
+	return peak
 }
 
 // peakKey identifies ranks with equal peaks: the program and the
