@@ -309,9 +309,10 @@ func (g *mpiGroup) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DTyp
 	return t, nil
 }
 
-// Reduce implements Group with MPI's all-reduce, the root keeping the
-// sum and the others zeros; the bytes charged are those of the in-process
-// binomial tree (every member but the root sends its block once).
+// Reduce implements Group with MPI_Reduce: the root gets the sum, the
+// others zeros. The bytes charged are those of the in-process binomial
+// tree (every member but the root sends its block once), which MPI's own
+// tree also moves.
 func (g *mpiGroup) Reduce(ctx context.Context, x Buffer, root int) (Buffer, error) {
 	t, err := host(x)
 	if err != nil {
@@ -320,14 +321,14 @@ func (g *mpiGroup) Reduce(ctx context.Context, x Buffer, root int) (Buffer, erro
 	w := widen(t)
 	if g.Index() != root {
 		g.count(w.Bytes())
+		if err := reduceRootAny(ctx, g.c, w.Data, nil, root); err != nil {
+			return nil, mpiErr(err)
+		}
+		return NewTensor(t.DType, t.Shape), nil
 	}
 	out := g.parent.pool.get(w.DType, w.Shape)
-	if err := reduceAny(ctx, g.c, w.Data, out.Data, nil, OpSum); err != nil {
+	if err := reduceRootAny(ctx, g.c, w.Data, out.Data, root); err != nil {
 		return nil, mpiErr(err)
-	}
-	if g.Index() != root {
-		g.parent.pool.put(out)
-		return NewTensor(t.DType, t.Shape), nil
 	}
 	return g.parent.narrowTo(out, t.DType), nil
 }

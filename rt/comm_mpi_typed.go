@@ -59,6 +59,26 @@ func reduceT[T mpi.Number](ctx context.Context, c *mpi.Comm, send, recv []T, cou
 	return mpi.ReduceScatter(ctx, c, send, recv, counts, op)
 }
 
+// reduceRootAny is MPI_Reduce of send into recv on root (recv is nil
+// elsewhere).
+func reduceRootAny(ctx context.Context, c *mpi.Comm, send, recv any, root int) error {
+	switch s := send.(type) {
+	case []float32:
+		r, _ := recv.([]float32)
+		return mpi.Reduce(ctx, c, s, r, mpi.Sum, root)
+	case []float64:
+		r, _ := recv.([]float64)
+		return mpi.Reduce(ctx, c, s, r, mpi.Sum, root)
+	case []int32:
+		r, _ := recv.([]int32)
+		return mpi.Reduce(ctx, c, s, r, mpi.Sum, root)
+	case []int64:
+		r, _ := recv.([]int64)
+		return mpi.Reduce(ctx, c, s, r, mpi.Sum, root)
+	}
+	return fmt.Errorf("mpi: cannot reduce %T", send)
+}
+
 func gatherAny(ctx context.Context, c *mpi.Comm, send, recv any, counts []int) error {
 	switch s := send.(type) {
 	case []float32:

@@ -5,8 +5,7 @@ package cli
 // The local view under real MPI. A local function's collectives are the
 // ones its body writes, and under MPI each maps to something other than
 // the in-process runtime's: a shift is an MPI send and receive (tag 0),
-// broadcast is MPI_Ibcast, reduce(root) is an all-reduce whose result
-// only the root keeps, all_to_all is MPI_Alltoallv. Four examples cover
+// broadcast is MPI_Ibcast, reduce(root) is MPI_Ireduce, all_to_all is MPI_Alltoallv. Four examples cover
 // them: gemm_2d (SUMMA's broadcasts), long_attention (ring attention's
 // shifts, Ulysses' all-to-alls), train/transformer_2d (SUMMA trained: its
 // backward turns every broadcast into a reduce to the same root; the

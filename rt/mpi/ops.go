@@ -310,6 +310,36 @@ func Allreduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) er
 	return err
 }
 
+// Reduce combines send across the ranks of c element by element into recv
+// on root alone (len(recv) = len(send) there; other ranks pass nil): MPI's
+// tree, where each rank sends its block about once, not the twice of an
+// all-reduce. send and recv must not overlap.
+func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
+	oh, err := op.handle()
+	if err != nil {
+		return err
+	}
+	if err := checkPeer("Reduce", c, root, 0, false); err != nil {
+		return err
+	}
+	if err := checkCount("Reduce", len(send)); err != nil {
+		return err
+	}
+	if c.rank == root {
+		if err := checkLen("Reduce", "recv", len(recv), len(send)); err != nil {
+			return err
+		}
+	}
+	s, r := ptr(send), ptr(recv)
+	if c.rank != root {
+		r = nil
+	}
+	_, err = run(ctx, c, "Reduce", 0, false, []unsafe.Pointer{s, r}, func() (uintptr, int) {
+		return libIreduce(s, r, len(send), dtype[T](), oh, root, c.h)
+	})
+	return err
+}
+
 // Allgatherv concatenates every rank's send, in rank order, into recv on
 // every rank; counts[i] is the length of rank i's send (it may differ, and
 // be zero). When send is this rank's own block of recv (the same memory),

@@ -178,6 +178,8 @@ func rankCollectives(ctx context.Context, w *Comm) {
 		alltoallv[uint16](ctx, w, g)
 		bcast[float32](ctx, w, g)
 		bcast[byte](ctx, w, g)
+		reduce[float32](ctx, w, g)
+		reduce[int64](ctx, w, g)
 		check(w, g.name+" Barrier", g.comm.Barrier(ctx))
 		if g.comm != w {
 			check(w, g.name+" Free", g.comm.Free())
@@ -247,6 +249,36 @@ func allreduce[T Number](ctx context.Context, w *Comm, g group) {
 		expectEqual(w, what, out, want)
 		check(w, what+" in place", Allreduce(ctx, g.comm, nil, in, op))
 		expectEqual(w, what+" in place", in, want)
+	}
+}
+
+// reduce sums onto each member in turn as the root: only the root's recv
+// is written, and it holds the sum.
+func reduce[T Number](ctx context.Context, w *Comm, g group) {
+	const n = 23
+	for root := range g.comm.Size() {
+		want := make([]T, n)
+		for i := range want {
+			for _, r := range g.members {
+				want[i] += val[T](r, i)
+			}
+		}
+		in := make([]T, n)
+		for i := range in {
+			in[i] = val[T](w.Rank(), i)
+		}
+		var out []T
+		if g.comm.Rank() == root {
+			out = make([]T, n)
+		}
+		what := fmt.Sprintf("%s Reduce %T root %d", g.name, in[0], root)
+		check(w, what, Reduce(ctx, g.comm, in, out, Sum, root))
+		if g.comm.Rank() == root {
+			expectEqual(w, what, out, want)
+		}
+	}
+	if err := Reduce(ctx, g.comm, []T{1}, nil, Sum, g.comm.Size()); err == nil {
+		fail(w, "%s Reduce to a root outside the communicator succeeded", g.name)
 	}
 }
 

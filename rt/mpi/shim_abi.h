@@ -89,6 +89,15 @@ static int P(ialltoallv)(const void *send, const int *scounts, const int *sdispl
 	return e;
 }
 
+// recv is read only on the root (MPI ignores it elsewhere).
+static int P(ireduce)(const void *send, void *recv, int n, intptr_t dt, intptr_t op, int root, intptr_t comm, intptr_t *req) {
+	MH r;
+	int e = ((int (*)(const void *, void *, int, MH, MH, int, MH, MH *))f_ireduce)(
+		send, recv, n, (MH)dt, (MH)op, root, (MH)comm, &r);
+	*req = (intptr_t)r;
+	return e;
+}
+
 static int P(ibcast)(void *buf, int n, intptr_t dt, int root, intptr_t comm, intptr_t *req) {
 	MH r;
 	int e = ((int (*)(void *, int, MH, int, MH, MH *))f_ibcast)(buf, n, (MH)dt, root, (MH)comm, &r);

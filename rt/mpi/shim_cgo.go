@@ -18,7 +18,7 @@ static int sh_mpich; // 1: MPICH ABI (int handles); 0: Open MPI ABI (pointer han
 static void *f_init_thread, *f_initialized, *f_finalized, *f_finalize, *f_abort,
 	*f_error_string, *f_get_library_version, *f_comm_rank, *f_comm_size,
 	*f_comm_split, *f_comm_free, *f_comm_set_errhandler, *f_isend, *f_irecv,
-	*f_iallreduce, *f_iallgatherv, *f_ireduce_scatter, *f_ialltoallv, *f_ibcast,
+	*f_iallreduce, *f_iallgatherv, *f_ireduce_scatter, *f_ialltoallv, *f_ibcast, *f_ireduce,
 	*f_ibarrier, *f_test, *f_cancel, *f_get_count;
 
 static struct { const char *name; void **fn; } entries[] = {
@@ -32,7 +32,7 @@ static struct { const char *name; void **fn; } entries[] = {
 	{"MPI_Isend", &f_isend}, {"MPI_Irecv", &f_irecv},
 	{"MPI_Iallreduce", &f_iallreduce}, {"MPI_Iallgatherv", &f_iallgatherv},
 	{"MPI_Ireduce_scatter", &f_ireduce_scatter}, {"MPI_Ialltoallv", &f_ialltoallv},
-	{"MPI_Ibcast", &f_ibcast}, {"MPI_Ibarrier", &f_ibarrier},
+	{"MPI_Ibcast", &f_ibcast}, {"MPI_Ireduce", &f_ireduce}, {"MPI_Ibarrier", &f_ibarrier},
 	{"MPI_Test", &f_test}, {"MPI_Cancel", &f_cancel}, {"MPI_Get_count", &f_get_count},
 };
 
@@ -136,6 +136,9 @@ static int sh_ialltoallv(const void *s, const int *sc, const int *sd, void *d, c
 }
 static int sh_ibcast(void *b, int n, intptr_t dt, int root, intptr_t c, intptr_t *r) {
 	return PICK(ibcast)(b, n, dt, root, c, r);
+}
+static int sh_ireduce(const void *s, void *d, int n, intptr_t dt, intptr_t op, int root, intptr_t c, intptr_t *r) {
+	return PICK(ireduce)(s, d, n, dt, op, root, c, r);
 }
 static int sh_ibarrier(intptr_t c, intptr_t *r) { return PICK(ibarrier)(c, r); }
 static int sh_test(intptr_t *r, int *done, intptr_t dt, int *src, int *tag, int *count) {
@@ -257,6 +260,12 @@ func libIrecv(buf unsafe.Pointer, n int, dt uintptr, from, tag int, c uintptr) (
 func libIallreduce(send, recv unsafe.Pointer, n int, dt, op, c uintptr) (uintptr, int) {
 	var r C.intptr_t
 	rc := C.sh_iallreduce(send, recv, C.int(n), C.intptr_t(dt), C.intptr_t(op), C.intptr_t(c), &r)
+	return uintptr(r), int(rc)
+}
+
+func libIreduce(send, recv unsafe.Pointer, n int, dt, op uintptr, root int, c uintptr) (uintptr, int) {
+	var r C.intptr_t
+	rc := C.sh_ireduce(send, recv, C.int(n), C.intptr_t(dt), C.intptr_t(op), C.int(root), C.intptr_t(c), &r)
 	return uintptr(r), int(rc)
 }
 

@@ -30,6 +30,9 @@ func libIrecv(unsafe.Pointer, int, uintptr, int, int, uintptr) (uintptr, int) {
 func libIallreduce(unsafe.Pointer, unsafe.Pointer, int, uintptr, uintptr, uintptr) (uintptr, int) {
 	return 0, -1
 }
+func libIreduce(unsafe.Pointer, unsafe.Pointer, int, uintptr, uintptr, int, uintptr) (uintptr, int) {
+	return 0, -1
+}
 func libIallgatherv(unsafe.Pointer, int, unsafe.Pointer, *int32, *int32, uintptr, uintptr) (uintptr, int) {
 	return 0, -1
 }
