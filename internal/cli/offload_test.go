@@ -11,11 +11,24 @@ import (
 
 // A checkpoint of an offloaded run holds the same consolidated tensors as
 // one without offload (the host tier's blocks are assembled like the
-// device's): stopped with offload and resumed without it, the run ends
-// bit for bit where the uninterrupted run without offload ends.
+// device's; on a pipeline each rank's host holds its stage's blocks):
+// stopped with offload and resumed without it, the run ends bit for bit
+// where the uninterrupted run without offload ends.
 func TestOffloadCheckpointResumesWithoutOffload(t *testing.T) {
+	for _, c := range []struct {
+		example string
+		params  []string
+	}{
+		{"mlp_offload.mesh", []string{"W1.npy", "b1.npy", "W2.npy", "W3.npy"}},
+		{"mlp_offload_pipe.mesh", []string{"W1.npy", "b1.npy", "W2.npy", "W3.npy", "W4.npy"}},
+	} {
+		t.Run(c.example, func(t *testing.T) { resumeWithoutOffload(t, c.example, c.params) })
+	}
+}
+
+func resumeWithoutOffload(t *testing.T, example string, params []string) {
 	dir := t.TempDir()
-	src := readFile(t, "../../examples/train/mlp_offload.mesh")
+	src := readFile(t, filepath.Join("../../examples/train", example))
 	for _, f := range []string{"x.npy", "t.npy"} {
 		b, err := os.ReadFile(filepath.Join("../../examples/train", f))
 		require.NoError(t, err)
@@ -31,7 +44,7 @@ func TestOffloadCheckpointResumesWithoutOffload(t *testing.T) {
 	require.Equal(t, ExitOK, code, errs)
 	code, _, errs = meshrun(t, "", "train", without, "--out", filepath.Join(dir, "straight"))
 	require.Equal(t, ExitOK, code, errs)
-	for _, p := range []string{"W1.npy", "b1.npy", "W2.npy", "W3.npy"} {
+	for _, p := range params {
 		a, err := os.ReadFile(filepath.Join(dir, "straight", p))
 		require.NoError(t, err)
 		b, err := os.ReadFile(filepath.Join(dir, "resumed", p))
