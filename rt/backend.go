@@ -61,14 +61,26 @@ type Backend interface {
 func (t *Tensor) Elem() ir.DType { return t.DType }
 func (t *Tensor) Dims() []int    { return t.Shape }
 
-// host asserts that b is host memory: what the CPU backend and the
-// host-side communicators work on.
+// HostReader is a device buffer that can copy itself to host memory (a
+// GPU backend's). The host-side communicators and the CPU backend read
+// such a buffer through that copy, so a device backend runs under the
+// in-process and MPI collectives unchanged; their results are host
+// tensors, which the device backend then takes as arguments.
+type HostReader interface {
+	Buffer
+	ReadHost() (*Tensor, error)
+}
+
+// host returns b as host memory: what the CPU backend and the host-side
+// communicators work on (a copy, for a HostReader).
 func host(b Buffer) (*Tensor, error) {
-	t, ok := b.(*Tensor)
-	if !ok {
-		return nil, fmt.Errorf("a %T is not host memory", b)
+	if t, ok := b.(*Tensor); ok {
+		return t, nil
 	}
-	return t, nil
+	if r, ok := b.(HostReader); ok {
+		return r.ReadHost()
+	}
+	return nil, fmt.Errorf("a %T is not host memory", b)
 }
 
 // Name implements Backend.
