@@ -20,6 +20,18 @@
 
 #define MR_MAX_DIMS 8
 
+/* Every kernel is followed by a hook naming its signature. For NVRTC the
+ * hooks are empty; the CPU emulation of the driver (testdata/emu/emu.h
+ * with MR_EMU_ENTRIES) defines them to make, per kernel, an entry point
+ * that runs the kernel's grid from the driver's argument list, so the
+ * backend's own launches can be tested without a GPU. */
+#ifndef MR_EMU_ENTRIES
+#define MR_EMU_UNARY(NAME, T)
+#define MR_EMU_BINARY(NAME, T)
+#define MR_EMU_COPY(NAME, T)
+#define MR_EMU_FILL(NAME, T)
+#endif
+
 /* Passed by value; every field 8 bytes, so the layout is the same on the
  * host (Go's cuda.Broadcast) and the device. */
 typedef struct {
@@ -61,7 +73,8 @@ typedef struct {
 			T x = pa[ia], y = pb[ib]; \
 			out[i] = (EXPR); \
 		} \
-	}
+	} \
+	MR_EMU_BINARY(mr_##OP##_##S, T)
 
 /* out[i] = EXPR(x) with x = in[i]; shapes are equal. */
 #define MR_UNARY(OP, T, S, EXPR) \
@@ -70,7 +83,8 @@ typedef struct {
 			T x = px[i]; \
 			out[i] = (EXPR); \
 		} \
-	}
+	} \
+	MR_EMU_UNARY(mr_##OP##_##S, T)
 
 /* Every op for element type T (suffix S; F is the suffix of T's math
  * functions: f for float, nothing for double). gelu is the exact form,

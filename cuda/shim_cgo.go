@@ -16,19 +16,21 @@ static void *handles[L_COUNT];
 
 // The entry points the backend will call, by library. All are resolved at
 // load time, so a library too old to have one fails to load with its name
-// rather than later, mid-run.
-static void *f_cuInit, *f_cuDriverGetVersion, *f_cuGetErrorString, *f_cuDeviceGetCount,
+// rather than later, mid-run. They are not static: driver_cgo.go's
+// wrappers call through them.
+void *f_cuInit, *f_cuDriverGetVersion, *f_cuGetErrorString, *f_cuDeviceGetCount,
 	*f_cuDeviceGet, *f_cuDeviceGetAttribute, *f_cuDevicePrimaryCtxRetain, *f_cuCtxSetCurrent,
 	*f_cuMemAlloc, *f_cuMemFree, *f_cuMemcpyHtoD, *f_cuMemcpyDtoH, *f_cuMemcpyDtoDAsync,
 	*f_cuModuleLoadData, *f_cuModuleGetFunction, *f_cuLaunchKernel, *f_cuStreamCreate,
-	*f_cuStreamSynchronize, *f_cuEventCreate, *f_cuEventRecord, *f_cuEventElapsedTime;
-static void *f_nvrtcVersion, *f_nvrtcCreateProgram, *f_nvrtcCompileProgram, *f_nvrtcGetCUBINSize,
+	*f_cuStreamSynchronize, *f_cuEventCreate, *f_cuEventRecord, *f_cuEventElapsedTime,
+	*f_cuGetErrorName, *f_cuMemsetD8, *f_cuModuleUnload, *f_cuStreamDestroy, *f_cuDeviceGetName;
+void *f_nvrtcVersion, *f_nvrtcCreateProgram, *f_nvrtcCompileProgram, *f_nvrtcGetCUBINSize,
 	*f_nvrtcGetCUBIN, *f_nvrtcGetProgramLogSize, *f_nvrtcGetProgramLog, *f_nvrtcDestroyProgram,
 	*f_nvrtcGetErrorString;
-static void *f_cublasLtGetVersion, *f_cublasLtCreate, *f_cublasLtDestroy, *f_cublasLtMatmul;
-static void *f_cublasGetVersion, *f_cublasCreate, *f_cublasDestroy, *f_cublasSetStream,
+void *f_cublasLtGetVersion, *f_cublasLtCreate, *f_cublasLtDestroy, *f_cublasLtMatmul;
+void *f_cublasGetVersion, *f_cublasCreate, *f_cublasDestroy, *f_cublasSetStream,
 	*f_cublasSetMathMode, *f_cublasGemmEx, *f_cublasGemmStridedBatchedEx;
-static void *f_ncclGetVersion, *f_ncclGetUniqueId, *f_ncclCommInitRank, *f_ncclCommDestroy,
+void *f_ncclGetVersion, *f_ncclGetUniqueId, *f_ncclCommInitRank, *f_ncclCommDestroy,
 	*f_ncclCommAbort, *f_ncclGetErrorString, *f_ncclAllReduce, *f_ncclAllGather,
 	*f_ncclReduceScatter, *f_ncclBroadcast, *f_ncclSend, *f_ncclRecv, *f_ncclGroupStart,
 	*f_ncclGroupEnd;
@@ -45,6 +47,9 @@ static struct { int lib; const char *name; void **fn; } entries[] = {
 	{L_DRIVER, "cuLaunchKernel", &f_cuLaunchKernel}, {L_DRIVER, "cuStreamCreate", &f_cuStreamCreate},
 	{L_DRIVER, "cuStreamSynchronize", &f_cuStreamSynchronize}, {L_DRIVER, "cuEventCreate", &f_cuEventCreate},
 	{L_DRIVER, "cuEventRecord", &f_cuEventRecord}, {L_DRIVER, "cuEventElapsedTime", &f_cuEventElapsedTime},
+	{L_DRIVER, "cuGetErrorName", &f_cuGetErrorName}, {L_DRIVER, "cuMemsetD8_v2", &f_cuMemsetD8},
+	{L_DRIVER, "cuModuleUnload", &f_cuModuleUnload}, {L_DRIVER, "cuStreamDestroy_v2", &f_cuStreamDestroy},
+	{L_DRIVER, "cuDeviceGetName", &f_cuDeviceGetName},
 	{L_NVRTC, "nvrtcVersion", &f_nvrtcVersion}, {L_NVRTC, "nvrtcCreateProgram", &f_nvrtcCreateProgram},
 	{L_NVRTC, "nvrtcCompileProgram", &f_nvrtcCompileProgram}, {L_NVRTC, "nvrtcGetCUBINSize", &f_nvrtcGetCUBINSize},
 	{L_NVRTC, "nvrtcGetCUBIN", &f_nvrtcGetCUBIN}, {L_NVRTC, "nvrtcGetProgramLogSize", &f_nvrtcGetProgramLogSize},

@@ -23,4 +23,19 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
 	for (blockIdx.x = 0; blockIdx.x < gridDim.x; blockIdx.x++) \
 		for (threadIdx.x = 0; threadIdx.x < blockDim.x; threadIdx.x++) { call; } \
 } while (0)
+
+/* With MR_EMU_ENTRIES, each kernel NAME gets an entry point
+ * NAME__emu(grid, block, params) that unpacks the driver's argument list
+ * (params[i] points at argument i, as cuLaunchKernel's kernelParams) and
+ * runs the grid: the fake libcuda of the backend's tests calls these. */
+#ifdef MR_EMU_ENTRIES
+#define MR_EMU_ENTRY(NAME, CALL) \
+	void NAME##__emu(unsigned grid, unsigned block, void **p) { EMU_LAUNCH(grid, block, CALL); }
+#define MR_EMU_UNARY(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(long long *)p[2]))
+#define MR_EMU_BINARY(NAME, T) MR_EMU_ENTRY(NAME, \
+	NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], *(long long *)p[3], *(mr_bcast *)p[4]))
+#define MR_EMU_COPY(NAME, T) MR_EMU_ENTRY(NAME, \
+	NAME(*(T **)p[0], *(const T **)p[1], *(long long *)p[2], *(mr_bcast *)p[3]))
+#define MR_EMU_FILL(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(long long *)p[1], *(unsigned long long *)p[2]))
+#endif
 #endif

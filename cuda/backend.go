@@ -1,0 +1,283 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/rt"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// Buf is a tensor in device memory. It is an rt.HostReader: the host-side
+// collectives read it through a copy.
+type Buf struct {
+	dt    ir.DType
+	shape []int
+	ptr   uint64
+	bytes int64
+	dev   *Device
+}
+
+func (b *Buf) Elem() ir.DType { return b.dt }
+func (b *Buf) Dims() []int    { return b.shape }
+func (b *Buf) Bytes() int64   { return b.bytes }
+
+// ReadHost copies the buffer into a new host tensor.
+func (b *Buf) ReadHost() (*rt.Tensor, error) {
+	t := rt.NewTensor(b.dt, b.shape)
+	if err := b.dev.toHost(hostPtr(t), b.ptr, b.bytes); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// hostPtr is the first byte of a host tensor's storage (nil when empty).
+func hostPtr(t *rt.Tensor) unsafe.Pointer {
+	switch d := t.Data.(type) {
+	case []float32:
+		return unsafe.Pointer(unsafe.SliceData(d))
+	case []float64:
+		return unsafe.Pointer(unsafe.SliceData(d))
+	case []int32:
+		return unsafe.Pointer(unsafe.SliceData(d))
+	case []int64:
+		return unsafe.Pointer(unsafe.SliceData(d))
+	case []uint16:
+		return unsafe.Pointer(unsafe.SliceData(d))
+	}
+	return nil
+}
+
+// Backend is rt.Backend on one GPU. Every rank of a local run may share
+// it (several logical devices on one GPU): its methods are safe for
+// concurrent use. Ops with a CUDA kernel here (Native) run on the GPU;
+// every other op falls back to the CPU backend's kernel on host copies
+// of its arguments, its result copied back, and says so once per op and
+// dtype on the notify writer.
+type Backend struct {
+	dev    *Device
+	cpu    *rt.CPU
+	notify io.Writer
+
+	mu        sync.Mutex
+	fallbacks map[string]int // "op dtype" → launches that fell back
+}
+
+// NewBackend opens GPU ordinal; fallback notices go to notify (nil: none).
+func NewBackend(ordinal int, notify io.Writer) (*Backend, error) {
+	d, err := Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{dev: d, cpu: &rt.CPU{BLAS: rt.DefaultBLAS()}, notify: notify, fallbacks: map[string]int{}}, nil
+}
+
+// Device is the GPU the backend runs on.
+func (be *Backend) Device() *Device { return be.dev }
+
+// Close releases the device's memory, kernels and stream.
+func (be *Backend) Close() error { return be.dev.Close() }
+
+// Fallbacks lists the ops (with dtype) that ran on the CPU, and how often.
+func (be *Backend) Fallbacks() map[string]int {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	out := make(map[string]int, len(be.fallbacks))
+	for k, v := range be.fallbacks {
+		out[k] = v
+	}
+	return out
+}
+
+// Name implements rt.Backend.
+func (be *Backend) Name() string { return fmt.Sprintf("cuda (%s, %s)", be.dev.Name, be.dev.Arch) }
+
+// newBuf allocates an uninitialised device buffer.
+func (be *Backend) newBuf(dt ir.DType, shape []int) (*Buf, error) {
+	n := int64(dt.Size())
+	for _, s := range shape {
+		n *= int64(s)
+	}
+	p, err := be.dev.alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	return &Buf{dt: dt, shape: slices.Clone(shape), ptr: p, bytes: n, dev: be.dev}, nil
+}
+
+// Alloc implements rt.Backend.
+func (be *Backend) Alloc(dt ir.DType, shape []int) (rt.Buffer, error) {
+	b, err := be.newBuf(dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	if err := be.dev.zero(b.ptr, b.bytes); err != nil {
+		be.Free(b)
+		return nil, err
+	}
+	return b, nil
+}
+
+// Free implements rt.Backend; host tensors (collectives' results) are
+// left to Go's collector.
+func (be *Backend) Free(b rt.Buffer) {
+	if d, ok := b.(*Buf); ok && d.dev == be.dev {
+		be.dev.release(d.ptr, d.bytes)
+		d.ptr, d.bytes = 0, 0
+	}
+}
+
+// CopyIn implements rt.Backend.
+func (be *Backend) CopyIn(t *rt.Tensor) (rt.Buffer, error) { return be.upload(t) }
+
+func (be *Backend) upload(t *rt.Tensor) (*Buf, error) {
+	b, err := be.newBuf(t.DType, t.Shape)
+	if err != nil {
+		return nil, err
+	}
+	if err := be.dev.toDevice(b.ptr, hostPtr(t), b.bytes); err != nil {
+		be.Free(b)
+		return nil, err
+	}
+	return b, nil
+}
+
+// CopyOut implements rt.Backend.
+func (be *Backend) CopyOut(b rt.Buffer) (*rt.Tensor, error) {
+	switch x := b.(type) {
+	case *rt.Tensor:
+		return x, nil
+	case *Buf:
+		return x.ReadHost()
+	}
+	return nil, fmt.Errorf("cuda: a %T is not a buffer of this backend", b)
+}
+
+// Sync implements rt.Backend.
+func (be *Backend) Sync(context.Context) error { return be.dev.Sync() }
+
+// onDevice returns args as device buffers: host tensors (what collectives
+// and receives return) are uploaded into temporaries, released by done.
+func (be *Backend) onDevice(args []rt.Buffer) (bufs []*Buf, done func(), err error) {
+	var temps []*Buf
+	done = func() {
+		for _, t := range temps {
+			be.Free(t)
+		}
+	}
+	for _, a := range args {
+		switch x := a.(type) {
+		case *Buf:
+			bufs = append(bufs, x)
+		case *rt.Tensor:
+			t, err := be.upload(x)
+			if err != nil {
+				done()
+				return nil, nil, err
+			}
+			temps = append(temps, t)
+			bufs = append(bufs, t)
+		default:
+			done()
+			return nil, nil, fmt.Errorf("cuda: a %T is not a buffer of this backend", a)
+		}
+	}
+	return bufs, done, nil
+}
+
+// Launch implements rt.Backend.
+func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, in []sbp.Block, out sbp.Block) (rt.Buffer, error) {
+	if !Native(k) {
+		return be.fallback(k, args, in, out)
+	}
+	bufs, done, err := be.onDevice(args)
+	if err != nil {
+		return nil, err
+	}
+	defer done() // stream order: released buffers are reused only after this launch
+	switch {
+	case k.Op == "matmul":
+		return be.matmul(k, bufs[0], bufs[1])
+	case k.Op == "reshape":
+		return be.reshape(bufs[0], out.Len)
+	case slices.Contains(BinaryOps, k.Op):
+		return be.binary(k, bufs[0], bufs[1])
+	}
+	return be.unary(k, bufs[0])
+}
+
+// Native reports whether k runs as a CUDA kernel: the elementwise ops and
+// matmul in f32 and f64 (every argument of the kernel's dtype), and
+// reshape in any dtype. The rest falls back to the CPU.
+func Native(k *plan.Kernel) bool {
+	if k.Op == "reshape" {
+		return len(k.ArgDTypes) == 1
+	}
+	if k.DType != ir.F32 && k.DType != ir.F64 {
+		return false
+	}
+	want := 1
+	switch {
+	case k.Op == "matmul" || slices.Contains(BinaryOps, k.Op):
+		want = 2
+	case !slices.Contains(UnaryOps, k.Op):
+		return false
+	}
+	if len(k.ArgDTypes) != want {
+		return false
+	}
+	for _, dt := range k.ArgDTypes {
+		if dt != k.DType {
+			return false
+		}
+	}
+	return true
+}
+
+// fallback runs k on the CPU backend over host copies of args and copies
+// the result in; the first time for an op and dtype it says so.
+func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, out sbp.Block) (rt.Buffer, error) {
+	key := k.Op + " " + k.DType.String()
+	be.mu.Lock()
+	be.fallbacks[key]++
+	first := be.fallbacks[key] == 1
+	be.mu.Unlock()
+	if first && be.notify != nil {
+		fmt.Fprintf(be.notify, "meshrun: cuda: no CUDA kernel for %s (%s): it runs on the CPU backend, its arguments copied out and its result back\n", k.Op, k.DType)
+	}
+	host := make([]*rt.Tensor, len(args))
+	for i, a := range args {
+		t, err := be.CopyOut(a)
+		if err != nil {
+			return nil, err
+		}
+		host[i] = t
+	}
+	res, err := be.cpu.Compute(&rt.OpCall{Kernel: k, Args: host, In: in, Out: out})
+	if err != nil {
+		return nil, err
+	}
+	return be.upload(res)
+}
+
+// FallbackOps lists the ops of spec.md that have no CUDA kernel here.
+func FallbackOps() []string {
+	var out []string
+	for _, op := range rt.CPUKernelOps() {
+		if op != "matmul" && op != "reshape" && !slices.Contains(BinaryOps, op) && !slices.Contains(UnaryOps, op) {
+			out = append(out, op)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+var _ rt.Backend = (*Backend)(nil)
+var _ rt.HostReader = (*Buf)(nil)

@@ -1,0 +1,4 @@
+package cuda
+
+// UseDriver is useDriver for the external tests (examples_test.go).
+var UseDriver = useDriver

@@ -1,0 +1,200 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/rt"
+)
+
+// Slice implements rt.Backend: the box [off, off+count) of x, copied on
+// the device by mr_copy_box.
+func (be *Backend) Slice(x rt.Buffer, off, count []int) (rt.Buffer, error) {
+	bufs, done, err := be.onDevice([]rt.Buffer{x})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	src := bufs[0]
+	if len(off) != len(src.shape) || len(count) != len(src.shape) {
+		return nil, fmt.Errorf("cuda: slice of %s at %v size %v: ranks differ", ir.ShapeString(src.shape), off, count)
+	}
+	for i := range off {
+		if off[i] < 0 || count[i] < 0 || off[i]+count[i] > src.shape[i] {
+			return nil, fmt.Errorf("cuda: slice of %s at %v size %v is out of bounds", ir.ShapeString(src.shape), off, count)
+		}
+	}
+	out, err := be.newBuf(src.dt, count)
+	if err != nil {
+		return nil, err
+	}
+	es := uint64(src.dt.Size())
+	corner := src.ptr + uint64(offset(src.shape, off))*es
+	err = be.copyBox(src.dt, out.ptr, denseStrides(count), corner, denseStrides(src.shape), count)
+	if err != nil {
+		be.Free(out)
+	}
+	if err == errBoxDims {
+		return be.onHost(src, func(t *rt.Tensor) (rt.Buffer, error) { return be.cpu.Slice(t, off, count) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Embed implements rt.Backend: a buffer of shape holding x at off, the
+// rest zero (cuMemsetD8) or -inf (mr_fill).
+func (be *Backend) Embed(x rt.Buffer, shape, off []int, fill rt.Fill) (rt.Buffer, error) {
+	bufs, done, err := be.onDevice([]rt.Buffer{x})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	src := bufs[0]
+	if len(off) != len(shape) || len(src.shape) != len(shape) {
+		return nil, fmt.Errorf("cuda: embed of %s into %s at %v: ranks differ", ir.ShapeString(src.shape), ir.ShapeString(shape), off)
+	}
+	for i := range off {
+		if off[i] < 0 || off[i]+src.shape[i] > shape[i] {
+			return nil, fmt.Errorf("cuda: embed of %s into %s at %v is out of bounds", ir.ShapeString(src.shape), ir.ShapeString(shape), off)
+		}
+	}
+	out, err := be.newBuf(src.dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	if bits, ok := negInfBits(src.dt); ok && fill == rt.FillNegInf {
+		err = be.fillBits(out, bits)
+	} else {
+		err = be.dev.zero(out.ptr, out.bytes)
+	}
+	es := uint64(src.dt.Size())
+	if err == nil {
+		corner := out.ptr + uint64(offset(shape, off))*es
+		err = be.copyBox(src.dt, corner, denseStrides(shape), src.ptr, denseStrides(src.shape), src.shape)
+	}
+	if err != nil {
+		be.Free(out)
+	}
+	if err == errBoxDims {
+		return be.onHost(src, func(t *rt.Tensor) (rt.Buffer, error) { return be.cpu.Embed(t, shape, off, fill) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// onHost runs a CPU backend step on a host copy of x and copies the
+// result in: boxes with more than MaxDims uneven dims.
+func (be *Backend) onHost(x *Buf, step func(*rt.Tensor) (rt.Buffer, error)) (rt.Buffer, error) {
+	t, err := x.ReadHost()
+	if err != nil {
+		return nil, err
+	}
+	r, err := step(t)
+	if err != nil {
+		return nil, err
+	}
+	return be.upload(r.(*rt.Tensor))
+}
+
+// negInfBits is -inf's bit pattern in dt; integers have none (the CPU
+// backend leaves them zero).
+func negInfBits(dt ir.DType) (uint64, bool) {
+	switch dt {
+	case ir.F32:
+		return uint64(math.Float32bits(float32(math.Inf(-1)))), true
+	case ir.F64:
+		return math.Float64bits(math.Inf(-1)), true
+	case ir.BF16:
+		return 0xff80, true
+	case ir.F16:
+		return 0xfc00, true
+	}
+	return 0, false
+}
+
+// moveSuffix names the data-movement kernel for an element size.
+func moveSuffix(dt ir.DType) (string, error) {
+	switch dt.Size() {
+	case 2:
+		return "b2", nil
+	case 4:
+		return "b4", nil
+	case 8:
+		return "b8", nil
+	}
+	return "", fmt.Errorf("cuda: no copy kernel for %s (%d-byte elements)", dt, dt.Size())
+}
+
+func (be *Backend) fillBits(out *Buf, bits uint64) error {
+	s, err := moveSuffix(out.dt)
+	if err != nil {
+		return err
+	}
+	n := out.bytes / int64(out.dt.Size())
+	if n == 0 {
+		return nil
+	}
+	return be.dev.launch("mr_fill_"+s, n, new(params).ptr(out.ptr).i64(n).u64(bits))
+}
+
+// errBoxDims: a box the copy kernel cannot describe (Slice and Embed then
+// move it on the host).
+var errBoxDims = errors.New("cuda: box has too many dims")
+
+// copyBox copies the box of shape box from src (strides ss, elements) to
+// dst (strides ds); both pointers are at the box's corner. Size-1 dims are
+// dropped and a dim both sides walk contiguously from the previous one is
+// merged into it; what remains must fit MaxDims.
+func (be *Backend) copyBox(dt ir.DType, dst uint64, ds []int, src uint64, ss []int, box []int) error {
+	s, err := moveSuffix(dt)
+	if err != nil {
+		return err
+	}
+	var bc Broadcast
+	n := int64(1)
+	for i, d := range box {
+		n *= int64(d)
+		if d == 1 {
+			continue
+		}
+		k := bc.NDim - 1
+		if k >= 0 && bc.A[k] == int64(ds[i]*d) && bc.B[k] == int64(ss[i]*d) {
+			bc.Shape[k] *= int64(d)
+			bc.A[k], bc.B[k] = int64(ds[i]), int64(ss[i])
+			continue
+		}
+		if bc.NDim == MaxDims {
+			return errBoxDims
+		}
+		bc.Shape[bc.NDim], bc.A[bc.NDim], bc.B[bc.NDim] = int64(d), int64(ds[i]), int64(ss[i])
+		bc.NDim++
+	}
+	if n == 0 {
+		return nil
+	}
+	return be.dev.launch("mr_copy_box_"+s, n, new(params).ptr(dst).ptr(src).i64(n).bcast(&bc))
+}
+
+func denseStrides(shape []int) []int {
+	st := make([]int, len(shape))
+	s := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		st[i] = s
+		s *= shape[i]
+	}
+	return st
+}
+
+func offset(shape, off []int) int {
+	o := 0
+	for i, s := range denseStrides(shape) {
+		o += off[i] * s
+	}
+	return o
+}

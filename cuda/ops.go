@@ -1,0 +1,172 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/ops"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/rt"
+)
+
+// The backend's native ops: each checks its operands as the CPU kernel
+// does, allocates the result and issues the kernel or GEMM on the stream.
+
+func (be *Backend) binary(k *plan.Kernel, a, b *Buf) (rt.Buffer, error) {
+	bc, shape, err := BroadcastFor(a.shape, b.shape)
+	if err != nil {
+		return nil, err
+	}
+	out, err := be.newBuf(k.DType, shape)
+	if err != nil {
+		return nil, err
+	}
+	n := out.bytes / int64(k.DType.Size())
+	name, _ := KernelName(k.Op, k.DType)
+	p := new(params).ptr(out.ptr).ptr(a.ptr).ptr(b.ptr).i64(n).bcast(&bc)
+	if err := be.dev.launch(name, n, p); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+func (be *Backend) unary(k *plan.Kernel, x *Buf) (rt.Buffer, error) {
+	out, err := be.newBuf(k.DType, x.shape)
+	if err != nil {
+		return nil, err
+	}
+	n := out.bytes / int64(k.DType.Size())
+	name, _ := KernelName(k.Op, k.DType)
+	if err := be.dev.launch(name, n, new(params).ptr(out.ptr).ptr(x.ptr).i64(n)); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// reshape is a copy, not a view, as on the CPU (every slot owns its
+// storage, so the memory accounting counts what is held).
+func (be *Backend) reshape(x *Buf, shape []int) (rt.Buffer, error) {
+	out, err := be.newBuf(x.dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	if out.bytes != x.bytes {
+		be.Free(out)
+		return nil, fmt.Errorf("reshape: local block of %s cannot become %s", ir.ShapeString(x.shape), ir.ShapeString(shape))
+	}
+	if err := be.dev.copyOnDevice(out.ptr, x.ptr, x.bytes); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// matmul multiplies the last two dims with NumPy batch broadcasting, as
+// the CPU's: with no batch dims on B, A's batch folds into its rows (one
+// GEMM); batch dims each operand has in full or not at all are one
+// strided batched GEMM (stride 0 for the missing one); any other
+// broadcast is a GEMM per batch.
+func (be *Backend) matmul(k *plan.Kernel, a, b *Buf) (rt.Buffer, error) {
+	ra, rb := len(a.shape), len(b.shape)
+	if ra < 2 || rb < 2 {
+		return nil, fmt.Errorf("matmul of %s and %s: both need two dims", ir.ShapeString(a.shape), ir.ShapeString(b.shape))
+	}
+	m, kk, n := a.shape[ra-2], a.shape[ra-1], b.shape[rb-1]
+	if b.shape[rb-2] != kk {
+		return nil, fmt.Errorf("local inner dims differ: %s @ %s", ir.ShapeString(a.shape), ir.ShapeString(b.shape))
+	}
+	ab, bb := a.shape[:ra-2], b.shape[:rb-2]
+	batch, ok := ops.Broadcast(ab, bb)
+	if !ok {
+		return nil, fmt.Errorf("local batch dims differ: %s @ %s", ir.ShapeString(a.shape), ir.ShapeString(b.shape))
+	}
+	out, err := be.newBuf(k.DType, append(append([]int{}, batch...), m, n))
+	if err != nil {
+		return nil, err
+	}
+	nb := count(batch)
+	if m == 0 || n == 0 || nb == 0 || kk == 0 {
+		return out, be.dev.zero(out.ptr, out.bytes)
+	}
+	es := uint64(k.DType.Size())
+	switch {
+	case rb == 2:
+		err = be.dev.rowMajorGemm(k.DType, m*count(ab), n, kk, 1, a.ptr, b.ptr, out.ptr, 0, 0)
+	case whole(ab, batch) && whole(bb, batch):
+		err = be.dev.rowMajorGemm(k.DType, m, n, kk, nb, a.ptr, b.ptr, out.ptr,
+			stride(ab, m*kk), stride(bb, kk*n))
+	default:
+		as, bs := batchStrides(ab, batch), batchStrides(bb, batch)
+		idx := make([]int, len(batch))
+		for i := 0; i < nb && err == nil; i++ {
+			ao, bo := 0, 0
+			for d := range idx {
+				ao += idx[d] * as[d]
+				bo += idx[d] * bs[d]
+			}
+			err = be.dev.rowMajorGemm(k.DType, m, n, kk, 1, a.ptr+uint64(ao*m*kk)*es, b.ptr+uint64(bo*kk*n)*es,
+				out.ptr+uint64(i*m*n)*es, 0, 0)
+			for d := len(idx) - 1; d >= 0; d-- {
+				if idx[d]++; idx[d] < batch[d] {
+					break
+				}
+				idx[d] = 0
+			}
+		}
+	}
+	if err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// whole: an operand's batch dims are all of batch, or all ones (then its
+// one matrix serves every batch).
+func whole(dims, batch []int) bool {
+	if count(dims) == 1 {
+		return true
+	}
+	if len(dims) != len(batch) {
+		return false
+	}
+	for i := range dims {
+		if dims[i] != batch[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// stride is an operand's batch stride in elements: 0 when broadcast.
+func stride(dims []int, mat int) int64 {
+	if count(dims) == 1 {
+		return 0
+	}
+	return int64(mat)
+}
+
+func count(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// batchStrides are an operand's batch dims' strides, in matrices, over
+// the broadcast batch (0 along a dim it lacks or has as 1).
+func batchStrides(dims, batch []int) []int {
+	out := make([]int, len(batch))
+	st := 1
+	for i := len(dims) - 1; i >= 0; i-- {
+		j := i + len(batch) - len(dims)
+		if dims[i] != 1 {
+			out[j] = st
+		}
+		st *= dims[i]
+	}
+	return out
+}
