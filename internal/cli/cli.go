@@ -116,6 +116,7 @@ type common struct {
 	verify    bool
 	dumpAfter string
 	launcher  string
+	backend   string // --backend, on the commands that run a plan (registerBackend)
 	schedule  string // overrides the train block's pipeline schedule (trace --schedules)
 	memory    memoryFlag
 	// judgeMemoryOnlyIfSet: apply --memory but no default budget (explain)
@@ -312,6 +313,7 @@ func (e *env) run(args []string) int {
 	var c common
 	fs := newFlags(e, "run", "run FILE [--seed N] [--out DIR] [--trace FILE]")
 	c.register(fs)
+	c.registerBackend(fs)
 	out := fs.String("out", "", "write every output as DIR/NAME.npy (the whole logical tensor)")
 	trace := fs.String("trace", "", "write the per-device timeline as Chrome trace JSON")
 	validate := func(p *lower.Plan, k *checks) {
@@ -401,6 +403,7 @@ func (e *env) check(args []string) int {
 	var c common
 	fs := newFlags(e, "check", "check FILE [--rtol R] [--atol A]")
 	c.register(fs)
+	c.registerBackend(fs)
 	var rtolFlag, atolFlag tolerance
 	fs.Var(&rtolFlag, "rtol", "relative tolerance `R` (default by dtype: "+toleranceHelp(0)+")")
 	fs.Var(&atolFlag, "atol", "absolute tolerance `A` (default by dtype: "+toleranceHelp(1)+")")

@@ -82,6 +82,10 @@ func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
 		return nil, ExitUsage
 	}
 	opts := rt.Options{Seed: c.seed, Timeout: c.timeout, Hook: testFault()}
+	if opts.Backend, err = c.openBackend(e.stderr); err != nil {
+		fmt.Fprintf(e.stderr, "meshrun: --backend %s: %v\n", c.backend, err)
+		return nil, ExitUsage
+	}
 	ctx := context.Background()
 	if mode == "local" {
 		l, err := rt.NewLocal(ctx, p.Exec, opts)

@@ -29,6 +29,7 @@ func (e *env) train(args []string) int {
 	var c common
 	fs := newFlags(e, "train", "train FILE [--out DIR] [--log FILE] [--plot PNG] [--save DIR [--save-every N]] [--resume DIR] [--stop-at STEP]")
 	c.register(fs)
+	c.registerBackend(fs)
 	out := fs.String("out", "", "write every param after training as DIR/NAME.npy")
 	logPath := fs.String("log", "", "write one JSON line per step: step, loss, lr, seconds")
 	plotPath := fs.String("plot", "", "draw the loss curve into this PNG file")

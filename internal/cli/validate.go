@@ -152,4 +152,7 @@ func (c *common) validate(k *checks) {
 	if _, err := c.launchMode(); err != nil {
 		k.fail("%v", err)
 	}
+	if !validBackend(c.backend) {
+		k.fail("--backend %q: want cpu, cuda or auto", c.backend)
+	}
 }
