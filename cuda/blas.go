@@ -8,11 +8,11 @@ import (
 
 // cuBLAS's enumerations (library_types.h, cublas_api.h).
 const (
-	cudaR32F       = 0
-	cudaR64F       = 1
-	computeF32     = 68 // CUBLAS_COMPUTE_32F
-	computeF64     = 70 // CUBLAS_COMPUTE_64F
-	mathDefault    = 0  // CUBLAS_DEFAULT_MATH: with COMPUTE_32F, full f32 (no TF32)
+	cudaR32F    = 0
+	cudaR64F    = 1
+	computeF32  = 68 // CUBLAS_COMPUTE_32F
+	computeF64  = 70 // CUBLAS_COMPUTE_64F
+	mathDefault = 0  // CUBLAS_DEFAULT_MATH: with COMPUTE_32F, full f32 (no TF32)
 )
 
 // gemmCall is one cuBLAS GEMM in column-major terms: C (m×n, ldc) =

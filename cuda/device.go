@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
-
 )
 
 // Device is one GPU as the backend uses it: its primary context, one

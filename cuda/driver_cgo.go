@@ -263,8 +263,10 @@ func blCreate(ctx, s uintptr) (uintptr, int) {
 	rc := C.bl_create(ptr(ctx), &h, ptr(s))
 	return uintptr(h), int(rc)
 }
-func blDestroy(ctx, h uintptr) int           { return int(C.bl_destroy(ptr(ctx), ptr(h))) }
-func blMathMode(ctx, h uintptr, mode int) int { return int(C.bl_mathMode(ptr(ctx), ptr(h), C.int(mode))) }
+func blDestroy(ctx, h uintptr) int { return int(C.bl_destroy(ptr(ctx), ptr(h))) }
+func blMathMode(ctx, h uintptr, mode int) int {
+	return int(C.bl_mathMode(ptr(ctx), ptr(h), C.int(mode)))
+}
 
 func blGemm(ctx, h uintptr, g *gemmCall) int {
 	var a32, b32 C.float
