@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The one prepared check of the CUDA backend on a GPU machine. Run from the
+# repository root; needs the NVIDIA driver and CUDA's NVRTC and cuBLAS
+# (CUDA 13 or 12: a toolkit, or the nvidia/* pip packages PyTorch
+# installs; see cuda/doc.go for the search), and no Go: the binaries come
+# from bench/gpu_build.sh (BIN, default bench/gpu_bin). Writes everything
+# it prints to $OUT/gpu.log (OUT: a temp dir unless set). About 2-4
+# minutes:
+#
+#  1. meshrun devices (what NVML sees);
+#  2. package cuda's tests with MESHRUN_TEST_GPU=1 MESHRUN_REQUIRE_GPU=1:
+#     every op against the CPU backend, and whole examples (inference and
+#     training) on the GPU against the CPU, all ranks sharing GPU 0;
+#  3. meshrun check --backend cuda on examples: the mesh run on the GPU
+#     against the one-device CPU run (PASS/FAIL);
+#  4. meshrun run/train --backend cuda and --backend cpu on examples,
+#     outputs compared by bench/npydiff.py (python3, no numpy needed);
+#  5. the backend's matmul against raw cuBLAS GEMMs (time ratio, min /
+#     median / max over alternating rounds) and, when PyTorch with CUDA is
+#     here, torch.matmul's TFLOP/s on the same shapes.
+# Exit status 0 only when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+BIN=$(realpath "${BIN:-bench/gpu_bin}")
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu.log") 2>&1
+export MESHRUN_CUDA_CACHE=${MESHRUN_CUDA_CACHE:-$OUT/kernel-cache}
+status=0
+step() { echo; echo "=== $* (at ${SECONDS}s)"; }
+fail() { echo "FAILED: $*"; status=1; }
+
+step "build"; cat "$BIN/COMMIT" 2>/dev/null || echo "no $BIN/COMMIT: run bench/gpu_build.sh"
+step "meshrun devices"
+timeout 60 "$BIN/meshrun" devices || fail "meshrun devices"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+
+step "package cuda's tests on the GPU"
+(cd cuda && MESHRUN_TEST_GPU=1 MESHRUN_REQUIRE_GPU=1 timeout 240 "$BIN/cuda.test" \
+    -test.v -test.run '^(TestBackend|TestExamples)' 2>&1 | grep -v '^=== RUN') || fail "cuda tests"
+
+step "meshrun check --backend cuda (mesh on the GPU vs one CPU device)"
+for ex in examples/dp_mlp.mesh examples/megatron_mlp.mesh examples/dp_tp_block.mesh examples/train/mlp_dp.mesh examples/train/megatron_dp_tp.mesh; do
+    echo "--- $ex"
+    timeout 120 "$BIN/meshrun" check "$ex" --backend cuda || fail "check $ex"
+done
+
+step "run/train --backend cuda vs --backend cpu, outputs compared"
+for ex in examples/megatron_mlp.mesh examples/long_attention.mesh train:examples/train/mlp_dp.mesh train:examples/train/gpt/gpt.mesh; do
+    cmd=run
+    [[ $ex == train:* ]] && cmd=train && ex=${ex#train:}
+    name=$(basename "$ex" .mesh)
+    mkdir -p "$OUT/$name"
+    for be in cuda cpu; do
+        t0=$(date +%s.%N)
+        timeout 120 "$BIN/meshrun" $cmd "$ex" --backend $be --out "$OUT/$name/$be" > "$OUT/$name/$be.txt" 2>&1 \
+            || { fail "$cmd $ex --backend $be"; tail -5 "$OUT/$name/$be.txt"; }
+        echo "$cmd $ex --backend $be: $(awk "BEGIN{printf \"%.2f\", $(date +%s.%N) - $t0}") s wall; $(tail -1 "$OUT/$name/$be.txt")"
+    done
+    python3 bench/npydiff.py "$OUT/$name/cpu" "$OUT/$name/cuda" || fail "compare $ex"
+done
+
+step "matmul: the backend vs raw cuBLAS"
+(cd cuda && MESHRUN_TEST_GPU=1 timeout 180 "$BIN/cuda.test" -test.run '^$' -test.bench MatmulVsCublas \
+    -test.benchtime 1x -test.v) || fail "matmul benchmark"
+
+step "PyTorch matmul on the same shapes (when torch has CUDA)"
+python3 - <<'PY' || echo "(no PyTorch with CUDA here)"
+import time, torch
+assert torch.cuda.is_available()
+torch.backends.cuda.matmul.allow_tf32 = False
+for dt in (torch.float32, torch.float64):
+    for m, k, n in ((4096, 4096, 4096), (8192, 1024, 4096), (16 * 512, 768, 3072)):
+        a = torch.randn(m, k, device="cuda", dtype=dt); b = torch.randn(k, n, device="cuda", dtype=dt)
+        for _ in range(3): a @ b
+        best = 1e9
+        for _ in range(7):
+            torch.cuda.synchronize(); t = time.perf_counter()
+            for _ in range(20): a @ b
+            torch.cuda.synchronize(); best = min(best, time.perf_counter() - t)
+        print(f"torch {dt} {m}x{k}x{n}: {2*m*k*n*20/best/1e12:.2f} TFLOP/s")
+PY
+
+step "done in ${SECONDS}s: status $status"
+exit $status

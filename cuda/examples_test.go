@@ -1,0 +1,160 @@
+package cuda_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshrun/meshrun/cuda"
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/rt"
+)
+
+// Whole examples on the CUDA backend (every rank of the mesh sharing one
+// device, collectives through host copies) against the CPU backend, and
+// the CUDA run on the mesh against the CPU run on one device. Outputs
+// agree within the stated units in the last place: the GPU's GEMMs sum
+// in another order than the CPU's BLAS, and its exp/tanh/erfc round
+// differently, and those differences travel through the program (and
+// through training steps). Bounds per kind of run, in f32 ulps of the
+// CPU's value, with an absolute floor of 1e-6 (values near zero, where
+// ulps mean nothing, e.g. a gradient that cancels).
+const (
+	runULPs   = 64
+	trainULPs = 4096 // after the example's steps; the loss curve is compared too
+	halfULPs  = 8    // bf16 and f16 params after training, in their own ulps
+	absFloor  = 1e-6
+)
+
+// lowered compiles an example for its mesh, or for one device. A program
+// with local functions is written per device: its one-device form is the
+// program checked again on a mesh whose axes have size 1 (as meshrun
+// check's reference).
+func lowered(t *testing.T, path string, single bool) *lower.Plan {
+	t.Helper()
+	g, _, err := lang.CheckFile(path, lang.CheckOptions{Devices: 64})
+	require.NoError(t, err)
+	if single && g.HasLocal() {
+		g, err = lang.CheckSource(g.File, g.Sources[g.File], lang.CheckOptions{Dir: filepath.Dir(g.File), SingleDevice: true})
+		require.NoError(t, err)
+	}
+	opts := lower.Options{}
+	if single {
+		opts.Mesh = g.Mesh.Single()
+	}
+	p, err := lower.Lower(g, opts)
+	require.NoError(t, err)
+	return p
+}
+
+func newBackend(t *testing.T, notes *bytes.Buffer) *cuda.Backend {
+	t.Helper()
+	cuda.UseDriver(t)
+	be, err := cuda.NewBackend(0, notes)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, be.Close()) })
+	return be
+}
+
+// ulps is |got − want| in f32 units in the last place of want (0 inside
+// the absolute floor; NaN and infinities must match exactly).
+func ulps(got, want float64) float64 {
+	if math.IsNaN(want) || math.IsInf(want, 0) {
+		if math.IsNaN(want) && math.IsNaN(got) || got == want {
+			return 0
+		}
+		return math.Inf(1)
+	}
+	d := math.Abs(got - want)
+	if d <= absFloor {
+		return 0
+	}
+	w := float32(math.Abs(want))
+	return d / float64(math.Nextafter32(w, float32(math.Inf(1)))-w)
+}
+
+func compare(t *testing.T, what string, got, want *rt.Tensor, bound float64) float64 {
+	t.Helper()
+	require.Equal(t, want.Shape, got.Shape, what)
+	require.Equal(t, want.DType, got.DType, what)
+	g, w := got.Float64s(), want.Float64s()
+	worst := 0.0
+	for i := range w {
+		u := ulps(g[i], w[i])
+		require.LessOrEqual(t, u, bound, "%s[%d]: cuda %v, cpu %v", what, i, g[i], w[i])
+		worst = math.Max(worst, u)
+	}
+	return worst
+}
+
+// halfULP is one ulp of a half-precision dtype in f32 ulps (bf16 keeps 8
+// of f32's 24 significant bits, f16 11).
+func halfULP(dt ir.DType) float64 {
+	switch dt {
+	case ir.BF16:
+		return 1 << 16
+	case ir.F16:
+		return 1 << 13
+	}
+	return 1
+}
+
+func TestExamplesRunOnCUDA(t *testing.T) {
+	for _, ex := range []string{"dp_mlp", "megatron_mlp", "dp_tp_block", "gemm_2d", "long_attention"} {
+		t.Run(ex, func(t *testing.T) {
+			var notes bytes.Buffer
+			be := newBackend(t, &notes)
+			path := "../examples/" + ex + ".mesh"
+			p := lowered(t, path, false)
+			got, err := rt.Run(context.Background(), p, rt.Options{Backend: be})
+			require.NoError(t, err)
+			want, err := rt.Run(context.Background(), p, rt.Options{})
+			require.NoError(t, err)
+			single, err := rt.Run(context.Background(), lowered(t, path, true), rt.Options{})
+			require.NoError(t, err)
+			for i, name := range want.Names {
+				w1 := compare(t, name+" vs cpu", got.Outputs[i], want.Outputs[i], runULPs)
+				w2 := compare(t, name+" vs one cpu device", got.Outputs[i], single.Output(name), runULPs)
+				t.Logf("%s on %s: %s worst %.0f ulp vs cpu, %.0f vs one device", ex, p.Exec.Mesh, name, w1, w2)
+			}
+			t.Logf("fell back to the CPU: %v", be.Fallbacks())
+		})
+	}
+}
+
+func TestExamplesTrainOnCUDA(t *testing.T) {
+	for _, ex := range []string{"mlp_dp", "gemm_backward", "mlp_bf16", "megatron_dp_tp", "mlp_offload"} {
+		t.Run(ex, func(t *testing.T) {
+			var notes bytes.Buffer
+			be := newBackend(t, &notes)
+			p := lowered(t, "../examples/train/"+ex+".mesh", false)
+			got, err := rt.Train(context.Background(), p, rt.Options{Backend: be}, rt.TrainConfig{})
+			require.NoError(t, err)
+			want, err := rt.Train(context.Background(), p, rt.Options{}, rt.TrainConfig{})
+			require.NoError(t, err)
+			require.Len(t, got.Losses, len(want.Losses))
+			worst := 0.0
+			for i := range want.Losses {
+				u := ulps(got.Losses[i], want.Losses[i])
+				require.LessOrEqual(t, u, float64(trainULPs), "loss of step %d: cuda %v, cpu %v", i+1, got.Losses[i], want.Losses[i])
+				worst = math.Max(worst, u)
+			}
+			for i, prm := range want.Params {
+				bound := float64(trainULPs)
+				if h := halfULP(want.Final[i].DType); h > 1 {
+					bound = halfULPs * h
+				}
+				w := compare(t, fmt.Sprintf("param %s", prm.Name), got.Final[i], want.Final[i], bound)
+				worst = math.Max(worst, w)
+			}
+			t.Logf("%s: %d steps on %s, worst %.0f ulp; fell back: %v", ex, len(want.Losses), p.Exec.Mesh, worst, be.Fallbacks())
+		})
+	}
+}
