@@ -70,7 +70,7 @@ func listDevices(w io.Writer, src gpuSource) error {
 	if err := src.Open(); err != nil {
 		if errors.Is(err, errNoDriver) || errors.Is(err, errDriverNotRunning) {
 			fmt.Fprintln(w, err)
-			fmt.Fprintln(w, "no GPU: meshrun runs on its CPU backend (the CUDA backend is not implemented yet)")
+			fmt.Fprintln(w, "no GPU: meshrun runs on its CPU backend (--backend cuda needs the driver)")
 			return nil
 		}
 		return err
