@@ -99,7 +99,9 @@ func DeviceCount() (int, error) {
 	return n, check("cuDeviceGetCount", "", rc)
 }
 
-// Close frees every allocation (live buffers included) and the stream.
+// Close waits for the stream, returns the cached blocks to the driver and
+// destroys the cuBLAS handle, the kernels' module and the stream. Buffers
+// still live stay allocated until the process ends.
 func (d *Device) Close() error {
 	err := d.Sync()
 	d.mu.Lock()

@@ -1,8 +1,74 @@
-// Package cuda is the groundwork of meshrun's CUDA backend: a run-time
-// loader for NVIDIA's libraries and the CUDA C source of the elementwise
-// kernels. It is not a backend yet: no rt.Backend is implemented or
-// registered here, nothing in it has run on a GPU, and `--backend cuda`
-// does not exist.
+// Package cuda is meshrun's CUDA backend: an rt.Backend on one NVIDIA GPU
+// through the driver API, NVRTC and cuBLAS, all loaded at run time, and
+// `--backend cuda` (internal/cli) to use it. It has been tested against a
+// fake driver on the CPU only; it has NEVER run on a GPU (see Testing),
+// so it is unverified on hardware until bench/gpu.sh has run on one.
+//
+// # The backend
+//
+// Open makes GPU 0's primary context (cuDevicePrimaryCtxRetain: the one
+// cuBLAS's runtime shares), one stream and a cuBLAS handle, and compiles
+// the kernels (KernelSource: elementwise.cu and memory.cu as one program)
+// with NVRTC for the device's architecture (sm_90 on Hopper), keeping the
+// CUBIN in a disk cache (CacheDir) keyed by source, architecture, options
+// and NVRTC version. Every C call first makes that context current on the
+// calling OS thread, since goroutines move between threads, so one
+// Backend serves every rank of a local run: several logical devices on
+// one GPU, each rank's buffers its own.
+//
+// All device work (kernels, cuBLAS, device-to-device copies) is issued on
+// the one stream; host copies and memsets are the driver's synchronous
+// calls on the legacy default stream, which orders itself with the stream
+// both ways. So everything happens in issue order, and freed buffers go
+// to a caching allocator (by size) and are handed out again at once:
+// whatever still reads a freed block was issued before whatever writes it
+// next. A failed allocation empties the cache and tries once more.
+//
+// Native ops: the elementwise kernels (BinaryOps with NumPy broadcasting
+// by strides, UnaryOps) and matmul in f32 and f64; reshape (a device
+// copy) in every dtype; Slice and Embed (box copies and a -inf fill, per
+// element size) in every dtype. matmul is cuBLAS: row-major C = A·B is
+// column-major Cᵀ = Bᵀ·Aᵀ, so cublasGemmEx (one GEMM when B has no batch
+// dims, A's batch folded into rows) or cublasGemmStridedBatchedEx (batch
+// dims whole or absent on each side) gets B first with the dims swapped;
+// other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
+// (CUBLAS_COMPUTE_32F, default math: no TF32).
+//
+// Every other op (FallbackOps: softmax, layernorm, reductions, transpose,
+// cast, the optimizers, the losses, ...; and every op in bf16/f16) falls
+// back explicitly: its arguments are copied to the host, the CPU backend's
+// kernel runs, the result is copied in. The first fallback of each op and
+// dtype prints one line on the notify writer (stderr under the CLI), and
+// Backend.Fallbacks counts them. Correct, but slow where it happens often.
+//
+// Collectives and sends stay the runtime's host-side ones: a Buf is an
+// rt.HostReader, so they read it through a host copy, and the backend
+// takes the host tensors they return as arguments (uploading them). There
+// is no NCCL path and no device-side collective yet.
+//
+// Errors name the call and the library's name for the status:
+// "cuda: cuMemAlloc (4096 bytes): CUDA_ERROR_OUT_OF_MEMORY (2)" (from
+// cuGetErrorName), "cuda: cublasGemmEx: CUBLAS_STATUS_EXECUTION_FAILED
+// (13) [2×3·3×2 ×1 f32]", and NVRTC's log after a compile error.
+//
+// # Testing
+//
+// testdata/fake/fake.c is a fake libcuda + NVRTC + cuBLAS(Lt), built by
+// the tests with cc and loaded through MESHRUN_*_LIB: device memory is
+// malloc'd host memory, every copy and GEMM operand is checked to lie in
+// a live allocation, every call needs a current context on its thread,
+// NVRTC "compiles" the kernels under testdata/emu/emu.h into a shared
+// library whose bytes are the CUBIN, cuLaunchKernel runs the grid one
+// thread at a time from the driver's argument list, cuBLAS's GEMMs are
+// loops with cuBLAS's argument checks. Against it every line of the
+// backend runs: op-by-op comparisons with the CPU backend, whole examples
+// (inference and training, several ranks sharing the device) against the
+// CPU and one device, the compile cache, injected failures. What only a
+// GPU can check: NVRTC accepting the source, the GPU's math library
+// (ulps), real launches and their limits, the driver's stream semantics,
+// cuBLAS itself, speed. With MESHRUN_TEST_GPU=1 the same tests run on
+// the real driver (skipping without one; MESHRUN_REQUIRE_GPU=1 makes that
+// a failure): bench/gpu.sh does that, on binaries from bench/gpu_build.sh.
 //
 // # Loading
 //
@@ -37,12 +103,14 @@
 // # Kernels
 //
 // elementwise.cu holds the CUDA C of the elementwise ops (binary ones with
-// NumPy broadcasting by strides, see BroadcastFor), for NVRTC. It is kept
-// to the subset that also compiles as C and C++, so the test compiles it
-// with the system C compiler under testdata/emu/emu.h, which emulates the
-// grid one thread at a time, and compares every op with the CPU backend
-// (rt). That checks arithmetic, indexing and broadcasting; NVRTC, the GPU's
-// math library, launches, memory and speed need a GPU.
+// NumPy broadcasting by strides, see BroadcastFor), memory.cu the box
+// copies and fills, for NVRTC. They are kept to the subset that also
+// compiles as C and C++, so a test compiles elementwise.cu with the system
+// C compiler under testdata/emu/emu.h, which emulates the grid one thread
+// at a time, and compares every op with the CPU backend (rt); the fake
+// driver builds both the same way. That checks arithmetic, indexing and
+// broadcasting; NVRTC, the GPU's math library, launches, memory and speed
+// need a GPU.
 //
 // # Calling convention
 //
@@ -52,5 +120,6 @@
 // value to ncclCommInitRank: on x86-64 and arm64 such a struct travels in
 // memory laid out by the C compiler, so the wrapper takes a pointer from
 // Go and dereferences it in C (tested against a fake libnccl built by the
-// test with the C compiler).
+// test with the C compiler). NCCL is loaded by nothing yet: the backend
+// does not use it.
 package cuda

@@ -7,9 +7,10 @@ import (
 	"github.com/meshrun/meshrun/ir"
 )
 
-// ElementwiseSource is the CUDA C of the elementwise kernels, for NVRTC.
-// Nothing compiles it for a GPU yet; elementwise_test.go compiles it with
-// the C compiler and checks it against the CPU backend.
+// ElementwiseSource is the CUDA C of the elementwise kernels, for NVRTC
+// (Open compiles it with MemorySource; never yet on a GPU).
+// elementwise_test.go compiles it with the C compiler and checks it
+// against the CPU backend.
 //
 //go:embed elementwise.cu
 var ElementwiseSource string
