@@ -202,6 +202,11 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 		return nil, err
 	}
 	defer done() // stream order: released buffers are reused only after this launch
+	for i, b := range bufs {
+		if k.Op != "reshape" && b.dt != k.DType {
+			return nil, fmt.Errorf("cuda: %s of %s: argument %d is %s", k.Op, k.DType, i, b.dt)
+		}
+	}
 	switch {
 	case k.Op == "matmul":
 		return be.matmul(k, bufs[0], bufs[1])

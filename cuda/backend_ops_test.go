@@ -222,29 +222,42 @@ func TestBackendHostArguments(t *testing.T) {
 
 // TestBackendConcurrentRanks: ranks sharing the backend call it from many
 // OS threads at once; the fake driver refuses any call on a thread whose
-// context is not current, so this checks that every call sets it.
+// context is not current, so this checks that every call sets it. Each
+// worker starts on a fresh thread with a launch (its inputs were uploaded
+// by the test's thread and its output block is already in the allocator's
+// cache), so the launch itself must make the context current.
 func TestBackendConcurrentRanks(t *testing.T) {
 	be := newTestBackend(t)
+	const ranks, iters = 8, 20
+	inputs := make([]rt.Buffer, ranks)
+	for r := range inputs {
+		x := hostTensor(ir.F64, []int{100}, make([]float64, 100))
+		for i := range 100 {
+			x.Data.([]float64)[i] = float64(r*1000 + i)
+		}
+		var err error
+		inputs[r], err = be.CopyIn(x)
+		require.NoError(t, err)
+	}
+	var warm []rt.Buffer // fill the cache: no allocation call on the workers' threads
+	for range 2 * ranks {
+		b, err := be.Alloc(ir.F64, []int{100})
+		require.NoError(t, err)
+		warm = append(warm, b)
+	}
+	for _, b := range warm {
+		be.Free(b)
+	}
 	var wg sync.WaitGroup
-	errs := make([]error, 8)
+	errs := make([]error, ranks)
 	for r := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runtime.LockOSThread() // a fresh thread for each: none has a context yet
-			defer runtime.UnlockOSThread()
-			x := hostTensor(ir.F64, []int{100}, make([]float64, 100))
-			for i := range 100 {
-				x.Data.([]float64)[i] = float64(r*1000 + i)
-			}
+			runtime.LockOSThread() // a fresh thread for each, never unlocked: it dies with the goroutine
 			k := &plan.Kernel{Op: "mul", DType: ir.F64, Shape: []int{100}, ArgDTypes: []ir.DType{ir.F64, ir.F64}}
-			for it := 0; it < 20 && errs[r] == nil; it++ {
-				dx, err := be.CopyIn(x)
-				if err != nil {
-					errs[r] = err
-					return
-				}
-				y, err := be.Launch(context.Background(), k, []rt.Buffer{dx, dx}, nil, sbp.Block{})
+			for it := 0; it < iters && errs[r] == nil; it++ {
+				y, err := be.Launch(context.Background(), k, []rt.Buffer{inputs[r], inputs[r]}, nil, sbp.Block{})
 				if err != nil {
 					errs[r] = err
 					return
@@ -254,7 +267,6 @@ func TestBackendConcurrentRanks(t *testing.T) {
 					err = fmt.Errorf("rank %d: got %v", r, h.Data.([]float64)[99])
 				}
 				errs[r] = err
-				be.Free(dx)
 				be.Free(y)
 			}
 		}()
@@ -314,4 +326,28 @@ func TestKernelCompileCache(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, "cuda: nvrtcCompileProgram for sm_90: NVRTC_ERROR_COMPILATION (6):\nfake nvrtc: compilation failed on request (MESHRUN_FAKE_FAIL)", err.Error())
 	require.True(t, strings.HasPrefix(err.Error(), "cuda: nvrtcCompileProgram"))
+}
+
+func TestChooseDevice(t *testing.T) {
+	fakeOnly(t)
+	useDriver(t) // one fake GPU
+	for _, v := range append([]string{"MESHRUN_CUDA_DEVICE"}, localRankVars...) {
+		t.Setenv(v, "")
+	}
+	n, err := ChooseDevice()
+	require.NoError(t, err)
+	require.Equal(t, 0, n)
+	t.Setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3")
+	n, err = ChooseDevice()
+	require.NoError(t, err)
+	require.Equal(t, 0, n, "rank 3 of a host with one GPU")
+	t.Setenv("MESHRUN_CUDA_DEVICE", "1")
+	n, err = ChooseDevice()
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the variable wins")
+	_, err = NewBackend(n, nil)
+	require.EqualError(t, err, "cuda: cuInit/cuDeviceGet/cuDevicePrimaryCtxRetain (device 1): CUDA_ERROR_INVALID_DEVICE (101)")
+	t.Setenv("MESHRUN_CUDA_DEVICE", "gpu1")
+	_, err = ChooseDevice()
+	require.EqualError(t, err, `cuda: MESHRUN_CUDA_DEVICE="gpu1": want a device number (0, 1, ...)`)
 }

@@ -6,7 +6,7 @@
 //
 // # The backend
 //
-// Open makes GPU 0's primary context (cuDevicePrimaryCtxRetain: the one
+// Open makes a GPU's primary context (the CLI's choice is ChooseDevice's) (cuDevicePrimaryCtxRetain: the one
 // cuBLAS's runtime shares), one stream and a cuBLAS handle, and compiles
 // the kernels (KernelSource: elementwise.cu and memory.cu as one program)
 // with NVRTC for the device's architecture (sm_90 on Hopper), keeping the

@@ -16,9 +16,10 @@ import (
 //     shared library that stands in for libcuda, NVRTC, cuBLAS and
 //     cuBLASLt on host memory (see its header); every line of the backend
 //     runs, only the GPU does not;
-//   - the machine's real driver and libraries when MESHRUN_TEST_GPU=1
-//     (bench/gpu.sh sets it): the same tests then run on the GPU. Without
-//     a GPU they skip saying why, or fail under MESHRUN_REQUIRE_GPU=1.
+//   - the machine's real driver and libraries when MESHRUN_TEST_GPU=1 or
+//     MESHRUN_REQUIRE_GPU=1 (bench/gpu.sh sets both): the same tests then
+//     run on the GPU. Without a GPU they skip saying why, or, under
+//     MESHRUN_REQUIRE_GPU=1, fail.
 
 var (
 	fakeOnce sync.Once
@@ -28,7 +29,9 @@ var (
 )
 
 // onGPU reports whether the tests run on the real driver.
-func onGPU() bool { return os.Getenv("MESHRUN_TEST_GPU") == "1" }
+func onGPU() bool {
+	return os.Getenv("MESHRUN_TEST_GPU") == "1" || os.Getenv("MESHRUN_REQUIRE_GPU") == "1"
+}
 
 // buildFakeDriver compiles the fake once per test binary.
 func buildFakeDriver(t testing.TB) string {
