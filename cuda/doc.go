@@ -6,8 +6,9 @@
 //
 // # The backend
 //
-// Open makes a GPU's primary context (the CLI's choice is ChooseDevice's) (cuDevicePrimaryCtxRetain: the one
-// cuBLAS's runtime shares), one stream and a cuBLAS handle, and compiles
+// Open makes a GPU's primary context (cuDevicePrimaryCtxRetain: the one
+// cuBLAS's runtime shares; the CLI's GPU is ChooseDevice's), one stream
+// and a cuBLAS handle, and compiles
 // the kernels (KernelSource: elementwise.cu and memory.cu as one program)
 // with NVRTC for the device's architecture (sm_90 on Hopper), keeping the
 // CUBIN in a disk cache (CacheDir) keyed by source, architecture, options
