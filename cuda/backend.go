@@ -210,6 +210,10 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 	switch {
 	case k.Op == "matmul":
 		return be.matmul(k, bufs[0], bufs[1])
+	case k.Op == "transpose":
+		return be.transpose(bufs[0], k.Attrs.Perm)
+	case k.Op == "const":
+		return be.constant(k.DType, k.Attrs.Scalar)
 	case k.Op == "reshape":
 		return be.reshape(bufs[0], out.Len)
 	case slices.Contains(BinaryOps, k.Op):
@@ -218,9 +222,10 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 	return be.unary(k, bufs[0])
 }
 
-// Native reports whether k runs as a CUDA kernel: the elementwise ops and
-// matmul in f32 and f64 (every argument of the kernel's dtype), and
-// reshape in any dtype. The rest falls back to the CPU.
+// Native reports whether k runs as a CUDA kernel: the elementwise ops,
+// matmul, transpose and const in f32 and f64 (every argument of the
+// kernel's dtype), and reshape in any dtype. The rest falls back to the
+// CPU.
 func Native(k *plan.Kernel) bool {
 	if k.Op == "reshape" {
 		return len(k.ArgDTypes) == 1
@@ -232,7 +237,9 @@ func Native(k *plan.Kernel) bool {
 	switch {
 	case k.Op == "matmul" || slices.Contains(BinaryOps, k.Op):
 		want = 2
-	case !slices.Contains(UnaryOps, k.Op):
+	case k.Op == "const":
+		want = 0
+	case k.Op != "transpose" && !slices.Contains(UnaryOps, k.Op):
 		return false
 	}
 	if len(k.ArgDTypes) != want {
@@ -276,7 +283,7 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 func FallbackOps() []string {
 	var out []string
 	for _, op := range rt.CPUKernelOps() {
-		if op != "matmul" && op != "reshape" && !slices.Contains(BinaryOps, op) && !slices.Contains(UnaryOps, op) {
+		if !slices.Contains([]string{"matmul", "reshape", "transpose", "const"}, op) && !slices.Contains(BinaryOps, op) && !slices.Contains(UnaryOps, op) {
 			out = append(out, op)
 		}
 	}

@@ -351,3 +351,39 @@ func TestChooseDevice(t *testing.T) {
 	_, err = ChooseDevice()
 	require.EqualError(t, err, `cuda: MESHRUN_CUDA_DEVICE="gpu1": want a device number (0, 1, ...)`)
 }
+
+// TestBackendTransposeConst: transpose (a box copy with permuted strides)
+// and const, bit for bit against the CPU.
+func TestBackendTransposeConst(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	cases := []struct {
+		shape, perm []int
+	}{
+		{[]int{3, 5}, []int{1, 0}},
+		{[]int{2, 3, 4}, []int{0, 2, 1}},
+		{[]int{2, 3, 4, 5}, []int{3, 1, 0, 2}},
+		{[]int{1, 4, 1, 3}, []int{2, 3, 0, 1}},
+		{[]int{2, 2, 2, 2, 2, 2, 2, 2, 2, 2}, []int{9, 8, 7, 6, 5, 4, 3, 2, 1, 0}}, // 10 uneven dims: on the host
+	}
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, c := range cases {
+			x := randTensor(rng, dt, c.shape)
+			k := &plan.Kernel{Op: "transpose", DType: dt, Attrs: ir.Attrs{Perm: c.perm}}
+			want := cpuCompute(t, k, x)
+			k.Shape = want.Shape
+			require.True(t, Native(&plan.Kernel{Op: "transpose", DType: dt, ArgDTypes: []ir.DType{dt}}))
+			got := launch(t, be, k, x)
+			require.Equal(t, want.Shape, got.Shape)
+			require.Equal(t, want.Data, got.Data, "%s %v by %v", dt, c.shape, c.perm)
+		}
+		for _, v := range []float64{0, -2.5, 1e-40, math.Pi} {
+			k := &plan.Kernel{Op: "const", DType: dt, Attrs: ir.Attrs{Scalar: v}}
+			want := cpuCompute(t, k)
+			got := launch(t, be, k)
+			require.Equal(t, want.Data, got.Data, "const %v %s", v, dt)
+			require.Empty(t, got.Shape)
+		}
+	}
+	require.Empty(t, be.Fallbacks())
+}

@@ -26,8 +26,9 @@
 // next. A failed allocation empties the cache and tries once more.
 //
 // Native ops: the elementwise kernels (BinaryOps with NumPy broadcasting
-// by strides, UnaryOps) and matmul in f32 and f64; reshape (a device
-// copy) in every dtype; Slice and Embed (box copies and a -inf fill, per
+// by strides, UnaryOps), matmul, transpose (a box copy with permuted
+// strides) and const in f32 and f64; reshape (a device copy) in every
+// dtype; Slice and Embed (box copies and a -inf fill, per
 // element size) in every dtype. matmul is cuBLAS: row-major C = A·B is
 // column-major Cᵀ = Bᵀ·Aᵀ, so cublasGemmEx (one GEMM when B has no batch
 // dims, A's batch folded into rows) or cublasGemmStridedBatchedEx (batch
@@ -35,8 +36,8 @@
 // other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
 // (CUBLAS_COMPUTE_32F, default math: no TF32).
 //
-// Every other op (FallbackOps: softmax, layernorm, reductions, transpose,
-// cast, the optimizers, the losses, ...; and every op in bf16/f16) falls
+// Every other op (FallbackOps: softmax, layernorm, reductions, cast, the
+// optimizers, the losses, ...; and every op in bf16/f16) falls
 // back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/rt"
 )
 
@@ -100,6 +101,56 @@ func (be *Backend) onHost(x *Buf, step func(*rt.Tensor) (rt.Buffer, error)) (rt.
 		return nil, err
 	}
 	return be.upload(r.(*rt.Tensor))
+}
+
+// transpose permutes x's dims (out dim i is x's dim perm[i]): a box copy
+// of the output's shape reading x with its strides permuted.
+func (be *Backend) transpose(x *Buf, perm []int) (rt.Buffer, error) {
+	if len(perm) != len(x.shape) {
+		return nil, fmt.Errorf("cuda: transpose of %s by %v: ranks differ", ir.ShapeString(x.shape), perm)
+	}
+	shape, src := make([]int, len(perm)), make([]int, len(perm))
+	xs := denseStrides(x.shape)
+	for i, p := range perm {
+		if p < 0 || p >= len(perm) {
+			return nil, fmt.Errorf("cuda: transpose of %s by %v: no dim %d", ir.ShapeString(x.shape), perm, p)
+		}
+		shape[i], src[i] = x.shape[p], xs[p]
+	}
+	out, err := be.newBuf(x.dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	err = be.copyBox(x.dt, out.ptr, denseStrides(shape), x.ptr, src, shape)
+	if err != nil {
+		be.Free(out)
+	}
+	if err == errBoxDims {
+		return be.onHost(x, func(t *rt.Tensor) (rt.Buffer, error) {
+			return be.cpu.Compute(&rt.OpCall{Kernel: &plan.Kernel{Op: "transpose", DType: x.dt, Attrs: ir.Attrs{Perm: perm}}, Args: []*rt.Tensor{t}})
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// constant is a scalar (shape []) holding v rounded to dt (f32 or f64).
+func (be *Backend) constant(dt ir.DType, v float64) (rt.Buffer, error) {
+	out, err := be.newBuf(dt, nil)
+	if err != nil {
+		return nil, err
+	}
+	bits := math.Float64bits(v)
+	if dt == ir.F32 {
+		bits = uint64(math.Float32bits(float32(v)))
+	}
+	if err := be.fillBits(out, bits); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
 }
 
 // negInfBits is -inf's bit pattern in dt; integers have none (the CPU
