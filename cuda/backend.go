@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -214,6 +215,8 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 		return be.transpose(bufs[0], k.Attrs.Perm)
 	case k.Op == "const":
 		return be.constant(k.DType, k.Attrs.Scalar)
+	case strings.HasPrefix(k.Op, "adam_"):
+		return be.adam(k, bufs)
 	case k.Op == "reshape":
 		return be.reshape(bufs[0], out.Len)
 	case slices.Contains(BinaryOps, k.Op):
@@ -223,7 +226,7 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 }
 
 // Native reports whether k runs as a CUDA kernel: the elementwise ops,
-// matmul, transpose and const in f32 and f64 (every argument of the
+// matmul, transpose, const and Adam's fused ops in f32 and f64 (every argument of the
 // kernel's dtype), and reshape in any dtype. The rest falls back to the
 // CPU.
 func Native(k *plan.Kernel) bool {
@@ -239,6 +242,10 @@ func Native(k *plan.Kernel) bool {
 		want = 2
 	case k.Op == "const":
 		want = 0
+	case k.Op == "adam_moment" || k.Op == "adam_moment2":
+		want = 3
+	case k.Op == "adam_update":
+		want = 7
 	case k.Op != "transpose" && !slices.Contains(UnaryOps, k.Op):
 		return false
 	}
@@ -279,11 +286,13 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 	return be.upload(res)
 }
 
+var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update"}
+
 // FallbackOps lists the ops of spec.md that have no CUDA kernel here.
 func FallbackOps() []string {
 	var out []string
 	for _, op := range rt.CPUKernelOps() {
-		if !slices.Contains([]string{"matmul", "reshape", "transpose", "const"}, op) && !slices.Contains(BinaryOps, op) && !slices.Contains(UnaryOps, op) {
+		if !slices.Contains(nativeOps, op) && !slices.Contains(BinaryOps, op) && !slices.Contains(UnaryOps, op) {
 			out = append(out, op)
 		}
 	}

@@ -387,3 +387,31 @@ func TestBackendTransposeConst(t *testing.T) {
 	}
 	require.Empty(t, be.Fallbacks())
 }
+
+// TestBackendAdam: Adam's fused ops bit for bit against the CPU (the same
+// operations in the same order; --fmad=false keeps the GPU from fusing).
+func TestBackendAdam(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, shape := range [][]int{{1}, {7, 5}, {300}} {
+			scalar := func(v float64) *rt.Tensor { return hostTensor(dt, nil, []float64{v}) }
+			m, g, p := randTensor(rng, dt, shape), randTensor(rng, dt, shape), randTensor(rng, dt, shape)
+			v := absTensor(randTensor(rng, dt, shape))
+			for _, c := range []struct {
+				op   string
+				args []*rt.Tensor
+			}{
+				{"adam_moment", []*rt.Tensor{m, g, scalar(0.9)}},
+				{"adam_moment2", []*rt.Tensor{v, g, scalar(0.999)}},
+				{"adam_update", []*rt.Tensor{p, m, v, scalar(1e-3), scalar(0.31), scalar(1e-8), scalar(0.9999)}},
+			} {
+				k := &plan.Kernel{Op: c.op, DType: dt, Shape: shape}
+				want := cpuCompute(t, k, c.args...)
+				got := launch(t, be, k, c.args...)
+				require.Equal(t, want.Data, got.Data, "%s %s %v", c.op, dt, shape)
+			}
+		}
+	}
+	require.Empty(t, be.Fallbacks())
+}

@@ -9,8 +9,9 @@
 // Open makes a GPU's primary context (cuDevicePrimaryCtxRetain: the one
 // cuBLAS's runtime shares; the CLI's GPU is ChooseDevice's), one stream
 // and a cuBLAS handle, and compiles
-// the kernels (KernelSource: elementwise.cu and memory.cu as one program)
-// with NVRTC for the device's architecture (sm_90 on Hopper), keeping the
+// the kernels (KernelSource: elementwise.cu, memory.cu and optim.cu as
+// one program) with NVRTC for the device's architecture (sm_90 on Hopper;
+// --fmad=false, so no a·b+c is fused where the CPU rounds twice), keeping the
 // CUBIN in a disk cache (CacheDir) keyed by source, architecture, options
 // and NVRTC version. Every C call first makes that context current on the
 // calling OS thread, since goroutines move between threads, so one
@@ -27,8 +28,8 @@
 //
 // Native ops: the elementwise kernels (BinaryOps with NumPy broadcasting
 // by strides, UnaryOps), matmul, transpose (a box copy with permuted
-// strides) and const in f32 and f64; reshape (a device copy) in every
-// dtype; Slice and Embed (box copies and a -inf fill, per
+// strides), const and Adam's fused ops (optim.cu) in f32 and f64;
+// reshape (a device copy) in every dtype; Slice and Embed (box copies and a -inf fill, per
 // element size) in every dtype. matmul is cuBLAS: row-major C = A·B is
 // column-major Cᵀ = Bᵀ·Aᵀ, so cublasGemmEx (one GEMM when B has no batch
 // dims, A's batch folded into rows) or cublasGemmStridedBatchedEx (batch
@@ -37,7 +38,7 @@
 // (CUBLAS_COMPUTE_32F, default math: no TF32).
 //
 // Every other op (FallbackOps: softmax, layernorm, reductions, cast, the
-// optimizers, the losses, ...; and every op in bf16/f16) falls
+// losses, ...; and every op in bf16/f16) falls
 // back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and

@@ -30,6 +30,8 @@
 #define MR_EMU_BINARY(NAME, T)
 #define MR_EMU_COPY(NAME, T)
 #define MR_EMU_FILL(NAME, T)
+#define MR_EMU_MOMENT(NAME, T)
+#define MR_EMU_UPDATE(NAME, T)
 #endif
 
 /* Passed by value; every field 8 bytes, so the layout is the same on the

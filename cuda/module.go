@@ -18,8 +18,14 @@ import (
 //go:embed memory.cu
 var MemorySource string
 
+// OptimSource is the CUDA C of Adam's fused ops (optim.cu), also compiled
+// after elementwise.cu.
+//
+//go:embed optim.cu
+var OptimSource string
+
 // KernelSource is the one program NVRTC compiles for a device.
-func KernelSource() string { return ElementwiseSource + "\n" + MemorySource }
+func KernelSource() string { return ElementwiseSource + "\n" + MemorySource + "\n" + OptimSource }
 
 // module is a loaded program and the functions looked up in it so far.
 type module struct {
@@ -42,10 +48,13 @@ func (m *module) function(d *Device, name string) (uintptr, error) {
 	return f, nil
 }
 
-// compileOptions are NVRTC's options for arch: no fast math, so the
-// kernels round as the CPU backend does (within the stated ulps).
+// compileOptions are NVRTC's options for arch: no fast math, and no
+// contraction of a·b + c into a fused multiply-add (--fmad=false), which
+// Go's compiler does not do on amd64 either: so the kernels round as the
+// CPU backend does, operation by operation (within the stated ulps where
+// math functions are involved).
 func compileOptions(arch string) []string {
-	return []string{"--gpu-architecture=" + arch, "--std=c++17"}
+	return []string{"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false"}
 }
 
 // CacheDir is where compiled kernels are kept: $MESHRUN_CUDA_CACHE, else

@@ -170,3 +170,37 @@ func batchStrides(dims, batch []int) []int {
 	}
 	return out
 }
+
+// adam runs one of Adam's fused ops (optim.cu): an elementwise kernel
+// over the first argument's shape; the others are that shape too (m, g,
+// v) or one-element scalars.
+func (be *Backend) adam(k *plan.Kernel, a []*Buf) (rt.Buffer, error) {
+	n := int64(count(a[0].shape))
+	for i, b := range a {
+		want := n
+		if k.Op == "adam_moment" || k.Op == "adam_moment2" {
+			if i == 2 {
+				want = 1
+			}
+		} else if i >= 3 {
+			want = 1
+		}
+		if int64(count(b.shape)) != want {
+			return nil, fmt.Errorf("cuda: %s: argument %d is %s, want %d elements", k.Op, i, ir.ShapeString(b.shape), want)
+		}
+	}
+	out, err := be.newBuf(k.DType, a[0].shape)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := KernelName(k.Op, k.DType)
+	p := new(params).ptr(out.ptr)
+	for _, b := range a {
+		p.ptr(b.ptr)
+	}
+	if err := be.dev.launch(name, n, p.i64(n)); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}

@@ -37,5 +37,9 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define MR_EMU_COPY(NAME, T) MR_EMU_ENTRY(NAME, \
 	NAME(*(T **)p[0], *(const T **)p[1], *(long long *)p[2], *(mr_bcast *)p[3]))
 #define MR_EMU_FILL(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(long long *)p[1], *(unsigned long long *)p[2]))
+#define MR_EMU_MOMENT(NAME, T) MR_EMU_ENTRY(NAME, \
+	NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], *(const T **)p[3], *(long long *)p[4]))
+#define MR_EMU_UPDATE(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], \
+	*(const T **)p[3], *(const T **)p[4], *(const T **)p[5], *(const T **)p[6], *(const T **)p[7], *(long long *)p[8]))
 #endif
 #endif
