@@ -217,6 +217,10 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 		return be.constant(k.DType, k.Attrs.Scalar)
 	case strings.HasPrefix(k.Op, "adam_"):
 		return be.adam(k, bufs)
+	case k.Op == "sum" || k.Op == "mean" || k.Op == "max":
+		return be.reduce(k, bufs[0])
+	case k.Op == "mse":
+		return be.mse(k, bufs[0], bufs[1])
 	case k.Op == "reshape":
 		return be.reshape(bufs[0], out.Len)
 	case slices.Contains(BinaryOps, k.Op):
@@ -226,7 +230,8 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 }
 
 // Native reports whether k runs as a CUDA kernel: the elementwise ops,
-// matmul, transpose, const and Adam's fused ops in f32 and f64 (every argument of the
+// matmul, transpose, const, Adam's fused ops, sum, mean, max and mse in
+// f32 and f64 (every argument of the
 // kernel's dtype), and reshape in any dtype. The rest falls back to the
 // CPU.
 func Native(k *plan.Kernel) bool {
@@ -238,7 +243,7 @@ func Native(k *plan.Kernel) bool {
 	}
 	want := 1
 	switch {
-	case k.Op == "matmul" || slices.Contains(BinaryOps, k.Op):
+	case k.Op == "matmul" || k.Op == "mse" || slices.Contains(BinaryOps, k.Op):
 		want = 2
 	case k.Op == "const":
 		want = 0
@@ -246,7 +251,7 @@ func Native(k *plan.Kernel) bool {
 		want = 3
 	case k.Op == "adam_update":
 		want = 7
-	case k.Op != "transpose" && !slices.Contains(UnaryOps, k.Op):
+	case !slices.Contains([]string{"transpose", "sum", "mean", "max"}, k.Op) && !slices.Contains(UnaryOps, k.Op):
 		return false
 	}
 	if len(k.ArgDTypes) != want {
@@ -286,7 +291,8 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 	return be.upload(res)
 }
 
-var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update"}
+var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update",
+	"sum", "mean", "max", "mse"}
 
 // FallbackOps lists the ops of spec.md that have no CUDA kernel here.
 func FallbackOps() []string {

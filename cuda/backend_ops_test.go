@@ -415,3 +415,58 @@ func TestBackendAdam(t *testing.T) {
 	}
 	require.Empty(t, be.Fallbacks())
 }
+
+// TestBackendReductions: sum, mean, max and mse bit for bit against the
+// CPU (double accumulation in the same order), over every axis and all,
+// with NaN, -0 and infinities among the inputs, and a mean of a shard
+// (divided by the global length).
+func TestBackendReductions(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, shape := range [][]int{{7}, {3, 5}, {2, 3, 4}, {1, 200}} {
+			x := randTensor(rng, dt, shape)
+			y := randTensor(rng, dt, shape)
+			for _, op := range []string{"sum", "mean", "max"} {
+				for axis := -1; axis < len(shape); axis++ {
+					k := &plan.Kernel{Op: op, DType: dt, Attrs: ir.Attrs{Axis: axis}}
+					want := cpuCompute(t, k, x)
+					k.Shape = want.Shape
+					got := launch(t, be, k, x)
+					require.Equal(t, want.Shape, got.Shape)
+					require.Equal(t, want.Data, got.Data, "%s %s %v axis %d", op, dt, shape, axis)
+				}
+			}
+			k := &plan.Kernel{Op: "mse", DType: dt}
+			want := cpuCompute(t, k, x, y)
+			k.Shape = want.Shape
+			require.Equal(t, want.Data, launch(t, be, k, x, y).Data, "mse %s %v", dt, shape)
+		}
+		// specials: max sees NaN and signed zeros; sum sees infinities
+		x := hostTensor(dt, []int{2, 4}, []float64{math.Copysign(0, -1), 0, 1, math.NaN(), math.Inf(1), -3, math.Inf(-1), 2})
+		for _, op := range []string{"sum", "max"} {
+			for axis := -1; axis < 2; axis++ {
+				k := &plan.Kernel{Op: op, DType: dt, Attrs: ir.Attrs{Axis: axis}}
+				want := cpuCompute(t, k, x)
+				k.Shape = want.Shape
+				got := launch(t, be, k, x)
+				require.Equal(t, fmt.Sprint(want.Data), fmt.Sprint(got.Data), "%s %s specials axis %d", op, dt, axis)
+			}
+		}
+		// a shard's mean divides by the global length
+		shard := randTensor(rng, dt, []int{4, 3})
+		k := &plan.Kernel{Op: "mean", DType: dt, Shape: []int{3}, Attrs: ir.Attrs{Axis: 0},
+			ArgDTypes: []ir.DType{dt}, ArgShapes: [][]int{{16, 3}}}
+		cpu := &rt.CPU{BLAS: rt.GonumBLAS{}}
+		want, err := cpu.Compute(&rt.OpCall{Kernel: k, Args: []*rt.Tensor{shard}})
+		require.NoError(t, err)
+		d, err := be.CopyIn(shard)
+		require.NoError(t, err)
+		out, err := be.Launch(context.Background(), k, []rt.Buffer{d}, nil, sbp.Block{})
+		require.NoError(t, err)
+		got, err := be.CopyOut(out)
+		require.NoError(t, err)
+		require.Equal(t, want.Data, got.Data)
+	}
+	require.Empty(t, be.Fallbacks())
+}

@@ -32,6 +32,8 @@
 #define MR_EMU_FILL(NAME, T)
 #define MR_EMU_MOMENT(NAME, T)
 #define MR_EMU_UPDATE(NAME, T)
+#define MR_EMU_REDUCE(NAME, T)
+#define MR_EMU_MSE(NAME, T)
 #endif
 
 /* Passed by value; every field 8 bytes, so the layout is the same on the
@@ -50,12 +52,12 @@ typedef struct {
 /* minimum and maximum as Go's min and max (the CPU backend's definition):
  * a NaN operand gives NaN (fminf would drop it), and -0 is below +0. */
 #define MR_HELPERS(T, S) \
-	__device__ __forceinline__ T mr_min_##S(T x, T y) { \
+	__device__ __forceinline__ T mr_gomin_##S(T x, T y) { \
 		if (x != x || y != y) return x + y; \
 		if (x == y) return signbit(x) ? x : y; \
 		return x < y ? x : y; \
 	} \
-	__device__ __forceinline__ T mr_max_##S(T x, T y) { \
+	__device__ __forceinline__ T mr_gomax_##S(T x, T y) { \
 		if (x != x || y != y) return x + y; \
 		if (x == y) return signbit(x) ? y : x; \
 		return x > y ? x : y; \
@@ -99,8 +101,8 @@ typedef struct {
 	MR_BINARY(sub, T, S, x - y) \
 	MR_BINARY(mul, T, S, x * y) \
 	MR_BINARY(div, T, S, x / y) \
-	MR_BINARY(minimum, T, S, mr_min_##S(x, y)) \
-	MR_BINARY(maximum, T, S, mr_max_##S(x, y)) \
+	MR_BINARY(minimum, T, S, mr_gomin_##S(x, y)) \
+	MR_BINARY(maximum, T, S, mr_gomax_##S(x, y)) \
 	MR_UNARY(neg, T, S, -x) \
 	MR_UNARY(exp, T, S, exp##F(x)) \
 	MR_UNARY(log, T, S, log##F(x)) \

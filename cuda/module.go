@@ -24,8 +24,16 @@ var MemorySource string
 //go:embed optim.cu
 var OptimSource string
 
+// ReduceSource is the CUDA C of the reductions and the MSE loss
+// (reduce.cu), also compiled after elementwise.cu.
+//
+//go:embed reduce.cu
+var ReduceSource string
+
 // KernelSource is the one program NVRTC compiles for a device.
-func KernelSource() string { return ElementwiseSource + "\n" + MemorySource + "\n" + OptimSource }
+func KernelSource() string {
+	return strings.Join([]string{ElementwiseSource, MemorySource, OptimSource, ReduceSource}, "\n")
+}
 
 // module is a loaded program and the functions looked up in it so far.
 type module struct {

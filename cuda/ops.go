@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
@@ -199,6 +200,60 @@ func (be *Backend) adam(k *plan.Kernel, a []*Buf) (rt.Buffer, error) {
 		p.ptr(b.ptr)
 	}
 	if err := be.dev.launch(name, n, p.i64(n)); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// reduce is sum, mean or max over Attrs.Axis (all of x when negative), as
+// the CPU: in double, in the CPU's order, mean dividing by the reduced
+// dim's global length (k.ArgShapes: x may be a shard).
+func (be *Backend) reduce(k *plan.Kernel, x *Buf) (rt.Buffer, error) {
+	axis := k.Attrs.Axis
+	outer, n, inner := 1, count(x.shape), 1
+	var shape []int
+	div := float64(count(k.ArgShapes[0]))
+	if axis >= 0 {
+		if axis >= len(x.shape) {
+			return nil, fmt.Errorf("cuda: %s over axis %d of %s", k.Op, axis, ir.ShapeString(x.shape))
+		}
+		outer, n, inner = count(x.shape[:axis]), x.shape[axis], count(x.shape[axis+1:])
+		shape = append(append([]int{}, x.shape[:axis]...), x.shape[axis+1:]...)
+		div = float64(k.ArgShapes[0][axis])
+	}
+	init := 0.0
+	if k.Op == "max" {
+		init = math.Inf(-1)
+	}
+	out, err := be.newBuf(k.DType, shape)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := KernelName(k.Op, k.DType)
+	p := new(params).ptr(out.ptr).ptr(x.ptr).i64(int64(outer)).i64(int64(n)).i64(int64(inner)).
+		u64(math.Float64bits(init)).u64(math.Float64bits(div))
+	if err := be.dev.launch(name, int64(outer*inner), p); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// mse is Σ(a−b)² over the local blocks divided by the global element
+// count, in double, one thread (as the CPU: the same order).
+func (be *Backend) mse(k *plan.Kernel, a, b *Buf) (rt.Buffer, error) {
+	if count(a.shape) != count(b.shape) {
+		return nil, fmt.Errorf("cuda: mse of %s and %s", ir.ShapeString(a.shape), ir.ShapeString(b.shape))
+	}
+	out, err := be.newBuf(k.DType, nil)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := KernelName("mse", k.DType)
+	p := new(params).ptr(out.ptr).ptr(a.ptr).ptr(b.ptr).i64(int64(count(a.shape))).
+		u64(math.Float64bits(float64(count(k.ArgShapes[0]))))
+	if err := be.dev.launch(name, 1, p); err != nil {
 		be.Free(out)
 		return nil, err
 	}

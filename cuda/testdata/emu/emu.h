@@ -41,5 +41,9 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
 	NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], *(const T **)p[3], *(long long *)p[4]))
 #define MR_EMU_UPDATE(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], \
 	*(const T **)p[3], *(const T **)p[4], *(const T **)p[5], *(const T **)p[6], *(const T **)p[7], *(long long *)p[8]))
+#define MR_EMU_REDUCE(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(long long *)p[2], \
+	*(long long *)p[3], *(long long *)p[4], *(double *)p[5], *(double *)p[6]))
+#define MR_EMU_MSE(NAME, T) MR_EMU_ENTRY(NAME, \
+	NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], *(long long *)p[3], *(double *)p[4]))
 #endif
 #endif
