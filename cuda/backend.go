@@ -221,6 +221,10 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 		return be.reduce(k, bufs[0])
 	case k.Op == "mse":
 		return be.mse(k, bufs[0], bufs[1])
+	case k.Op == "softmax" || k.Op == "log_softmax":
+		return be.softmax(k, bufs[0])
+	case k.Op == "layernorm":
+		return be.layernorm(k, bufs[0], bufs[1], bufs[2])
 	case k.Op == "reshape":
 		return be.reshape(bufs[0], out.Len)
 	case slices.Contains(BinaryOps, k.Op):
@@ -230,8 +234,8 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 }
 
 // Native reports whether k runs as a CUDA kernel: the elementwise ops,
-// matmul, transpose, const, Adam's fused ops, sum, mean, max and mse in
-// f32 and f64 (every argument of the
+// matmul, transpose, const, Adam's fused ops, sum, mean, max, mse,
+// softmax, log_softmax and layernorm in f32 and f64 (every argument of the
 // kernel's dtype), and reshape in any dtype. The rest falls back to the
 // CPU.
 func Native(k *plan.Kernel) bool {
@@ -251,7 +255,9 @@ func Native(k *plan.Kernel) bool {
 		want = 3
 	case k.Op == "adam_update":
 		want = 7
-	case !slices.Contains([]string{"transpose", "sum", "mean", "max"}, k.Op) && !slices.Contains(UnaryOps, k.Op):
+	case k.Op == "layernorm":
+		want = 3
+	case !slices.Contains([]string{"transpose", "sum", "mean", "max", "softmax", "log_softmax"}, k.Op) && !slices.Contains(UnaryOps, k.Op):
 		return false
 	}
 	if len(k.ArgDTypes) != want {
@@ -292,7 +298,7 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 }
 
 var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update",
-	"sum", "mean", "max", "mse"}
+	"sum", "mean", "max", "mse", "softmax", "log_softmax", "layernorm"}
 
 // FallbackOps lists the ops of spec.md that have no CUDA kernel here.
 func FallbackOps() []string {

@@ -470,3 +470,41 @@ func TestBackendReductions(t *testing.T) {
 	}
 	require.Empty(t, be.Fallbacks())
 }
+
+// TestBackendSoftmaxLayernorm: layernorm bit for bit against the CPU (the
+// same double arithmetic); softmax and log_softmax within the elementwise
+// tolerances (their exp and log are the device's), on every axis, with
+// -inf (a masked logit) in a row.
+func TestBackendSoftmaxLayernorm(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		worst := 0.0
+		for _, shape := range [][]int{{7}, {3, 5}, {2, 3, 40}} {
+			x := randTensor(rng, dt, shape)
+			switch d := x.Data.(type) { // a masked logit
+			case []float32:
+				d[0] = float32(math.Inf(-1))
+			case []float64:
+				d[0] = math.Inf(-1)
+			}
+			for _, op := range []string{"softmax", "log_softmax"} {
+				for axis := 0; axis < len(shape); axis++ {
+					k := &plan.Kernel{Op: op, DType: dt, Shape: shape, Attrs: ir.Attrs{Axis: axis}}
+					want := cpuCompute(t, k, x)
+					got := launch(t, be, k, x)
+					w := agree(t, op, fmt.Sprintf("%s %s %v axis %d", op, dt, shape, axis), dt, got.Float64s(), want.Float64s())
+					worst = math.Max(worst, w)
+				}
+			}
+			h := shape[len(shape)-1]
+			g, b := randTensor(rng, dt, []int{h}), randTensor(rng, dt, []int{h})
+			k := &plan.Kernel{Op: "layernorm", DType: dt, Shape: shape, Attrs: ir.Attrs{Eps: 1e-5}}
+			y := randTensor(rng, dt, shape)
+			want := cpuCompute(t, k, y, g, b)
+			require.Equal(t, want.Data, launch(t, be, k, y, g, b).Data, "layernorm %s %v", dt, shape)
+		}
+		t.Logf("softmax, log_softmax %s: worst %.2f ulp", dt, worst)
+	}
+	require.Empty(t, be.Fallbacks())
+}

@@ -9,8 +9,8 @@
 // Open makes a GPU's primary context (cuDevicePrimaryCtxRetain: the one
 // cuBLAS's runtime shares; the CLI's GPU is ChooseDevice's), one stream
 // and a cuBLAS handle, and compiles
-// the kernels (KernelSource: elementwise.cu, memory.cu, optim.cu and
-// reduce.cu as one program) with NVRTC for the device's architecture (sm_90 on Hopper;
+// the kernels (KernelSource: elementwise.cu, memory.cu, optim.cu,
+// reduce.cu and nn.cu as one program) with NVRTC for the device's architecture (sm_90 on Hopper;
 // --fmad=false, so no a·b+c is fused where the CPU rounds twice), keeping the
 // CUBIN in a disk cache (CacheDir) keyed by source, architecture, options
 // and NVRTC version. Every C call first makes that context current on the
@@ -30,8 +30,9 @@
 // by strides, UnaryOps), matmul, transpose (a box copy with permuted
 // strides), const, Adam's fused ops (optim.cu), and sum, mean, max and
 // mse (reduce.cu: double accumulation in the CPU's order, one thread per
-// output, so bit for bit with the CPU) in f32 and f64; reshape (a device
-// copy) in every dtype; Slice and Embed (box copies and a -inf fill, per
+// output, so bit for bit with the CPU), softmax, log_softmax and
+// layernorm (nn.cu: likewise in double, one thread per row) in f32 and
+// f64; reshape (a device copy) in every dtype; Slice and Embed (box copies and a -inf fill, per
 // element size) in every dtype. matmul is cuBLAS: row-major C = A·B is
 // column-major Cᵀ = Bᵀ·Aᵀ, so cublasGemmEx (one GEMM when B has no batch
 // dims, A's batch folded into rows) or cublasGemmStridedBatchedEx (batch
@@ -39,8 +40,8 @@
 // other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
 // (CUBLAS_COMPUTE_32F, default math: no TF32).
 //
-// Every other op (FallbackOps: softmax, layernorm, cast, cross_entropy,
-// embedding, concat, the gradient helpers, ...; and every op in bf16/f16) falls
+// Every other op (FallbackOps: cast, cross_entropy, embedding, concat,
+// the gradient helpers, ...; and every op in bf16/f16) falls
 // back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and

@@ -34,6 +34,8 @@
 #define MR_EMU_UPDATE(NAME, T)
 #define MR_EMU_REDUCE(NAME, T)
 #define MR_EMU_MSE(NAME, T)
+#define MR_EMU_SOFTMAX(NAME, T)
+#define MR_EMU_LAYERNORM(NAME, T)
 #endif
 
 /* Passed by value; every field 8 bytes, so the layout is the same on the

@@ -30,9 +30,15 @@ var OptimSource string
 //go:embed reduce.cu
 var ReduceSource string
 
+// NNSource is the CUDA C of softmax, log_softmax and layernorm (nn.cu),
+// compiled after reduce.cu (it uses mr_mathmax).
+//
+//go:embed nn.cu
+var NNSource string
+
 // KernelSource is the one program NVRTC compiles for a device.
 func KernelSource() string {
-	return strings.Join([]string{ElementwiseSource, MemorySource, OptimSource, ReduceSource}, "\n")
+	return strings.Join([]string{ElementwiseSource, MemorySource, OptimSource, ReduceSource, NNSource}, "\n")
 }
 
 // module is a loaded program and the functions looked up in it so far.

@@ -259,3 +259,51 @@ func (be *Backend) mse(k *plan.Kernel, a, b *Buf) (rt.Buffer, error) {
 	}
 	return out, nil
 }
+
+// softmax (or log_softmax) over Attrs.Axis, one thread per row (nn.cu).
+func (be *Backend) softmax(k *plan.Kernel, x *Buf) (rt.Buffer, error) {
+	axis := k.Attrs.Axis
+	if axis < 0 || axis >= len(x.shape) {
+		return nil, fmt.Errorf("cuda: %s over axis %d of %s", k.Op, axis, ir.ShapeString(x.shape))
+	}
+	outer, n, inner := count(x.shape[:axis]), x.shape[axis], count(x.shape[axis+1:])
+	out, err := be.newBuf(k.DType, x.shape)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := KernelName(k.Op, k.DType)
+	p := new(params).ptr(out.ptr).ptr(x.ptr).i64(int64(outer)).i64(int64(n)).i64(int64(inner)).
+		u64(math.Float64bits(math.Inf(-1)))
+	if err := be.dev.launch(name, int64(outer*inner), p); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// layernorm normalises the rows of x's last dim (nn.cu), one thread per row.
+func (be *Backend) layernorm(k *plan.Kernel, x, g, b *Buf) (rt.Buffer, error) {
+	if len(x.shape) == 0 {
+		return nil, fmt.Errorf("cuda: layernorm of a scalar")
+	}
+	h := x.shape[len(x.shape)-1]
+	if count(g.shape) != h || count(b.shape) != h {
+		return nil, fmt.Errorf("cuda: layernorm of %s with gamma %s and beta %s", ir.ShapeString(x.shape), ir.ShapeString(g.shape), ir.ShapeString(b.shape))
+	}
+	out, err := be.newBuf(k.DType, x.shape)
+	if err != nil {
+		return nil, err
+	}
+	rows := 0
+	if h > 0 {
+		rows = count(x.shape) / h
+	}
+	name, _ := KernelName("layernorm", k.DType)
+	p := new(params).ptr(out.ptr).ptr(x.ptr).ptr(g.ptr).ptr(b.ptr).i64(int64(rows)).i64(int64(h)).
+		u64(math.Float64bits(k.Attrs.Eps))
+	if err := be.dev.launch(name, int64(rows), p); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}

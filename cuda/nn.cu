@@ -1,0 +1,50 @@
+/* softmax, log_softmax and layernorm, compiled after elementwise.cu and
+ * reduce.cu as one NVRTC program. As the CPU backend: every row in double,
+ * in the CPU's order, one thread per row (rows are short: a vocabulary or
+ * a hidden dim), rounded to T once at the end. Only exp and log are the
+ * GPU's (CUDA's double exp and log, within 1 ulp in double, so f32 results
+ * nearly always equal the CPU's and f64 ones differ by an ulp or two).
+ *
+ * mr_softmax_<S>, mr_log_softmax_<S>: x viewed as [outer, n, inner],
+ * normalised over n; ninf is -inf from the host (the running max starts
+ * there, as math.Max's loop does). mr_layernorm_<S>: rows of h,
+ * (x − mean)·(1/√(biased var + eps))·g + b. */
+
+#define MR_SOFTMAX(OP, S, T, LOG) \
+	MR_KERNEL mr_##OP##_##S(T *out, const T *x, long long outer, long long n, long long inner, double ninf) { \
+		MR_GRID_LOOP(o, outer * inner) { \
+			long long base = (o / inner) * n * inner + o % inner; \
+			double mx = ninf, s = 0; \
+			for (long long i = 0; i < n; i++) mx = mr_mathmax(mx, (double)x[base + i * inner]); \
+			for (long long i = 0; i < n; i++) s += exp((double)x[base + i * inner] - mx); \
+			double ls = log(s); \
+			for (long long i = 0; i < n; i++) { \
+				double v = (double)x[base + i * inner] - mx; \
+				out[base + i * inner] = (T)(LOG ? v - ls : exp(v) / s); \
+			} \
+		} \
+	} \
+	MR_EMU_SOFTMAX(mr_##OP##_##S, T)
+
+#define MR_LAYERNORM(S, T) \
+	MR_KERNEL mr_layernorm_##S(T *out, const T *x, const T *g, const T *b, long long rows, long long h, double eps) { \
+		MR_GRID_LOOP(r, rows) { \
+			const T *row = x + r * h; \
+			double mean = 0, vr = 0; \
+			for (long long i = 0; i < h; i++) mean += (double)row[i]; \
+			mean /= (double)h; \
+			for (long long i = 0; i < h; i++) vr += ((double)row[i] - mean) * ((double)row[i] - mean); \
+			vr /= (double)h; \
+			double inv = 1 / sqrt(vr + eps); \
+			for (long long i = 0; i < h; i++) \
+				out[r * h + i] = (T)(((double)row[i] - mean) * inv * (double)g[i] + (double)b[i]); \
+		} \
+	} \
+	MR_EMU_LAYERNORM(mr_layernorm_##S, T)
+
+MR_SOFTMAX(softmax, f32, float, 0)
+MR_SOFTMAX(log_softmax, f32, float, 1)
+MR_SOFTMAX(softmax, f64, double, 0)
+MR_SOFTMAX(log_softmax, f64, double, 1)
+MR_LAYERNORM(f32, float)
+MR_LAYERNORM(f64, double)
