@@ -204,7 +204,7 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 	}
 	defer done() // stream order: released buffers are reused only after this launch
 	for i, b := range bufs {
-		if k.Op != "reshape" && b.dt != k.DType {
+		if b.dt != k.DType && k.Op != "reshape" {
 			return nil, fmt.Errorf("cuda: %s of %s: argument %d is %s", k.Op, k.DType, i, b.dt)
 		}
 	}
@@ -225,6 +225,14 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 		return be.softmax(k, bufs[0])
 	case k.Op == "layernorm":
 		return be.layernorm(k, bufs[0], bufs[1], bufs[2])
+	case k.Op == "softmax_grad":
+		return be.softmaxGrad(k, bufs[0], bufs[1])
+	case k.Op == "normalize" || k.Op == "normalize_grad":
+		return be.normalize(k, bufs)
+	case k.Op == "slice":
+		return be.sliceOp(k, bufs[0])
+	case k.Op == "pad":
+		return be.pad(k, bufs[0])
 	case k.Op == "reshape":
 		return be.reshape(bufs[0], out.Len)
 	case slices.Contains(BinaryOps, k.Op):
@@ -235,12 +243,13 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 
 // Native reports whether k runs as a CUDA kernel: the elementwise ops,
 // matmul, transpose, const, Adam's fused ops, sum, mean, max, mse,
-// softmax, log_softmax and layernorm in f32 and f64 (every argument of the
-// kernel's dtype), and reshape in any dtype. The rest falls back to the
+// softmax, log_softmax, layernorm, softmax_grad, normalize and
+// normalize_grad in f32 and f64 (every argument of the kernel's dtype),
+// and reshape, slice and pad in any dtype. The rest falls back to the
 // CPU.
 func Native(k *plan.Kernel) bool {
-	if k.Op == "reshape" {
-		return len(k.ArgDTypes) == 1
+	if k.Op == "reshape" || k.Op == "slice" || k.Op == "pad" { // data movement: any dtype
+		return len(k.ArgDTypes) == 1 && k.ArgDTypes[0] == k.DType
 	}
 	if k.DType != ir.F32 && k.DType != ir.F64 {
 		return false
@@ -257,7 +266,10 @@ func Native(k *plan.Kernel) bool {
 		want = 7
 	case k.Op == "layernorm":
 		want = 3
-	case !slices.Contains([]string{"transpose", "sum", "mean", "max", "softmax", "log_softmax"}, k.Op) && !slices.Contains(UnaryOps, k.Op):
+	case k.Op == "softmax_grad" || k.Op == "normalize_grad":
+		want = 2
+	case !slices.Contains([]string{"transpose", "sum", "mean", "max", "softmax", "log_softmax", "normalize"}, k.Op) &&
+		!slices.Contains(UnaryOps, k.Op):
 		return false
 	}
 	if len(k.ArgDTypes) != want {
@@ -298,7 +310,8 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 }
 
 var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update",
-	"sum", "mean", "max", "mse", "softmax", "log_softmax", "layernorm"}
+	"sum", "mean", "max", "mse", "softmax", "log_softmax", "layernorm", "softmax_grad", "normalize", "normalize_grad",
+	"slice", "pad"}
 
 // FallbackOps lists the ops of spec.md that have no CUDA kernel here.
 func FallbackOps() []string {

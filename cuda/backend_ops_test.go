@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -183,7 +184,7 @@ func requireSame(t *testing.T, be *Backend, want rt.Buffer, got rt.Buffer, what 
 	be.Free(got)
 }
 
-// TestBackendFallback: an op without a CUDA kernel runs on the CPU with
+// TestBackendFallback: an op without a CUDA kernel (cast) runs on the CPU with
 // the same numbers, is counted, and is announced once.
 func TestBackendFallback(t *testing.T) {
 	be := newTestBackend(t)
@@ -191,17 +192,17 @@ func TestBackendFallback(t *testing.T) {
 	be.notify = &notes
 	rng := rand.New(rand.NewPCG(7, 8))
 	x := randTensor(rng, ir.F32, []int{3, 5})
-	k := &plan.Kernel{Op: "softmax", DType: ir.F32, Shape: []int{3, 5}, Attrs: ir.Attrs{Axis: 1}}
+	k := &plan.Kernel{Op: "cast", DType: ir.F64, Shape: []int{3, 5}}
 	want := cpuCompute(t, k, x)
-	require.False(t, Native(k))
+	require.False(t, Native(&plan.Kernel{Op: "cast", DType: ir.F64, ArgDTypes: []ir.DType{ir.F32}}))
 	for i := 0; i < 2; i++ {
 		kk := *k
 		got := launch(t, be, &kk, x)
 		require.Equal(t, want.Data, got.Data)
 	}
-	require.Equal(t, map[string]int{"softmax f32": 2}, be.Fallbacks())
-	require.Equal(t, "meshrun: cuda: no CUDA kernel for softmax (f32): it runs on the CPU backend, its arguments copied out and its result back\n", notes.String())
-	require.Contains(t, FallbackOps(), "softmax")
+	require.Equal(t, map[string]int{"cast f64": 2}, be.Fallbacks())
+	require.Equal(t, "meshrun: cuda: no CUDA kernel for cast (f64): it runs on the CPU backend, its arguments copied out and its result back\n", notes.String())
+	require.Contains(t, FallbackOps(), "cast")
 	require.NotContains(t, FallbackOps(), "matmul")
 }
 
@@ -505,6 +506,49 @@ func TestBackendSoftmaxLayernorm(t *testing.T) {
 			require.Equal(t, want.Data, launch(t, be, k, y, g, b).Data, "layernorm %s %v", dt, shape)
 		}
 		t.Logf("softmax, log_softmax %s: worst %.2f ulp", dt, worst)
+	}
+	require.Empty(t, be.Fallbacks())
+}
+
+// TestBackendGradHelpersSlicePad: softmax_grad, normalize and
+// normalize_grad bit for bit against the CPU (double, the same order);
+// the slice and pad ops bit for bit in three dtypes.
+func TestBackendGradHelpersSlicePad(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(19, 20))
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, shape := range [][]int{{7}, {3, 5}, {2, 3, 40}} {
+			y, g := randTensor(rng, dt, shape), randTensor(rng, dt, shape)
+			for axis := 0; axis < len(shape); axis++ {
+				k := &plan.Kernel{Op: "softmax_grad", DType: dt, Shape: shape, Attrs: ir.Attrs{Axis: axis}}
+				require.Equal(t, cpuCompute(t, k, y, g).Data, launch(t, be, k, y, g).Data, "softmax_grad %s %v axis %d", dt, shape, axis)
+			}
+			k := &plan.Kernel{Op: "normalize", DType: dt, Shape: shape, Attrs: ir.Attrs{Eps: 1e-5}}
+			require.Equal(t, cpuCompute(t, k, y).Data, launch(t, be, k, y).Data, "normalize %s %v", dt, shape)
+			k = &plan.Kernel{Op: "normalize_grad", DType: dt, Shape: shape, Attrs: ir.Attrs{Eps: 1e-5}}
+			require.Equal(t, cpuCompute(t, k, y, g).Data, launch(t, be, k, y, g).Data, "normalize_grad %s %v", dt, shape)
+		}
+	}
+	for _, dt := range []ir.DType{ir.F32, ir.F64, ir.I64} {
+		x := rt.NewTensor(dt, []int{4, 6, 3})
+		fillRandom(rng, x)
+		for axis := 0; axis < 3; axis++ {
+			k := &plan.Kernel{Op: "slice", DType: dt, Attrs: ir.Attrs{Axis: axis, Start: 1, End: 3}}
+			want := cpuCompute(t, k, x)
+			k.Shape = want.Shape
+			got := launch(t, be, k, x)
+			require.Equal(t, want.Shape, got.Shape)
+			require.Equal(t, want.Data, got.Data, "slice %s axis %d", dt, axis)
+
+			// pad 5 more along axis, x at 2
+			shape := slices.Clone(x.Shape)
+			shape[axis] += 5
+			k = &plan.Kernel{Op: "pad", DType: dt, Shape: shape, Attrs: ir.Attrs{Axis: axis, Start: 2}}
+			want = cpuCompute(t, k, x)
+			got = launch(t, be, k, x)
+			require.Equal(t, want.Shape, got.Shape)
+			require.Equal(t, want.Data, got.Data, "pad %s axis %d", dt, axis)
+		}
 	}
 	require.Empty(t, be.Fallbacks())
 }

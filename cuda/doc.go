@@ -30,9 +30,10 @@
 // by strides, UnaryOps), matmul, transpose (a box copy with permuted
 // strides), const, Adam's fused ops (optim.cu), and sum, mean, max and
 // mse (reduce.cu: double accumulation in the CPU's order, one thread per
-// output, so bit for bit with the CPU), softmax, log_softmax and
-// layernorm (nn.cu: likewise in double, one thread per row) in f32 and
-// f64; reshape (a device copy) in every dtype; Slice and Embed (box copies and a -inf fill, per
+// output, so bit for bit with the CPU), softmax, log_softmax, layernorm,
+// softmax_grad, normalize and normalize_grad (nn.cu: likewise in double,
+// one thread per row) in f32 and f64; reshape (a device copy) and the
+// slice and pad ops (box copies) in every dtype; Slice and Embed (box copies and a -inf fill, per
 // element size) in every dtype. matmul is cuBLAS: row-major C = A·B is
 // column-major Cᵀ = Bᵀ·Aᵀ, so cublasGemmEx (one GEMM when B has no batch
 // dims, A's batch folded into rows) or cublasGemmStridedBatchedEx (batch
@@ -40,8 +41,8 @@
 // other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
 // (CUBLAS_COMPUTE_32F, default math: no TF32).
 //
-// Every other op (FallbackOps: cast, cross_entropy, embedding, concat,
-// the gradient helpers, ...; and every op in bf16/f16) falls
+// Every other op (FallbackOps: cast, cross_entropy, embedding and their
+// gradients, concat, where, ...; and every op in bf16/f16) falls
 // back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and

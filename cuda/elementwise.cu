@@ -36,6 +36,8 @@
 #define MR_EMU_MSE(NAME, T)
 #define MR_EMU_SOFTMAX(NAME, T)
 #define MR_EMU_LAYERNORM(NAME, T)
+#define MR_EMU_SMGRAD(NAME, T)
+#define MR_EMU_NORMALIZE(NAME, T)
 #endif
 
 /* Passed by value; every field 8 bytes, so the layout is the same on the

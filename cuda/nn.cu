@@ -48,3 +48,57 @@ MR_SOFTMAX(softmax, f64, double, 0)
 MR_SOFTMAX(log_softmax, f64, double, 1)
 MR_LAYERNORM(f32, float)
 MR_LAYERNORM(f64, double)
+
+/* The gradient helpers, likewise in double in the CPU's order, one thread
+ * per row: softmax_grad y·(g − Σ y·g) over the axis ([outer, n, inner]);
+ * normalize (x − μ)/σ over the last dim, and normalize_grad, given the
+ * incoming gradient d, (d − mean(d) − x̂·mean(d·x̂))/σ (d is unused by
+ * normalize). */
+#define MR_SOFTMAX_GRAD(S, T) \
+	MR_KERNEL mr_softmax_grad_##S(T *out, const T *y, const T *g, long long outer, long long n, long long inner) { \
+		MR_GRID_LOOP(o, outer * inner) { \
+			long long base = (o / inner) * n * inner + o % inner; \
+			double dot = 0; \
+			for (long long i = 0; i < n; i++) dot += (double)y[base + i * inner] * (double)g[base + i * inner]; \
+			for (long long i = 0; i < n; i++) { \
+				long long k = base + i * inner; \
+				out[k] = (T)((double)y[k] * ((double)g[k] - dot)); \
+			} \
+		} \
+	} \
+	MR_EMU_SMGRAD(mr_softmax_grad_##S, T)
+
+#define MR_NORMALIZE(OP, S, T, GRAD) \
+	MR_KERNEL mr_##OP##_##S(T *out, const T *x, const T *d, long long rows, long long h, double eps) { \
+		MR_GRID_LOOP(r, rows) { \
+			const T *row = x + r * h; \
+			double mean = 0, vr = 0; \
+			for (long long i = 0; i < h; i++) mean += (double)row[i]; \
+			mean /= (double)h; \
+			for (long long i = 0; i < h; i++) vr += ((double)row[i] - mean) * ((double)row[i] - mean); \
+			vr /= (double)h; \
+			double inv = 1 / sqrt(vr + eps); \
+			if (!GRAD) { \
+				for (long long i = 0; i < h; i++) out[r * h + i] = (T)(((double)row[i] - mean) * inv); \
+				continue; \
+			} \
+			const T *dr = d + r * h; \
+			double md = 0, mdx = 0; \
+			for (long long i = 0; i < h; i++) { \
+				md += (double)dr[i]; \
+				mdx += (double)dr[i] * ((double)row[i] - mean) * inv; \
+			} \
+			md /= (double)h; \
+			mdx /= (double)h; \
+			for (long long i = 0; i < h; i++) \
+				out[r * h + i] = (T)(((double)dr[i] - md - ((double)row[i] - mean) * inv * mdx) * inv); \
+		} \
+	} \
+	MR_EMU_NORMALIZE(mr_##OP##_##S, T)
+
+MR_SOFTMAX_GRAD(f32, float)
+MR_SOFTMAX_GRAD(f64, double)
+MR_NORMALIZE(normalize, f32, float, 0)
+MR_NORMALIZE(normalize_grad, f32, float, 1)
+MR_NORMALIZE(normalize, f64, double, 0)
+MR_NORMALIZE(normalize_grad, f64, double, 1)

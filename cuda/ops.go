@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
@@ -306,4 +307,76 @@ func (be *Backend) layernorm(k *plan.Kernel, x, g, b *Buf) (rt.Buffer, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// softmaxGrad is y·(g − Σ y·g) over Attrs.Axis, one thread per row (nn.cu).
+func (be *Backend) softmaxGrad(k *plan.Kernel, y, g *Buf) (rt.Buffer, error) {
+	axis := k.Attrs.Axis
+	if axis < 0 || axis >= len(y.shape) || count(g.shape) != count(y.shape) {
+		return nil, fmt.Errorf("cuda: softmax_grad of %s and %s over axis %d", ir.ShapeString(y.shape), ir.ShapeString(g.shape), axis)
+	}
+	outer, n, inner := count(y.shape[:axis]), y.shape[axis], count(y.shape[axis+1:])
+	out, err := be.newBuf(k.DType, y.shape)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := KernelName("softmax_grad", k.DType)
+	p := new(params).ptr(out.ptr).ptr(y.ptr).ptr(g.ptr).i64(int64(outer)).i64(int64(n)).i64(int64(inner))
+	if err := be.dev.launch(name, int64(outer*inner), p); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// normalize is (x − μ)/σ over the last dim; normalize_grad its backward
+// given the incoming gradient (a[1]); one thread per row (nn.cu).
+func (be *Backend) normalize(k *plan.Kernel, a []*Buf) (rt.Buffer, error) {
+	x, d := a[0], a[0]
+	if len(a) == 2 {
+		d = a[1]
+	}
+	if len(x.shape) == 0 || count(d.shape) != count(x.shape) {
+		return nil, fmt.Errorf("cuda: %s of %s", k.Op, ir.ShapeString(x.shape))
+	}
+	h := x.shape[len(x.shape)-1]
+	rows := 0
+	if h > 0 {
+		rows = count(x.shape) / h
+	}
+	out, err := be.newBuf(k.DType, x.shape)
+	if err != nil {
+		return nil, err
+	}
+	name, _ := KernelName(k.Op, k.DType)
+	p := new(params).ptr(out.ptr).ptr(x.ptr).ptr(d.ptr).i64(int64(rows)).i64(int64(h)).u64(math.Float64bits(k.Attrs.Eps))
+	if err := be.dev.launch(name, int64(rows), p); err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// sliceOp is the slice op: [Start, End) of Attrs.Axis, a box copy.
+func (be *Backend) sliceOp(k *plan.Kernel, x *Buf) (rt.Buffer, error) {
+	at := k.Attrs
+	if at.Axis < 0 || at.Axis >= len(x.shape) {
+		return nil, fmt.Errorf("cuda: slice of %s along axis %d", ir.ShapeString(x.shape), at.Axis)
+	}
+	off, cnt := make([]int, len(x.shape)), slices.Clone(x.shape)
+	off[at.Axis], cnt[at.Axis] = at.Start, at.End-at.Start
+	return be.Slice(x, off, cnt)
+}
+
+// pad widens Attrs.Axis to the kernel's length (by as much as the global
+// shape grows), x at Start and zeros elsewhere: Embed.
+func (be *Backend) pad(k *plan.Kernel, x *Buf) (rt.Buffer, error) {
+	ax := k.Attrs.Axis
+	if ax < 0 || ax >= len(x.shape) || len(k.Shape) != len(x.shape) || len(k.ArgShapes) != 1 {
+		return nil, fmt.Errorf("cuda: pad of %s along axis %d", ir.ShapeString(x.shape), ax)
+	}
+	shape, off := slices.Clone(x.shape), make([]int, len(x.shape))
+	shape[ax] += k.Shape[ax] - k.ArgShapes[0][ax]
+	off[ax] = k.Attrs.Start
+	return be.Embed(x, shape, off, rt.FillZero)
 }

@@ -49,5 +49,9 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
 	*(long long *)p[3], *(long long *)p[4], *(double *)p[5]))
 #define MR_EMU_LAYERNORM(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], \
 	*(const T **)p[3], *(long long *)p[4], *(long long *)p[5], *(double *)p[6]))
+#define MR_EMU_SMGRAD(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], \
+	*(long long *)p[3], *(long long *)p[4], *(long long *)p[5]))
+#define MR_EMU_NORMALIZE(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], \
+	*(long long *)p[3], *(long long *)p[4], *(double *)p[5]))
 #endif
 #endif
