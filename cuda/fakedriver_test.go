@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,10 +23,11 @@ import (
 //     MESHRUN_REQUIRE_GPU=1, fail.
 
 var (
-	fakeOnce sync.Once
-	fakeSO   string
-	fakeErr  string
-	fakeDir  string // holds the library and the shared kernel cache
+	fakeOnce   sync.Once
+	fakeSO     string
+	fakeSkip   string // why the fake cannot be built here (no cc)
+	fakeBroken error  // the fake did not build: a failure, not a skip
+	fakeDir    string // holds the library and the shared kernel cache
 )
 
 // onGPU reports whether the tests run on the real driver.
@@ -42,28 +44,28 @@ func buildFakeDriver(t testing.TB) string {
 	fakeOnce.Do(func() {
 		cc, err := exec.LookPath("cc")
 		if err != nil {
-			fakeErr = "no C compiler (cc) to build the fake CUDA driver"
+			fakeSkip = "no C compiler (cc) to build the fake CUDA driver"
 			return
 		}
 		src, err := filepath.Abs(filepath.Join("testdata", "fake", "fake.c"))
-		if err != nil {
-			fakeErr = err.Error()
-			return
+		if err == nil {
+			fakeDir, err = os.MkdirTemp("", "meshrun-fakecuda")
 		}
-		if fakeDir, err = os.MkdirTemp("", "meshrun-fakecuda"); err != nil {
-			fakeErr = err.Error()
+		if err != nil {
+			fakeBroken = err
 			return
 		}
 		so := filepath.Join(fakeDir, "libfakecuda.so")
-		if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", so, src, "-ldl", "-lpthread").CombinedOutput(); err != nil {
-			fakeErr = "building the fake CUDA driver: " + string(out)
+		if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", so, src, "-ldl", "-lpthread").CombinedOutput(); err != nil {
+			fakeBroken = fmt.Errorf("building the fake CUDA driver: %v\n%s", err, out)
 			return
 		}
 		fakeSO = so
 	})
-	if fakeErr != "" {
-		t.Skip(fakeErr)
+	if fakeSkip != "" {
+		t.Skip(fakeSkip)
 	}
+	require.NoError(t, fakeBroken)
 	return fakeSO
 }
 
