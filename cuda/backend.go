@@ -127,11 +127,12 @@ func (be *Backend) Alloc(dt ir.DType, shape []int) (rt.Buffer, error) {
 }
 
 // Free implements rt.Backend; host tensors (collectives' results) are
-// left to Go's collector.
+// left to Go's collector. The buffer keeps its size (accounting may read
+// it) but loses its pointer, so a second Free does nothing.
 func (be *Backend) Free(b rt.Buffer) {
-	if d, ok := b.(*Buf); ok && d.dev == be.dev {
+	if d, ok := b.(*Buf); ok && d.dev == be.dev && d.ptr != 0 {
 		be.dev.release(d.ptr, d.bytes)
-		d.ptr, d.bytes = 0, 0
+		d.ptr = 0
 	}
 }
 
