@@ -205,11 +205,19 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 	}
 	defer done() // stream order: released buffers are reused only after this launch
 	for i, b := range bufs {
-		if b.dt != k.DType && k.Op != "reshape" {
-			return nil, fmt.Errorf("cuda: %s of %s: argument %d is %s", k.Op, k.DType, i, b.dt)
+		if i >= len(k.ArgDTypes) || b.dt != k.ArgDTypes[i] {
+			return nil, fmt.Errorf("cuda: %s of %s: argument %d is %s, not as the plan says (%v)", k.Op, k.DType, i, b.dt, k.ArgDTypes)
 		}
 	}
 	switch {
+	case k.Op == "embedding":
+		return be.embedding(k, bufs[0], bufs[1], in)
+	case k.Op == "embedding_grad":
+		return be.embeddingGrad(k, bufs[0], bufs[1], out)
+	case k.Op == "cross_entropy":
+		return be.crossEntropy(k, bufs[0], bufs[1], nil)
+	case k.Op == "cross_entropy_grad":
+		return be.crossEntropy(k, bufs[0], bufs[1], bufs[2])
 	case k.Op == "matmul":
 		return be.matmul(k, bufs[0], bufs[1])
 	case k.Op == "transpose":
@@ -245,12 +253,16 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 // Native reports whether k runs as a CUDA kernel: the elementwise ops,
 // matmul, transpose, const, Adam's fused ops, sum, mean, max, mse,
 // softmax, log_softmax, layernorm, softmax_grad, normalize and
-// normalize_grad in f32 and f64 (every argument of the kernel's dtype),
-// and reshape, slice and pad in any dtype. The rest falls back to the
-// CPU.
+// normalize_grad in f32 and f64 (every argument of the kernel's dtype);
+// embedding, cross_entropy and their gradients in f32 and f64 with i32 or
+// i64 indices; reshape, slice and pad in any dtype. The rest falls back
+// to the CPU.
 func Native(k *plan.Kernel) bool {
 	if k.Op == "reshape" || k.Op == "slice" || k.Op == "pad" { // data movement: any dtype
 		return len(k.ArgDTypes) == 1 && k.ArgDTypes[0] == k.DType
+	}
+	if _, ok := gatherArgs[k.Op]; ok {
+		return nativeGather(k)
 	}
 	if k.DType != ir.F32 && k.DType != ir.F64 {
 		return false
@@ -312,7 +324,7 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 
 var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update",
 	"sum", "mean", "max", "mse", "softmax", "log_softmax", "layernorm", "softmax_grad", "normalize", "normalize_grad",
-	"slice", "pad"}
+	"slice", "pad", "embedding", "embedding_grad", "cross_entropy", "cross_entropy_grad"}
 
 // FallbackOps lists the ops of spec.md that have no CUDA kernel here.
 func FallbackOps() []string {

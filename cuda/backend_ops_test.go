@@ -552,3 +552,98 @@ func TestBackendGradHelpersSlicePad(t *testing.T) {
 	}
 	require.Empty(t, be.Fallbacks())
 }
+
+func indexTensor(dt ir.DType, shape []int, v []int64) *rt.Tensor {
+	t := rt.NewTensor(dt, shape)
+	for i, x := range v {
+		if dt == ir.I32 {
+			t.Data.([]int32)[i] = int32(x)
+		} else {
+			t.Data.([]int64)[i] = x
+		}
+	}
+	return t
+}
+
+// gatherCase runs k on the backend and the CPU with the same blocks (a
+// shard of the table at off) and returns both results or errors.
+func gatherCase(t *testing.T, be *Backend, k *plan.Kernel, in []sbp.Block, out sbp.Block, args ...*rt.Tensor) (*rt.Tensor, *rt.Tensor, error, error) {
+	t.Helper()
+	cpu := &rt.CPU{BLAS: rt.GonumBLAS{}}
+	want, werr := cpu.Compute(&rt.OpCall{Kernel: k, Args: args, In: in, Out: out})
+	var bufs []rt.Buffer
+	for _, a := range args {
+		b, err := be.CopyIn(a)
+		require.NoError(t, err)
+		bufs = append(bufs, b)
+	}
+	res, gerr := be.Launch(context.Background(), k, bufs, in, out)
+	if gerr != nil {
+		return want, nil, werr, gerr
+	}
+	got, err := be.CopyOut(res)
+	require.NoError(t, err)
+	return want, got, werr, nil
+}
+
+// TestBackendEmbeddingCrossEntropy: embedding (a shard of the table: rows
+// outside it give zeros) and embedding_grad bit for bit against the CPU,
+// cross_entropy and its gradient within the elementwise tolerances (their
+// exp and log are the device's), i32 and i64 indices, and an index out of
+// range is the CPU's error.
+func TestBackendEmbeddingCrossEntropy(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, it := range []ir.DType{ir.I32, ir.I64} {
+			// a [10, 3] table split in two; this device holds rows 4..8
+			w := randTensor(rng, dt, []int{5, 3})
+			idx := indexTensor(it, []int{2, 3}, []int64{0, 4, 8, 9, 5, 4})
+			k := &plan.Kernel{Op: "embedding", DType: dt, Shape: []int{2, 3, 3}, ArgDTypes: []ir.DType{dt, it}, ArgShapes: [][]int{{10, 3}, {2, 3}}}
+			require.True(t, Native(k))
+			in := []sbp.Block{{Off: []int{4, 0}, Len: []int{5, 3}}, {Off: []int{0, 0}, Len: []int{2, 3}}}
+			want, got, werr, gerr := gatherCase(t, be, k, in, sbp.Block{Off: []int{0, 0, 0}, Len: []int{2, 3, 3}}, w, idx)
+			require.NoError(t, werr)
+			require.NoError(t, gerr)
+			require.Equal(t, want.Data, got.Data, "embedding %s %s", dt, it)
+
+			bad := indexTensor(it, []int{2, 3}, []int64{0, 4, 10, 9, 5, 4})
+			_, _, werr, gerr = gatherCase(t, be, k, in, sbp.Block{Off: []int{0, 0, 0}, Len: []int{2, 3, 3}}, w, bad)
+			require.EqualError(t, werr, "embedding index 10 out of range [0, 10)")
+			require.EqualError(t, gerr, werr.Error())
+
+			// its gradient into this device's rows 4..8
+			g := randTensor(rng, dt, []int{2, 3, 3})
+			kg := &plan.Kernel{Op: "embedding_grad", DType: dt, Shape: []int{10, 3}, ArgDTypes: []ir.DType{it, dt}, ArgShapes: [][]int{{2, 3}, {2, 3, 3}}}
+			want, got, werr, gerr = gatherCase(t, be, kg, nil, sbp.Block{Off: []int{4, 0}, Len: []int{5, 3}}, idx, g)
+			require.NoError(t, werr)
+			require.NoError(t, gerr)
+			require.Equal(t, want.Data, got.Data, "embedding_grad %s %s", dt, it)
+
+			// cross entropy of 6 rows of this device, of a global batch of 12
+			logits := randTensor(rng, dt, []int{6, 5})
+			lab := indexTensor(it, []int{6}, []int64{0, 4, 2, 2, 1, 3})
+			kc := &plan.Kernel{Op: "cross_entropy", DType: dt, ArgDTypes: []ir.DType{dt, it}, ArgShapes: [][]int{{12, 5}, {12}}}
+			want, got, werr, gerr = gatherCase(t, be, kc, nil, sbp.Block{}, logits, lab)
+			require.NoError(t, werr)
+			require.NoError(t, gerr)
+			agree(t, "cross_entropy", "cross_entropy", dt, got.Float64s(), want.Float64s())
+			scale := hostTensor(dt, nil, []float64{0.5})
+			kcg := &plan.Kernel{Op: "cross_entropy_grad", DType: dt, Shape: []int{12, 5}, ArgDTypes: []ir.DType{dt, it, dt},
+				ArgShapes: [][]int{{12, 5}, {12}, nil}}
+			want, got, werr, gerr = gatherCase(t, be, kcg, nil, sbp.Block{}, logits, lab, scale)
+			require.NoError(t, werr)
+			require.NoError(t, gerr)
+			agree(t, "cross_entropy_grad", "cross_entropy_grad", dt, got.Float64s(), want.Float64s())
+
+			badLab := indexTensor(it, []int{6}, []int64{0, 4, 5, 2, 1, 3})
+			for _, kk := range []*plan.Kernel{kc, kcg} {
+				args := []*rt.Tensor{logits, badLab, scale}[:len(kk.ArgDTypes)]
+				_, _, werr, gerr = gatherCase(t, be, kk, nil, sbp.Block{}, args...)
+				require.EqualError(t, werr, "cross_entropy label 5 out of range [0, 5)")
+				require.EqualError(t, gerr, werr.Error(), kk.Op)
+			}
+		}
+	}
+	require.Empty(t, be.Fallbacks())
+}

@@ -10,7 +10,7 @@
 // cuBLAS's runtime shares; the CLI's GPU is ChooseDevice's), one stream
 // and a cuBLAS handle, and compiles
 // the kernels (KernelSource: elementwise.cu, memory.cu, optim.cu,
-// reduce.cu and nn.cu as one program) with NVRTC for the device's architecture (sm_90 on Hopper;
+// reduce.cu, nn.cu and gather.cu as one program) with NVRTC for the device's architecture (sm_90 on Hopper;
 // --fmad=false, so no a·b+c is fused where the CPU rounds twice), keeping the
 // CUBIN in a disk cache (CacheDir) keyed by source, architecture, options
 // and NVRTC version. Every C call first makes that context current on the
@@ -32,8 +32,10 @@
 // mse (reduce.cu: double accumulation in the CPU's order, one thread per
 // output, so bit for bit with the CPU), softmax, log_softmax, layernorm,
 // softmax_grad, normalize and normalize_grad (nn.cu: likewise in double,
-// one thread per row) in f32 and f64; reshape (a device copy) and the
-// slice and pad ops (box copies) in every dtype; Slice and Embed (box copies and a -inf fill, per
+// one thread per row) in f32 and f64; embedding, cross_entropy and their
+// gradients (gather.cu) in f32 and f64 with i32 or i64 indices (an index
+// out of range comes back through a flag the kernel sets); reshape (a
+// device copy) and the slice and pad ops (box copies) in every dtype; Slice and Embed (box copies and a -inf fill, per
 // element size) in every dtype. matmul is cuBLAS: row-major C = A·B is
 // column-major Cᵀ = Bᵀ·Aᵀ, so cublasGemmEx (one GEMM when B has no batch
 // dims, A's batch folded into rows) or cublasGemmStridedBatchedEx (batch
@@ -41,8 +43,7 @@
 // other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
 // (CUBLAS_COMPUTE_32F, default math: no TF32).
 //
-// Every other op (FallbackOps: cast, cross_entropy, embedding and their
-// gradients, concat, where, ...; and every op in bf16/f16) falls
+// Every other op (FallbackOps: cast, concat, where, arange, ...; and every op in bf16/f16) falls
 // back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and

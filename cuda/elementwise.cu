@@ -38,6 +38,10 @@
 #define MR_EMU_LAYERNORM(NAME, T)
 #define MR_EMU_SMGRAD(NAME, T)
 #define MR_EMU_NORMALIZE(NAME, T)
+#define MR_EMU_EMBED(NAME, T, I)
+#define MR_EMU_EMBED_GRAD(NAME, T, I)
+#define MR_EMU_XENT(NAME, T, I)
+#define MR_EMU_XENT_GRAD(NAME, T, I)
 #endif
 
 /* Passed by value; every field 8 bytes, so the layout is the same on the

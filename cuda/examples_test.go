@@ -142,10 +142,10 @@ func TestExamplesRunOnCUDA(t *testing.T) {
 
 // allNative are the f32 training examples whose every op runs as a CUDA
 // kernel (the bf16 ones fall back for every op).
-var allNative = map[string]bool{"mlp_dp": true, "gemm_backward": true, "megatron_dp_tp": true}
+var allNative = map[string]bool{"mlp_dp": true, "gemm_backward": true, "megatron_dp_tp": true, "gpt/gpt": true}
 
 func TestExamplesTrainOnCUDA(t *testing.T) {
-	for _, ex := range []string{"mlp_dp", "gemm_backward", "mlp_bf16", "megatron_dp_tp", "mlp_offload"} {
+	for _, ex := range []string{"mlp_dp", "gemm_backward", "mlp_bf16", "megatron_dp_tp", "mlp_offload", "gpt/gpt"} {
 		t.Run(ex, func(t *testing.T) {
 			var notes bytes.Buffer
 			be := newBackend(t, &notes)

@@ -36,9 +36,15 @@ var ReduceSource string
 //go:embed nn.cu
 var NNSource string
 
+// GatherSource is the CUDA C of embedding and cross_entropy and their
+// gradients (gather.cu), compiled after nn.cu.
+//
+//go:embed gather.cu
+var GatherSource string
+
 // KernelSource is the one program NVRTC compiles for a device.
 func KernelSource() string {
-	return strings.Join([]string{ElementwiseSource, MemorySource, OptimSource, ReduceSource, NNSource}, "\n")
+	return strings.Join([]string{ElementwiseSource, MemorySource, OptimSource, ReduceSource, NNSource, GatherSource}, "\n")
 }
 
 // module is a loaded program and the functions looked up in it so far.

@@ -53,5 +53,13 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
 	*(long long *)p[3], *(long long *)p[4], *(long long *)p[5]))
 #define MR_EMU_NORMALIZE(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], \
 	*(long long *)p[3], *(long long *)p[4], *(double *)p[5]))
+#define MR_EMU_EMBED(NAME, T, I) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const I **)p[2], \
+	*(long long *)p[3], *(long long *)p[4], *(long long *)p[5], *(long long *)p[6], *(long long *)p[7], *(long long **)p[8]))
+#define MR_EMU_EMBED_GRAD(NAME, T, I) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(double **)p[1], *(const I **)p[2], \
+	*(const T **)p[3], *(long long *)p[4], *(long long *)p[5], *(long long *)p[6], *(long long *)p[7]))
+#define MR_EMU_XENT(NAME, T, I) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const I **)p[2], \
+	*(long long *)p[3], *(long long *)p[4], *(double *)p[5], *(double *)p[6], *(long long **)p[7]))
+#define MR_EMU_XENT_GRAD(NAME, T, I) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const I **)p[2], \
+	*(const T **)p[3], *(long long *)p[4], *(long long *)p[5], *(double *)p[6], *(double *)p[7], *(long long **)p[8]))
 #endif
 #endif
