@@ -8,11 +8,11 @@
 //
 // Open makes a GPU's primary context (cuDevicePrimaryCtxRetain: the one
 // cuBLAS's runtime shares; the CLI's GPU is ChooseDevice's), one stream
-// and a cuBLAS handle, and compiles
-// the kernels (KernelSource: elementwise.cu, memory.cu, optim.cu,
-// reduce.cu, nn.cu and gather.cu as one program) with NVRTC for the device's architecture (sm_90 on Hopper;
-// --fmad=false, so no a·b+c is fused where the CPU rounds twice), keeping the
-// CUBIN in a disk cache (CacheDir) keyed by source, architecture, options
+// and a cuBLAS handle, and compiles the kernels (KernelSource:
+// elementwise.cu, memory.cu, optim.cu, reduce.cu, nn.cu and gather.cu as
+// one program) with NVRTC for the device's architecture (sm_90 on Hopper;
+// --fmad=false, so no a·b+c is fused where the CPU rounds twice), keeping
+// the CUBIN in a disk cache (CacheDir) keyed by source, architecture, options
 // and NVRTC version. Every C call first makes that context current on the
 // calling OS thread, since goroutines move between threads, so one
 // Backend serves every rank of a local run: several logical devices on
