@@ -210,6 +210,16 @@ func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, i
 		}
 	}
 	switch {
+	case k.Op == "concat":
+		return be.concat(k, bufs)
+	case k.Op == "broadcast_to":
+		return be.broadcastTo(bufs[0], out.Len)
+	case k.Op == "arange":
+		return be.arange(k.Shape)
+	case k.Op == "axis_index":
+		return be.axisIndex(out)
+	case k.Op == "cast":
+		return be.cast(k, bufs[0])
 	case k.Op == "embedding":
 		return be.embedding(k, bufs[0], bufs[1], in)
 	case k.Op == "embedding_grad":
@@ -263,6 +273,9 @@ func Native(k *plan.Kernel) bool {
 	}
 	if _, ok := gatherArgs[k.Op]; ok {
 		return nativeGather(k)
+	}
+	if ok, decided := nativeMisc(k); decided {
+		return ok
 	}
 	if k.DType != ir.F32 && k.DType != ir.F64 {
 		return false
@@ -324,7 +337,32 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 
 var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update",
 	"sum", "mean", "max", "mse", "softmax", "log_softmax", "layernorm", "softmax_grad", "normalize", "normalize_grad",
-	"slice", "pad", "embedding", "embedding_grad", "cross_entropy", "cross_entropy_grad"}
+	"slice", "pad", "embedding", "embedding_grad", "cross_entropy", "cross_entropy_grad", "concat", "broadcast_to",
+	"arange", "axis_index", "cast"}
+
+// nativeMisc decides the ops whose dtype rules differ from the rest:
+// concat (any dtype, every argument the kernel's), broadcast_to (f32,
+// f64), arange and axis_index (no arguments; f32 results), cast (between
+// f32 and f64).
+func nativeMisc(k *plan.Kernel) (native, decided bool) {
+	f := func(dt ir.DType) bool { return dt == ir.F32 || dt == ir.F64 }
+	switch k.Op {
+	case "concat":
+		for _, dt := range k.ArgDTypes {
+			if dt != k.DType {
+				return false, true
+			}
+		}
+		return len(k.ArgDTypes) > 0, true
+	case "broadcast_to":
+		return len(k.ArgDTypes) == 1 && k.ArgDTypes[0] == k.DType && f(k.DType), true
+	case "arange", "axis_index":
+		return len(k.ArgDTypes) == 0 && k.DType == ir.F32, true
+	case "cast":
+		return len(k.ArgDTypes) == 1 && f(k.ArgDTypes[0]) && f(k.DType), true
+	}
+	return false, false
+}
 
 // FallbackOps lists the ops of spec.md that have no CUDA kernel here.
 func FallbackOps() []string {

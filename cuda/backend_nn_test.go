@@ -313,3 +313,55 @@ func TestBackendEmbeddingCrossEntropy(t *testing.T) {
 	}
 	require.Empty(t, be.Fallbacks())
 }
+
+// TestBackendMiscOps: concat, broadcast_to, arange, axis_index and cast
+// bit for bit against the CPU.
+func TestBackendMiscOps(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, dt := range []ir.DType{ir.F32, ir.I64} {
+		a, b, c := rt.NewTensor(dt, []int{2, 3, 4}), rt.NewTensor(dt, []int{2, 1, 4}), rt.NewTensor(dt, []int{2, 5, 4})
+		for _, x := range []*rt.Tensor{a, b, c} {
+			fillRandom(rng, x)
+		}
+		k := &plan.Kernel{Op: "concat", DType: dt, Attrs: ir.Attrs{Axis: 1}}
+		want := cpuCompute(t, k, a, b, c)
+		k.Shape = want.Shape
+		got := launch(t, be, k, a, b, c)
+		require.Equal(t, want.Shape, got.Shape)
+		require.Equal(t, want.Data, got.Data, "concat %s", dt)
+	}
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		x := randTensor(rng, dt, []int{3, 1})
+		shape := []int{2, 3, 4}
+		k := &plan.Kernel{Op: "broadcast_to", DType: dt, Shape: shape}
+		cpu := &rt.CPU{}
+		want, err := cpu.Compute(&rt.OpCall{Kernel: &plan.Kernel{Op: "broadcast_to", DType: dt, Shape: shape,
+			ArgDTypes: []ir.DType{dt}, ArgShapes: [][]int{{3, 1}}}, Args: []*rt.Tensor{x}, Out: sbp.Block{Off: []int{0, 0, 0}, Len: shape}})
+		require.NoError(t, err)
+		got := launch(t, be, k, x)
+		require.Equal(t, want.Data, got.Data, "broadcast_to %s", dt)
+
+		other := ir.F64
+		if dt == ir.F64 {
+			other = ir.F32
+		}
+		y := randTensor(rng, dt, []int{4, 5})
+		for _, to := range []ir.DType{dt, other} {
+			k := &plan.Kernel{Op: "cast", DType: to, Shape: []int{4, 5}}
+			require.Equal(t, cpuCompute(t, k, y).Data, launch(t, be, k, y).Data, "cast %s to %s", dt, to)
+		}
+	}
+	k := &plan.Kernel{Op: "arange", DType: ir.F32, Shape: []int{3, 7}}
+	require.Equal(t, cpuCompute(t, k).Data, launch(t, be, k).Data)
+	ka := &plan.Kernel{Op: "axis_index", DType: ir.F32, Shape: []int{1}}
+	cpu := &rt.CPU{}
+	want, err := cpu.Compute(&rt.OpCall{Kernel: ka, Out: sbp.Block{Off: []int{3}, Len: []int{1}}})
+	require.NoError(t, err)
+	out, err := be.Launch(context.Background(), ka, nil, nil, sbp.Block{Off: []int{3}, Len: []int{1}})
+	require.NoError(t, err)
+	got, err := be.CopyOut(out)
+	require.NoError(t, err)
+	require.Equal(t, want.Data, got.Data)
+	require.Empty(t, be.Fallbacks())
+}

@@ -183,7 +183,7 @@ func requireSame(t *testing.T, be *Backend, want rt.Buffer, got rt.Buffer, what 
 	be.Free(got)
 }
 
-// TestBackendFallback: an op without a CUDA kernel (cast) runs on the CPU with
+// TestBackendFallback: an op without a CUDA kernel (nonfinite) runs on the CPU with
 // the same numbers, is counted, and is announced once.
 func TestBackendFallback(t *testing.T) {
 	be := newTestBackend(t)
@@ -191,17 +191,19 @@ func TestBackendFallback(t *testing.T) {
 	be.notify = &notes
 	rng := rand.New(rand.NewPCG(7, 8))
 	x := randTensor(rng, ir.F32, []int{3, 5})
-	k := &plan.Kernel{Op: "cast", DType: ir.F64, Shape: []int{3, 5}}
+	x.Data.([]float32)[7] = float32(math.Inf(1))
+	k := &plan.Kernel{Op: "nonfinite", DType: ir.F32}
 	want := cpuCompute(t, k, x)
-	require.False(t, Native(&plan.Kernel{Op: "cast", DType: ir.F64, ArgDTypes: []ir.DType{ir.F32}}))
+	require.Equal(t, []float32{1}, want.Data)
+	require.False(t, Native(&plan.Kernel{Op: "nonfinite", DType: ir.F32, ArgDTypes: []ir.DType{ir.F32}}))
 	for i := 0; i < 2; i++ {
 		kk := *k
 		got := launch(t, be, &kk, x)
 		require.Equal(t, want.Data, got.Data)
 	}
-	require.Equal(t, map[string]int{"cast f64": 2}, be.Fallbacks())
-	require.Equal(t, "meshrun: cuda: no CUDA kernel for cast (f64): it runs on the CPU backend, its arguments copied out and its result back\n", notes.String())
-	require.Contains(t, FallbackOps(), "cast")
+	require.Equal(t, map[string]int{"nonfinite f32": 2}, be.Fallbacks())
+	require.Equal(t, "meshrun: cuda: no CUDA kernel for nonfinite (f32): it runs on the CPU backend, its arguments copied out and its result back\n", notes.String())
+	require.Contains(t, FallbackOps(), "nonfinite")
 	require.NotContains(t, FallbackOps(), "matmul")
 }
 

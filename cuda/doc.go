@@ -35,7 +35,8 @@
 // one thread per row) in f32 and f64; embedding, cross_entropy and their
 // gradients (gather.cu) in f32 and f64 with i32 or i64 indices (an index
 // out of range comes back through a flag the kernel sets); reshape (a
-// device copy) and the slice and pad ops (box copies) in every dtype; Slice and Embed (box copies and a -inf fill, per
+// device copy) and the slice, pad and concat ops (box copies) in every
+// dtype; broadcast_to, cast between f32 and f64, arange, axis_index; Slice and Embed (box copies and a -inf fill, per
 // element size) in every dtype. matmul is cuBLAS: row-major C = A·B is
 // column-major Cᵀ = Bᵀ·Aᵀ, so cublasGemmEx (one GEMM when B has no batch
 // dims, A's batch folded into rows) or cublasGemmStridedBatchedEx (batch
@@ -43,7 +44,7 @@
 // other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
 // (CUBLAS_COMPUTE_32F, default math: no TF32).
 //
-// Every other op (FallbackOps: cast, concat, where, arange, ...; and every op in bf16/f16) falls
+// Every other op (FallbackOps: where, max_grad, nonfinite, ...; and every op in bf16/f16) falls
 // back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and

@@ -42,6 +42,8 @@
 #define MR_EMU_EMBED_GRAD(NAME, T, I)
 #define MR_EMU_XENT(NAME, T, I)
 #define MR_EMU_XENT_GRAD(NAME, T, I)
+#define MR_EMU_ARANGE(NAME)
+#define MR_EMU_CAST(NAME, FT, TT)
 #endif
 
 /* Passed by value; every field 8 bytes, so the layout is the same on the

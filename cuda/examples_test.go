@@ -133,9 +133,7 @@ func TestExamplesRunOnCUDA(t *testing.T) {
 				t.Logf("%s on %s: %s worst %.0f ulp vs cpu, %.0f vs one device", ex, p.Exec.Mesh, name, w1, w2)
 			}
 			t.Logf("fell back to the CPU: %v", be.Fallbacks())
-			if ex != "long_attention" { // arange and axis_index have no kernel
-				require.Empty(t, be.Fallbacks(), "every op of %s has a CUDA kernel", ex)
-			}
+			require.Empty(t, be.Fallbacks(), "every op of %s has a CUDA kernel", ex)
 		})
 	}
 }

@@ -38,3 +38,19 @@ MR_COPY_BOX(b8, unsigned long long)
 MR_FILL(b2, unsigned short)
 MR_FILL(b4, unsigned int)
 MR_FILL(b8, unsigned long long)
+
+/* mr_arange_f32: out[i] = i (the arange op, f32 as on the CPU).
+ * mr_cast_<from>_<to>: f32 ↔ f64 conversion, rounding to nearest. */
+MR_KERNEL mr_arange_f32(float *out, long long n) {
+	MR_GRID_LOOP(i, n) { out[i] = (float)i; }
+}
+MR_EMU_ARANGE(mr_arange_f32)
+
+#define MR_CAST(FS, FT, TS, TT) \
+	MR_KERNEL mr_cast_##FS##_##TS(TT *out, const FT *x, long long n) { \
+		MR_GRID_LOOP(i, n) { out[i] = (TT)x[i]; } \
+	} \
+	MR_EMU_CAST(mr_cast_##FS##_##TS, FT, TT)
+
+MR_CAST(f32, float, f64, double)
+MR_CAST(f64, double, f32, float)

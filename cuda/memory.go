@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/rt"
+	"github.com/meshrun/meshrun/sbp"
 )
 
 // Slice implements rt.Backend: the box [off, off+count) of x, copied on
@@ -248,4 +250,141 @@ func offset(shape, off []int) int {
 		o += off[i] * s
 	}
 	return o
+}
+
+// concat joins xs along dim: a box copy of each into its place.
+func (be *Backend) concat(k *plan.Kernel, xs []*Buf) (rt.Buffer, error) {
+	dim := k.Attrs.Axis
+	shape := slices.Clone(xs[0].shape)
+	if dim < 0 || dim >= len(shape) {
+		return nil, fmt.Errorf("cuda: concat along axis %d of %s", dim, ir.ShapeString(shape))
+	}
+	shape[dim] = 0
+	for _, x := range xs {
+		if len(x.shape) != len(shape) {
+			return nil, fmt.Errorf("cuda: concat of %s and %s", ir.ShapeString(xs[0].shape), ir.ShapeString(x.shape))
+		}
+		shape[dim] += x.shape[dim]
+	}
+	out, err := be.newBuf(k.DType, shape)
+	if err != nil {
+		return nil, err
+	}
+	off := make([]int, len(shape))
+	es := uint64(k.DType.Size())
+	for _, x := range xs {
+		corner := out.ptr + uint64(offset(shape, off))*es
+		if err = be.copyBox(k.DType, corner, denseStrides(shape), x.ptr, denseStrides(x.shape), x.shape); err != nil {
+			break
+		}
+		off[dim] += x.shape[dim]
+	}
+	if err != nil {
+		be.Free(out)
+		if err == errBoxDims {
+			return be.fallback(k, bufsOf(xs), nil, sbp.Block{})
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// broadcastTo repeats x over shape (NumPy broadcasting): a box copy whose
+// source strides are 0 along the broadcast dims.
+func (be *Backend) broadcastTo(x *Buf, shape []int) (rt.Buffer, error) {
+	if len(x.shape) > len(shape) {
+		return nil, fmt.Errorf("cuda: broadcast of %s to %s", ir.ShapeString(x.shape), ir.ShapeString(shape))
+	}
+	src, xs := make([]int, len(shape)), denseStrides(x.shape)
+	for i := range shape {
+		j := i - (len(shape) - len(x.shape))
+		switch {
+		case j < 0 || x.shape[j] == 1:
+		case x.shape[j] == shape[i]:
+			src[i] = xs[j]
+		default:
+			return nil, fmt.Errorf("cuda: broadcast of %s to %s", ir.ShapeString(x.shape), ir.ShapeString(shape))
+		}
+	}
+	out, err := be.newBuf(x.dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	err = be.copyBox(x.dt, out.ptr, denseStrides(shape), x.ptr, src, shape)
+	if err != nil {
+		be.Free(out)
+	}
+	if err == errBoxDims {
+		return be.onHost(x, func(t *rt.Tensor) (rt.Buffer, error) {
+			k := &plan.Kernel{Op: "broadcast_to", DType: x.dt, Shape: shape}
+			return be.cpu.Compute(&rt.OpCall{Kernel: k, Args: []*rt.Tensor{t}, Out: sbp.Block{Off: make([]int, len(shape)), Len: shape}})
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// arange is the f32 tensor 0, 1, 2, ... of shape.
+func (be *Backend) arange(shape []int) (rt.Buffer, error) {
+	out, err := be.newBuf(ir.F32, shape)
+	if err != nil {
+		return nil, err
+	}
+	n := int64(count(shape))
+	if n > 0 {
+		err = be.dev.launch("mr_arange_f32", n, new(params).ptr(out.ptr).i64(n))
+	}
+	if err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+// axisIndex is the device's coordinate along a split axis, [1] f32: its
+// block's offset in [0, p).
+func (be *Backend) axisIndex(out sbp.Block) (rt.Buffer, error) {
+	if len(out.Off) < 1 {
+		return nil, fmt.Errorf("cuda: axis_index without a block")
+	}
+	b, err := be.newBuf(ir.F32, []int{1})
+	if err != nil {
+		return nil, err
+	}
+	if err := be.fillBits(b, uint64(math.Float32bits(float32(out.Off[0])))); err != nil {
+		be.Free(b)
+		return nil, err
+	}
+	return b, nil
+}
+
+// cast converts between f32 and f64 (rounding to nearest); to the same
+// dtype it is a copy.
+func (be *Backend) cast(k *plan.Kernel, x *Buf) (rt.Buffer, error) {
+	out, err := be.newBuf(k.DType, x.shape)
+	if err != nil {
+		return nil, err
+	}
+	n := int64(count(x.shape))
+	switch {
+	case x.dt == k.DType:
+		err = be.dev.copyOnDevice(out.ptr, x.ptr, x.bytes)
+	case n > 0:
+		err = be.dev.launch(fmt.Sprintf("mr_cast_%s_%s", x.dt, k.DType), n, new(params).ptr(out.ptr).ptr(x.ptr).i64(n))
+	}
+	if err != nil {
+		be.Free(out)
+		return nil, err
+	}
+	return out, nil
+}
+
+func bufsOf(xs []*Buf) []rt.Buffer {
+	out := make([]rt.Buffer, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
 }

@@ -61,5 +61,7 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
 	*(long long *)p[3], *(long long *)p[4], *(double *)p[5], *(double *)p[6], *(long long **)p[7]))
 #define MR_EMU_XENT_GRAD(NAME, T, I) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const I **)p[2], \
 	*(const T **)p[3], *(long long *)p[4], *(long long *)p[5], *(double *)p[6], *(double *)p[7], *(long long **)p[8]))
+#define MR_EMU_ARANGE(NAME) MR_EMU_ENTRY(NAME, NAME(*(float **)p[0], *(long long *)p[1]))
+#define MR_EMU_CAST(NAME, FT, TT) MR_EMU_ENTRY(NAME, NAME(*(TT **)p[0], *(const FT **)p[1], *(long long *)p[2]))
 #endif
 #endif
