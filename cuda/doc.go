@@ -44,8 +44,8 @@
 // other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
 // (CUBLAS_COMPUTE_32F, default math: no TF32).
 //
-// Every other op (FallbackOps: where, max_grad, nonfinite, ...; and every op in bf16/f16) falls
-// back explicitly: its arguments are copied to the host, the CPU backend's
+// Every other op (FallbackOps: where, max_grad, nonfinite, to_local,
+// from_local; and every op in bf16/f16) falls back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and
 // Backend.Fallbacks counts them. Correct, but slow where it happens often.
