@@ -195,8 +195,11 @@ func (be *Backend) onDevice(args []rt.Buffer) (bufs []*Buf, done func(), err err
 }
 
 // Launch implements rt.Backend.
-func (be *Backend) Launch(_ context.Context, k *plan.Kernel, args []rt.Buffer, in []sbp.Block, out sbp.Block) (rt.Buffer, error) {
+func (be *Backend) Launch(ctx context.Context, k *plan.Kernel, args []rt.Buffer, in []sbp.Block, out sbp.Block) (rt.Buffer, error) {
 	if !Native(k) {
+		if kw, ok := widened(k); ok {
+			return be.launchHalf(ctx, k, kw, args, in, out)
+		}
 		return be.fallback(k, args, in, out)
 	}
 	bufs, done, err := be.onDevice(args)

@@ -44,8 +44,13 @@
 // other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
 // (CUBLAS_COMPUTE_32F, default math: no TF32).
 //
+// bf16 and f16 ops run as the CPU runs them (half.go): half operands
+// widened to f32, the f32 kernel, the result rounded once, the
+// conversions being kernels on bit patterns equal to rt's; so a half op
+// is native exactly when its f32 form is.
+//
 // Every other op (FallbackOps: where, max_grad, nonfinite, to_local,
-// from_local; and every op in bf16/f16) falls back explicitly: its arguments are copied to the host, the CPU backend's
+// from_local) falls back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and
 // Backend.Fallbacks counts them. Correct, but slow where it happens often.

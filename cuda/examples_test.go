@@ -138,10 +138,6 @@ func TestExamplesRunOnCUDA(t *testing.T) {
 	}
 }
 
-// allNative are the f32 training examples whose every op runs as a CUDA
-// kernel (the bf16 ones fall back for every op).
-var allNative = map[string]bool{"mlp_dp": true, "gemm_backward": true, "megatron_dp_tp": true, "gpt/gpt": true}
-
 func TestExamplesTrainOnCUDA(t *testing.T) {
 	for _, ex := range []string{"mlp_dp", "gemm_backward", "mlp_bf16", "megatron_dp_tp", "mlp_offload", "gpt/gpt"} {
 		t.Run(ex, func(t *testing.T) {
@@ -168,9 +164,7 @@ func TestExamplesTrainOnCUDA(t *testing.T) {
 				worst = math.Max(worst, w)
 			}
 			t.Logf("%s: %d steps on %s, worst %.0f ulp; fell back: %v", ex, len(want.Losses), p.Exec.Mesh, worst, be.Fallbacks())
-			if allNative[ex] {
-				require.Empty(t, be.Fallbacks(), "every op of %s has a CUDA kernel", ex)
-			}
+			require.Empty(t, be.Fallbacks(), "every op of %s has a CUDA kernel", ex)
 		})
 	}
 }
