@@ -215,6 +215,16 @@ func (be *Backend) Launch(ctx context.Context, k *plan.Kernel, args []rt.Buffer,
 	switch {
 	case k.Op == "concat":
 		return be.concat(k, bufs)
+	case k.Op == "where":
+		return be.where(k, bufs[0], bufs[1], bufs[2])
+	case k.Op == "max_grad":
+		return be.maxGrad(k, bufs[0], bufs[1], bufs[2])
+	case k.Op == "nonfinite":
+		return be.nonfinite(k, bufs[0])
+	case k.Op == "to_local":
+		return be.toLocal(bufs[0], out)
+	case k.Op == "from_local":
+		return be.fromLocal(bufs[0], out)
 	case k.Op == "broadcast_to":
 		return be.broadcastTo(bufs[0], out.Len)
 	case k.Op == "arange":
@@ -280,6 +290,9 @@ func Native(k *plan.Kernel) bool {
 	if ok, decided := nativeMisc(k); decided {
 		return ok
 	}
+	if ok, decided := nativeOther(k); decided {
+		return ok
+	}
 	if k.DType != ir.F32 && k.DType != ir.F64 {
 		return false
 	}
@@ -341,7 +354,7 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update",
 	"sum", "mean", "max", "mse", "softmax", "log_softmax", "layernorm", "softmax_grad", "normalize", "normalize_grad",
 	"slice", "pad", "embedding", "embedding_grad", "cross_entropy", "cross_entropy_grad", "concat", "broadcast_to",
-	"arange", "axis_index", "cast"}
+	"arange", "axis_index", "cast", "where", "max_grad", "nonfinite", "to_local", "from_local"}
 
 // nativeMisc decides the ops whose dtype rules differ from the rest:
 // concat (any dtype, every argument the kernel's), broadcast_to (f32,

@@ -365,3 +365,57 @@ func TestBackendMiscOps(t *testing.T) {
 	require.Equal(t, want.Data, got.Data)
 	require.Empty(t, be.Fallbacks())
 }
+
+// TestBackendWhereMaxGradNonfinite: where (broadcasting its three
+// operands, NaN conditions), max_grad (ties share the gradient), nonfinite
+// and the local view's to_local/from_local, bit for bit against the CPU.
+func TestBackendWhereMaxGradNonfinite(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(29, 30))
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		cond := hostTensor(dt, []int{3, 1}, []float64{0, 1, math.NaN()})
+		a, b := randTensor(rng, dt, []int{3, 4}), randTensor(rng, dt, []int{4})
+		k := &plan.Kernel{Op: "where", DType: dt}
+		want := cpuCompute(t, k, cond, a, b)
+		k.Shape = want.Shape
+		require.Equal(t, want.Data, launch(t, be, k, cond, a, b).Data, "where %s", dt)
+
+		x := hostTensor(dt, []int{2, 4}, []float64{1, 3, 3, 2, -1, -1, -5, -1})
+		for axis := -1; axis < 2; axis++ {
+			km := &plan.Kernel{Op: "max", DType: dt, Attrs: ir.Attrs{Axis: axis}}
+			y := cpuCompute(t, km, x)
+			g := randTensor(rng, dt, y.Shape)
+			kg := &plan.Kernel{Op: "max_grad", DType: dt, Shape: x.Shape, Attrs: ir.Attrs{Axis: axis}}
+			require.Equal(t, cpuCompute(t, kg, x, y, g).Data, launch(t, be, kg, x, y, g).Data, "max_grad %s axis %d", dt, axis)
+		}
+
+		for _, v := range []float64{1, math.Inf(-1), math.NaN()} {
+			kn := &plan.Kernel{Op: "nonfinite", DType: dt}
+			z := randTensor(rng, dt, []int{5})
+			zs := hostTensor(dt, []int{5}, append(z.Float64s()[:4], v))
+			require.Equal(t, cpuCompute(t, kn, zs).Data, launch(t, be, kn, zs).Data, "nonfinite %s with %v", dt, v)
+		}
+
+		blk := randTensor(rng, dt, []int{3, 2})
+		for _, c := range []struct {
+			op  string
+			out []int
+			arg *rt.Tensor
+		}{{"to_local", []int{4, 3}, blk}, {"from_local", []int{2, 1}, blk}} {
+			k := &plan.Kernel{Op: c.op, DType: dt, Shape: c.out, ArgDTypes: []ir.DType{dt}, ArgShapes: [][]int{c.arg.Shape}}
+			outBlk := sbp.Block{Off: []int{0, 0}, Len: c.out}
+			cpu := &rt.CPU{}
+			want, err := cpu.Compute(&rt.OpCall{Kernel: k, Args: []*rt.Tensor{c.arg}, Out: outBlk})
+			require.NoError(t, err)
+			d, err := be.CopyIn(c.arg)
+			require.NoError(t, err)
+			res, err := be.Launch(context.Background(), k, []rt.Buffer{d}, nil, outBlk)
+			require.NoError(t, err)
+			got, err := be.CopyOut(res)
+			require.NoError(t, err)
+			require.Equal(t, want.Shape, got.Shape)
+			require.Equal(t, want.Data, got.Data, "%s %s", c.op, dt)
+		}
+	}
+	require.Empty(t, be.Fallbacks())
+}

@@ -49,8 +49,10 @@
 // conversions being kernels on bit patterns equal to rt's; so a half op
 // is native exactly when its f32 form is.
 //
-// Every other op (FallbackOps: where, max_grad, nonfinite, to_local,
-// from_local) falls back explicitly: its arguments are copied to the host, the CPU backend's
+// where, max_grad, nonfinite, to_local and from_local are native too
+// (misc.go), so every op of the CPU backend has a kernel in f32 and f64
+// (FallbackOps is empty). An op whose dtypes have none (an integer cast)
+// falls back explicitly: its arguments are copied to the host, the CPU backend's
 // kernel runs, the result is copied in. The first fallback of each op and
 // dtype prints one line on the notify writer (stderr under the CLI), and
 // Backend.Fallbacks counts them. Correct, but slow where it happens often.

@@ -44,6 +44,8 @@
 #define MR_EMU_XENT_GRAD(NAME, T, I)
 #define MR_EMU_ARANGE(NAME)
 #define MR_EMU_CAST(NAME, FT, TT)
+#define MR_EMU_MAXGRAD(NAME, T)
+#define MR_EMU_WHERE(NAME, T)
 #endif
 
 /* Passed by value; every field 8 bytes, so the layout is the same on the

@@ -54,3 +54,41 @@ __device__ __forceinline__ double mr_mathmax(double x, double y) {
 
 MR_REDUCTIONS(f32, float)
 MR_REDUCTIONS(f64, double)
+
+/* mr_max_grad_<S>: the gradient of max over [outer, n, inner]'s n: g
+ * shared equally among the elements equal to the max y (ties), 0
+ * elsewhere, in double; one thread per reduced row. mr_nonfinite_<S>: 1
+ * when any element is ±inf or NaN, one thread. mr_where_<S>: a where
+ * cond ≠ 0, else b (NaN counts as ≠ 0), on operands already broadcast. */
+#define MR_MISC(S, T) \
+	MR_KERNEL mr_max_grad_##S(T *out, const T *x, const T *y, const T *g, long long outer, long long n, long long inner) { \
+		MR_GRID_LOOP(o, outer * inner) { \
+			long long base = (o / inner) * n * inner + o % inner, ties = 0; \
+			double m = (double)y[o], gr = (double)g[o]; \
+			for (long long i = 0; i < n; i++) \
+				if ((double)x[base + i * inner] == m) ties++; \
+			for (long long i = 0; i < n; i++) { \
+				long long k = base + i * inner; \
+				out[k] = (T)((double)x[k] == m ? gr / (double)ties : 0.0); \
+			} \
+		} \
+	} \
+	MR_EMU_MAXGRAD(mr_max_grad_##S, T) \
+	MR_KERNEL mr_nonfinite_##S(T *out, const T *x, long long n) { \
+		MR_GRID_LOOP(o, 1) { \
+			T r = 0; \
+			for (long long i = 0; i < n; i++) { \
+				double v = (double)x[i]; \
+				if (v != v || v - v != 0) { r = 1; break; } \
+			} \
+			out[o] = r; \
+		} \
+	} \
+	MR_EMU_UNARY(mr_nonfinite_##S, T) \
+	MR_KERNEL mr_where_##S(T *out, const T *c, const T *a, const T *b, long long n) { \
+		MR_GRID_LOOP(i, n) { out[i] = c[i] != 0 ? a[i] : b[i]; } \
+	} \
+	MR_EMU_WHERE(mr_where_##S, T)
+
+MR_MISC(f32, float)
+MR_MISC(f64, double)

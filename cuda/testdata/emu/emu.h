@@ -63,5 +63,9 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
 	*(const T **)p[3], *(long long *)p[4], *(long long *)p[5], *(double *)p[6], *(double *)p[7], *(long long **)p[8]))
 #define MR_EMU_ARANGE(NAME) MR_EMU_ENTRY(NAME, NAME(*(float **)p[0], *(long long *)p[1]))
 #define MR_EMU_CAST(NAME, FT, TT) MR_EMU_ENTRY(NAME, NAME(*(TT **)p[0], *(const FT **)p[1], *(long long *)p[2]))
+#define MR_EMU_MAXGRAD(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], \
+	*(const T **)p[3], *(long long *)p[4], *(long long *)p[5], *(long long *)p[6]))
+#define MR_EMU_WHERE(NAME, T) MR_EMU_ENTRY(NAME, \
+	NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], *(const T **)p[3], *(long long *)p[4]))
 #endif
 #endif
