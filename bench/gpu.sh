@@ -38,7 +38,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 
 step "package cuda's tests on the GPU"
 (cd cuda && MESHRUN_TEST_GPU=1 MESHRUN_REQUIRE_GPU=1 timeout 240 "$BIN/cuda.test" \
-    -test.v -test.run '^(TestBackend|TestExamples)' 2>&1 | grep -v '^=== RUN') || fail "cuda tests"
+    -test.v -test.run '^(TestBackend|TestHalf|TestExamples|TestCLI)' 2>&1 | grep -v '^=== RUN') || fail "cuda tests"
 
 step "meshrun check --backend cuda (mesh on the GPU vs one CPU device)"
 for ex in examples/dp_mlp.mesh examples/megatron_mlp.mesh examples/dp_tp_block.mesh examples/train/mlp_dp.mesh examples/train/megatron_dp_tp.mesh; do

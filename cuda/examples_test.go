@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshrun/meshrun/cuda"
+	"github.com/meshrun/meshrun/internal/cli"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
@@ -166,5 +168,19 @@ func TestExamplesTrainOnCUDA(t *testing.T) {
 			t.Logf("%s: %d steps on %s, worst %.0f ulp; fell back: %v", ex, len(want.Losses), p.Exec.Mesh, worst, be.Fallbacks())
 			require.Empty(t, be.Fallbacks(), "every op of %s has a CUDA kernel", ex)
 		})
+	}
+}
+
+// TestCLICheckOnCUDA: meshrun check --backend cuda, the whole command: the
+// mesh run on the device against the one-device CPU run.
+func TestCLICheckOnCUDA(t *testing.T) {
+	cuda.UseDriver(t)
+	for _, ex := range []string{"../examples/megatron_mlp.mesh", "../examples/train/mlp_bf16.mesh"} {
+		var out, errb bytes.Buffer
+		code := cli.Main([]string{"check", ex, "--backend", "cuda"}, strings.NewReader(""), &out, &errb)
+		require.Equal(t, cli.ExitOK, code, "%s%s", out.String(), errb.String())
+		require.Contains(t, out.String(), "PASS")
+		require.Contains(t, errb.String(), "meshrun: kernels run on cuda (")
+		require.NotContains(t, errb.String(), "no CUDA kernel", "no fallback")
 	}
 }
