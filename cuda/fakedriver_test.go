@@ -43,8 +43,11 @@ func buildFakeDriver(t testing.TB) string {
 	}
 	fakeOnce.Do(func() {
 		cc, err := exec.LookPath("cc")
+		if err == nil {
+			_, err = exec.LookPath("c++") // the fake's NVRTC compiles the kernels as C++
+		}
 		if err != nil {
-			fakeSkip = "no C compiler (cc) to build the fake CUDA driver"
+			fakeSkip = "no C and C++ compilers (cc, c++) to build the fake CUDA driver and its kernels"
 			return
 		}
 		src, err := filepath.Abs(filepath.Join("testdata", "fake", "fake.c"))

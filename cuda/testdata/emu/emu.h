@@ -29,8 +29,13 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
  * (params[i] points at argument i, as cuLaunchKernel's kernelParams) and
  * runs the grid: the fake libcuda of the backend's tests calls these. */
 #ifdef MR_EMU_ENTRIES
+#ifdef __cplusplus
+#define MR_EMU_C extern "C"
+#else
+#define MR_EMU_C
+#endif
 #define MR_EMU_ENTRY(NAME, CALL) \
-	void NAME##__emu(unsigned grid, unsigned block, void **p) { EMU_LAUNCH(grid, block, CALL); }
+	MR_EMU_C void NAME##__emu(unsigned grid, unsigned block, void **p) { EMU_LAUNCH(grid, block, CALL); }
 #define MR_EMU_UNARY(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(T **)p[0], *(const T **)p[1], *(long long *)p[2]))
 #define MR_EMU_BINARY(NAME, T) MR_EMU_ENTRY(NAME, \
 	NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], *(long long *)p[3], *(mr_bcast *)p[4]))

@@ -10,7 +10,8 @@
  * - A context must be current on the calling thread for every call that
  *   needs one (CUDA_ERROR_INVALID_CONTEXT otherwise), as on a GPU.
  * - NVRTC "compiles" by building the source, under testdata/emu/emu.h with
- *   MR_EMU_ENTRIES, into a shared library with the C compiler; that file's
+ *   MR_EMU_ENTRIES, into a shared library with the C++ compiler (c++, as
+ *   NVRTC compiles C++); that file's
  *   bytes are the "CUBIN". cuModuleLoadData writes them to a file and
  *   dlopens it; cuLaunchKernel calls the kernel's NAME__emu entry, which
  *   runs the grid one thread at a time from the driver's argument list.
@@ -270,7 +271,8 @@ int nvrtcCompileProgram(struct prog *p, int nopts, const char *const *opts) {
 	spit(path, p->src);
 	snprintf(path, sizeof path, "%s/wrap.c", dir);
 	spit(path, "#define MR_EMU_ENTRIES\n#include \"emu.h\"\nmr_dim3 blockIdx, threadIdx, blockDim, gridDim;\n#include \"prog.cu\"\n");
-	snprintf(cmd, sizeof cmd, "cd %s && cc -std=c99 -O1 -shared -fPIC -I'%s' -o prog.so wrap.c -lm > log 2>&1", dir, emu);
+	/* C++, as NVRTC compiles it: the source must be valid C++ too */
+	snprintf(cmd, sizeof cmd, "cd %s && c++ -x c++ -std=c++17 -O1 -shared -fPIC -I'%s' -o prog.so wrap.c -lm > log 2>&1", dir, emu);
 	int rc = system(cmd);
 	snprintf(path, sizeof path, "%s/log", dir);
 	size_t n;
