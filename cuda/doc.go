@@ -73,8 +73,8 @@
 // the tests with cc and loaded through MESHRUN_*_LIB: device memory is
 // malloc'd host memory, every copy and GEMM operand is checked to lie in
 // a live allocation, every call needs a current context on its thread,
-// NVRTC "compiles" the kernels as C++ under testdata/emu/emu.h into a shared
-// library whose bytes are the CUBIN, cuLaunchKernel runs the grid one
+// NVRTC "compiles" the kernels as C++ under testdata/emu/emu.h into a
+// shared library whose bytes are the CUBIN, cuLaunchKernel runs the grid one
 // thread at a time from the driver's argument list, cuBLAS's GEMMs are
 // loops with cuBLAS's argument checks. Against it every line of the
 // backend runs: op-by-op comparisons with the CPU backend, whole examples
