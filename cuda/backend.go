@@ -212,27 +212,63 @@ func (be *Backend) Launch(ctx context.Context, k *plan.Kernel, args []rt.Buffer,
 			return nil, fmt.Errorf("cuda: %s of %s: argument %d is %s, not as the plan says (%v)", k.Op, k.DType, i, b.dt, k.ArgDTypes)
 		}
 	}
+	if r, ok, err := be.launchData(k, bufs, in, out); ok {
+		return r, err
+	}
+	return be.launchModel(k, bufs, in, out)
+}
+
+// launchData runs the data-movement, elementwise and GEMM ops; ok is
+// false for the others.
+func (be *Backend) launchData(k *plan.Kernel, bufs []*Buf, in []sbp.Block, out sbp.Block) (r rt.Buffer, ok bool, err error) {
+	ok = true
 	switch {
 	case k.Op == "concat":
-		return be.concat(k, bufs)
-	case k.Op == "where":
-		return be.where(k, bufs[0], bufs[1], bufs[2])
-	case k.Op == "max_grad":
-		return be.maxGrad(k, bufs[0], bufs[1], bufs[2])
+		r, err = be.concat(k, bufs)
+	case k.Op == "to_local":
+		r, err = be.toLocal(bufs[0], out)
+	case k.Op == "from_local":
+		r, err = be.fromLocal(bufs[0], out)
+	case k.Op == "broadcast_to":
+		r, err = be.broadcastTo(bufs[0], out.Len)
+	case k.Op == "arange":
+		r, err = be.arange(k.Shape)
+	case k.Op == "axis_index":
+		r, err = be.axisIndex(out)
+	case k.Op == "cast":
+		r, err = be.cast(k, bufs[0])
+	case k.Op == "matmul":
+		r, err = be.matmul(k, bufs[0], bufs[1])
+	case k.Op == "transpose":
+		r, err = be.transpose(bufs[0], k.Attrs.Perm)
+	case k.Op == "const":
+		r, err = be.constant(k.DType, k.Attrs.Scalar)
+	case k.Op == "slice":
+		r, err = be.sliceOp(k, bufs[0])
+	case k.Op == "pad":
+		r, err = be.pad(k, bufs[0])
+	case k.Op == "reshape":
+		r, err = be.reshape(bufs[0], out.Len)
+	case slices.Contains(BinaryOps, k.Op):
+		r, err = be.binary(k, bufs[0], bufs[1])
+	case slices.Contains(UnaryOps, k.Op):
+		r, err = be.unary(k, bufs[0])
+	default:
+		ok = false
+	}
+	return r, ok, err
+}
+
+// launchModel runs the model ops: reductions, losses, normalisations,
+// the optimizer, lookups.
+func (be *Backend) launchModel(k *plan.Kernel, bufs []*Buf, in []sbp.Block, out sbp.Block) (rt.Buffer, error) {
+	switch {
 	case k.Op == "nonfinite":
 		return be.nonfinite(k, bufs[0])
-	case k.Op == "to_local":
-		return be.toLocal(bufs[0], out)
-	case k.Op == "from_local":
-		return be.fromLocal(bufs[0], out)
-	case k.Op == "broadcast_to":
-		return be.broadcastTo(bufs[0], out.Len)
-	case k.Op == "arange":
-		return be.arange(k.Shape)
-	case k.Op == "axis_index":
-		return be.axisIndex(out)
-	case k.Op == "cast":
-		return be.cast(k, bufs[0])
+	case k.Op == "max_grad":
+		return be.maxGrad(k, bufs[0], bufs[1], bufs[2])
+	case k.Op == "where":
+		return be.where(k, bufs[0], bufs[1], bufs[2])
 	case k.Op == "embedding":
 		return be.embedding(k, bufs[0], bufs[1], in)
 	case k.Op == "embedding_grad":
@@ -241,12 +277,6 @@ func (be *Backend) Launch(ctx context.Context, k *plan.Kernel, args []rt.Buffer,
 		return be.crossEntropy(k, bufs[0], bufs[1], nil)
 	case k.Op == "cross_entropy_grad":
 		return be.crossEntropy(k, bufs[0], bufs[1], bufs[2])
-	case k.Op == "matmul":
-		return be.matmul(k, bufs[0], bufs[1])
-	case k.Op == "transpose":
-		return be.transpose(bufs[0], k.Attrs.Perm)
-	case k.Op == "const":
-		return be.constant(k.DType, k.Attrs.Scalar)
 	case strings.HasPrefix(k.Op, "adam_"):
 		return be.adam(k, bufs)
 	case k.Op == "sum" || k.Op == "mean" || k.Op == "max":
@@ -261,16 +291,8 @@ func (be *Backend) Launch(ctx context.Context, k *plan.Kernel, args []rt.Buffer,
 		return be.softmaxGrad(k, bufs[0], bufs[1])
 	case k.Op == "normalize" || k.Op == "normalize_grad":
 		return be.normalize(k, bufs)
-	case k.Op == "slice":
-		return be.sliceOp(k, bufs[0])
-	case k.Op == "pad":
-		return be.pad(k, bufs[0])
-	case k.Op == "reshape":
-		return be.reshape(bufs[0], out.Len)
-	case slices.Contains(BinaryOps, k.Op):
-		return be.binary(k, bufs[0], bufs[1])
 	}
-	return be.unary(k, bufs[0])
+	return nil, fmt.Errorf("cuda: no kernel for %s", k.Op)
 }
 
 // Native reports whether k runs as a CUDA kernel: the elementwise ops,
