@@ -75,4 +75,3 @@ func FallbackOps() []string {
 	sort.Strings(out)
 	return out
 }
-
