@@ -79,8 +79,10 @@
 // loops with cuBLAS's argument checks. Against it every line of the
 // backend runs: op-by-op comparisons with the CPU backend, whole examples
 // (inference and training, several ranks sharing the device) against the
-// CPU and one device, the compile cache, injected failures. What only a
-// GPU can check: NVRTC accepting the source, the GPU's math library
+// CPU and one device, the compile cache, injected failures. NVRTC needs
+// no GPU: nvrtc_test.go compiles the program with a real NVRTC when one is
+// found (it passed with NVRTC 11.8, for sm_80 and sm_90). What only a GPU
+// can check: the CUBIN loading and running, the GPU's math library
 // (ulps), real launches and their limits, the driver's stream semantics,
 // cuBLAS itself, speed. With MESHRUN_TEST_GPU=1 the same tests run on
 // the real driver (skipping without one; MESHRUN_REQUIRE_GPU=1 makes that
