@@ -352,3 +352,16 @@ func TestChooseDevice(t *testing.T) {
 	_, err = ChooseDevice()
 	require.EqualError(t, err, `cuda: MESHRUN_CUDA_DEVICE="gpu1": want a device number (0, 1, ...)`)
 }
+
+// TestNVRTCTooOld: an NVRTC that does not know the device's architecture
+// says so, naming its version and file and how to choose another.
+func TestNVRTCTooOld(t *testing.T) {
+	fakeOnly(t)
+	t.Setenv("MESHRUN_CUDA_CACHE", t.TempDir())
+	t.Setenv("MESHRUN_FAKE_MAX_SM", "80")
+	useDriver(t)
+	_, err := NewBackend(0, nil)
+	require.Error(t, err)
+	require.Equal(t, "cuda: nvrtcCompileProgram for sm_90: NVRTC_ERROR_INVALID_OPTION (5); NVRTC 13.0 ("+Path(NVRTC)+
+		") may not know sm_90: use a newer one (CUDA 13's; MESHRUN_NVRTC_LIB names its file):\nnvrtc: error: invalid value for --gpu-architecture (-arch)", err.Error())
+}

@@ -68,6 +68,8 @@ func (m *module) function(d *Device, name string) (uintptr, error) {
 	return f, nil
 }
 
+const nvrtcInvalidOption = 5 // NVRTC_ERROR_INVALID_OPTION
+
 // compileOptions are NVRTC's options for arch: no fast math, and no
 // contraction of a·b + c into a fused multiply-add (--fmad=false), which
 // Go's compiler does not do on amd64 either: so the kernels round as the
@@ -111,6 +113,11 @@ func compile(src, arch string) ([]byte, error) {
 	image, log, rc := nvCompile(src, "meshrun_kernels.cu", opts)
 	if rc != 0 {
 		msg := fmt.Sprintf("cuda: nvrtcCompileProgram for %s: %s (%d)", arch, nvErrorString(rc), rc)
+		if rc == nvrtcInvalidOption {
+			major, minor, _ := NVRTCVersion()
+			msg += fmt.Sprintf("; NVRTC %d.%d (%s) may not know %s: use a newer one (CUDA 13's; %s names its file)",
+				major, minor, Path(NVRTC), arch, NVRTC.Env())
+		}
 		if log = strings.TrimSpace(log); log != "" {
 			msg += ":\n" + log
 		}

@@ -23,7 +23,8 @@
  * NVRTC); MESHRUN_FAKE_FAIL lists entry points that fail (with their
  * usual error: cuMemAlloc_v2 out of memory, nvrtcCompileProgram a
  * compilation error, cublasGemmEx execution failed); MESHRUN_FAKE_LOG
- * names a file each compilation appends a line to. */
+ * names a file each compilation appends a line to; MESHRUN_FAKE_MAX_SM
+ * (e.g. 80) makes NVRTC reject newer architectures, as an old one does. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -262,6 +263,11 @@ int nvrtcCompileProgram(struct prog *p, int nopts, const char *const *opts) {
 	for (int i = 0; i < nopts; i++)
 		if (strncmp(opts[i], "--gpu-architecture=sm_", 22) == 0) arch = opts[i] + 19;
 	if (!arch) { p->log = strdup("fake nvrtc: no --gpu-architecture=sm_XY option (a CUBIN needs a real architecture)"); return 5; }
+	const char *maxsm = getenv("MESHRUN_FAKE_MAX_SM");
+	if (maxsm && atoi(arch + 3) > atoi(maxsm)) {
+		p->log = strdup("nvrtc: error: invalid value for --gpu-architecture (-arch)");
+		return 5;
+	}
 	if (failing("nvrtcCompileProgram")) { p->log = strdup("fake nvrtc: compilation failed on request (MESHRUN_FAKE_FAIL)"); return 6; }
 	const char *emu = getenv("MESHRUN_FAKE_EMU");
 	if (!emu) { p->log = strdup("fake nvrtc: MESHRUN_FAKE_EMU (the folder of emu.h) is not set"); return 6; }
