@@ -70,7 +70,7 @@ python3 - <<'PY' || echo "(no PyTorch with CUDA here)"
 import time, torch
 assert torch.cuda.is_available()
 torch.backends.cuda.matmul.allow_tf32 = False
-for dt in (torch.float32, torch.float64):
+for dt in (torch.float32, torch.bfloat16, torch.float64):
     for m, k, n in ((4096, 4096, 4096), (8192, 1024, 4096), (16 * 512, 768, 3072)):
         a = torch.randn(m, k, device="cuda", dtype=dt); b = torch.randn(k, n, device="cuda", dtype=dt)
         for _ in range(3): a @ b

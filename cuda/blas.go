@@ -10,6 +10,8 @@ import (
 const (
 	cudaR32F    = 0
 	cudaR64F    = 1
+	cudaR16F    = 2
+	cudaR16BF   = 14
 	computeF32  = 68 // CUBLAS_COMPUTE_32F
 	computeF64  = 70 // CUBLAS_COMPUTE_64F
 	mathDefault = 0  // CUBLAS_DEFAULT_MATH: with COMPUTE_32F, full f32 (no TF32)
@@ -51,13 +53,19 @@ func blasError(call string, rc int) error {
 // elements. cuBLAS is column-major, and a row-major matrix read
 // column-major is its transpose, so it computes Cᵀ = Bᵀ·Aᵀ: B first, the
 // dims swapped, no transposes. f32 is computed in f32 (CUBLAS_COMPUTE_32F,
-// default math: no TF32 tensor cores), as on the CPU backend.
+// default math: no TF32 tensor cores), as on the CPU backend; bf16 and f16
+// operands too, the result rounded once to their type (what the CPU does
+// by widening, an f32 GEMM and narrowing; here on the tensor cores).
 func (d *Device) rowMajorGemm(dt ir.DType, m, n, k, batch int, a, b, c uint64, sa, sb int64) error {
 	g := gemmCall{m: n, n: m, k: k, a: b, b: a, c: c, lda: n, ldb: k, ldc: n,
 		sa: sb, sb: sa, sc: int64(m * n), batch: batch}
 	switch dt {
 	case ir.F32:
 		g.dtype, g.compute = cudaR32F, computeF32
+	case ir.BF16:
+		g.dtype, g.compute = cudaR16BF, computeF32
+	case ir.F16:
+		g.dtype, g.compute = cudaR16F, computeF32
 	case ir.F64:
 		g.dtype, g.compute, g.double = cudaR64F, computeF64, true
 	default:

@@ -83,10 +83,11 @@ func halfTensor(dt ir.DType, shape []int, x []float64) *rt.Tensor {
 	return t
 }
 
-// TestHalfOps: ops in bf16 and f16 (widened, the f32 kernel, narrowed) run
-// natively and agree with the CPU within one unit of the half type (their
-// f32 stage may differ in its last bits: the device's exp, the GEMM's
-// order).
+// TestHalfOps: ops in bf16 and f16 (widened, the f32 kernel, narrowed;
+// matmul as a cuBLAS GEMM of half operands with f32 compute, in each of its
+// batch mappings) run natively and agree with the CPU within one unit of
+// the half type (their f32 stage may differ in its last bits: the device's
+// exp, the GEMM's order).
 func TestHalfOps(t *testing.T) {
 	be := newTestBackend(t)
 	rng := rand.New(rand.NewPCG(27, 28))
@@ -111,6 +112,12 @@ func TestHalfOps(t *testing.T) {
 			{&plan.Kernel{Op: "cast", DType: ir.F32}, []*rt.Tensor{a}},
 			{&plan.Kernel{Op: "cast", DType: dt}, []*rt.Tensor{randTensor(rng, ir.F32, []int{4, 6})}},
 			{&plan.Kernel{Op: "const", DType: dt, Attrs: ir.Attrs{Scalar: 0.1}}, nil},
+		}
+		for _, sh := range [][2][]int{{{2, 3, 5, 7}, {7, 4}}, {{3, 5, 7}, {3, 7, 4}}, {{5, 7}, {3, 7, 4}}, {{2, 1, 5, 7}, {1, 3, 7, 4}}} {
+			cases = append(cases, struct {
+				k    *plan.Kernel
+				args []*rt.Tensor
+			}{&plan.Kernel{Op: "matmul", DType: dt}, []*rt.Tensor{randHalf(dt, sh[0]), randHalf(dt, sh[1])}})
 		}
 		for _, c := range cases {
 			want := cpuCompute(t, c.k, c.args...)

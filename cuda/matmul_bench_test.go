@@ -23,7 +23,8 @@ import (
 // and operands. Each round runs `reps` of one side then `reps` of the
 // other, the order flipping every round, each side ending with a stream
 // synchronisation; it reports backend/raw time as min, median and max
-// over the rounds, and each side's best TFLOP/s. On the fake driver the
+// over the rounds, and each side's best TFLOP/s, in f32, bf16 (f32
+// compute, the tensor cores) and f64. On the fake driver the
 // shapes are small (also with MESHRUN_BENCH_SMALL=1, to try bench/gpu.sh
 // on the fake) and the figures say nothing of a GPU (bench/gpu.sh runs it
 // on one with MESHRUN_TEST_GPU=1).
@@ -34,7 +35,7 @@ func BenchmarkMatmulVsCublas(b *testing.B) {
 	if !onGPU() || os.Getenv("MESHRUN_BENCH_SMALL") == "1" {
 		shapes, reps, rounds = [][3]int{{64, 48, 32}}, 3, 5
 	}
-	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+	for _, dt := range []ir.DType{ir.F32, ir.BF16, ir.F64} {
 		for _, s := range shapes {
 			m, k, n := s[0], s[1], s[2]
 			b.Run(fmt.Sprintf("%s_%dx%dx%d", dt, m, k, n), func(b *testing.B) {
@@ -119,6 +120,10 @@ func randHost(rng *rand.Rand, dt ir.DType, r, c int) *rt.Tensor {
 	case []float64:
 		for i := range d {
 			d[i] = rng.NormFloat64()
+		}
+	case []uint16:
+		for i := range d {
+			d[i] = rt.F32ToBF16(float32(rng.NormFloat64()))
 		}
 	}
 	return t

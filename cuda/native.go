@@ -32,6 +32,9 @@ func Native(k *plan.Kernel) bool {
 	if ok, decided := nativeOther(k); decided {
 		return ok
 	}
+	if k.Op == "matmul" && isHalf(k.DType) { // cuBLAS: half operands, f32 compute
+		return len(k.ArgDTypes) == 2 && k.ArgDTypes[0] == k.DType && k.ArgDTypes[1] == k.DType
+	}
 	if k.DType != ir.F32 && k.DType != ir.F64 {
 		return false
 	}

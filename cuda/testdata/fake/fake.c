@@ -17,7 +17,8 @@
  *   runs the grid one thread at a time from the driver's argument list.
  *   Launches are serialised (one stream, and emu.h's grid globals).
  * - cuBLAS's GEMMs are column-major loops in the compute type, with
- *   cuBLAS's argument checks (leading dimensions, types).
+ *   cuBLAS's argument checks (leading dimensions, types): f32 and f64, and
+ *   bf16/f16 operands with f32 compute (widened, rounded once).
  *
  * Environment: MESHRUN_FAKE_EMU is the folder holding emu.h (required by
  * NVRTC); MESHRUN_FAKE_FAIL lists entry points that fail (with their
@@ -315,27 +316,79 @@ int cublasSetMathMode(struct handle *h, int mode) {
 	return 0;
 }
 
-/* one column-major GEMM, C = op(A)·op(B), alpha = 1, beta = 0 only */
+/* Element types: CUDA_R_32F 0, CUDA_R_64F 1, CUDA_R_16F 2, CUDA_R_16BF 14.
+ * Half elements are read into float and results rounded to nearest, ties
+ * to even (the conversions cuBLAS applies with a 32F compute type). */
+static size_t esize(int dt) { return dt == 1 ? 8 : dt == 0 ? 4 : 2; }
+
+static float f32_of_bits(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
+static uint32_t bits_of_f32(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
+
+static float half_load(uint16_t h, int dt) {
+	if (dt == 14) return f32_of_bits((uint32_t)h << 16);
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+	if (exp == 0 && man == 0) return f32_of_bits(sign);
+	if (exp == 0) { /* subnormal: exactly man · 2^-24 */
+		float f = (float)man / 16777216.0f;
+		return sign ? -f : f;
+	}
+	if (exp == 0x1f) return f32_of_bits(sign | 0xff << 23 | man << 13);
+	return f32_of_bits(sign | (exp + 127 - 15) << 23 | man << 13);
+}
+
+static uint16_t half_store(float f, int dt) {
+	uint32_t b = bits_of_f32(f);
+	if (dt == 14) {
+		if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu)) return (uint16_t)((b >> 16) | 0x40);
+		b += 0x7fffu + ((b >> 16) & 1u);
+		return (uint16_t)(b >> 16);
+	}
+	uint32_t sign = (b >> 16) & 0x8000u, man = b & 0x7fffffu;
+	int exp = (int)((b >> 23) & 0xff), e = exp - 127 + 15;
+	if (exp == 0xff) return (uint16_t)(sign | (man ? 0x7e00u : 0x7c00u));
+	if (exp == 0 && man == 0) return (uint16_t)sign;
+	if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u);
+	if (e <= 0) {
+		if (e < -10) return (uint16_t)sign;
+		uint32_t m = man | 0x800000u, shift = (uint32_t)(14 - e), half = 1u << (shift - 1);
+		uint32_t q = m >> shift, rem = m & ((1u << shift) - 1);
+		if (rem > half || (rem == half && (q & 1u))) q++;
+		return (uint16_t)(sign | q);
+	}
+	uint32_t q = (uint32_t)e << 10 | man >> 13, rem = man & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) q++;
+	return (uint16_t)(sign | q);
+}
+
+static float ldf(const void *p, size_t i, int dt) {
+	return dt == 0 ? ((const float *)p)[i] : half_load(((const uint16_t *)p)[i], dt);
+}
+
+/* one column-major GEMM, C = alpha·op(A)·op(B) (+ beta·C), summed in the
+ * compute type (float for 32F, double for 64F) in order */
 static int gemm1(int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int lda, const void *B, int ldb,
 	const void *beta, void *C, int ldc, int dt) {
-	size_t es = dt == 0 ? 4 : 8;
+	size_t es = esize(dt);
 	int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
 	if (!inside((devptr)(uintptr_t)A, ((size_t)(ac - 1) * lda + ar) * es) ||
 		!inside((devptr)(uintptr_t)B, ((size_t)(bc - 1) * ldb + br) * es) ||
 		!inside((devptr)(uintptr_t)C, ((size_t)(n - 1) * ldc + m) * es)) return 7;
 	for (int j = 0; j < n; j++)
 		for (int i = 0; i < m; i++) {
-			if (dt == 0) {
-				const float *a = A, *b = B;
-				float s = 0;
-				for (int l = 0; l < k; l++) s += a[ta ? l + (size_t)i * lda : i + (size_t)l * lda] * b[tb ? j + (size_t)l * ldb : l + (size_t)j * ldb];
-				((float *)C)[i + (size_t)j * ldc] = *(const float *)alpha * s + (*(const float *)beta ? *(const float *)beta * ((float *)C)[i + (size_t)j * ldc] : 0);
-			} else {
+			size_t c = i + (size_t)j * ldc;
+			if (dt == 1) {
 				const double *a = A, *b = B;
 				double s = 0;
 				for (int l = 0; l < k; l++) s += a[ta ? l + (size_t)i * lda : i + (size_t)l * lda] * b[tb ? j + (size_t)l * ldb : l + (size_t)j * ldb];
-				((double *)C)[i + (size_t)j * ldc] = *(const double *)alpha * s + (*(const double *)beta ? *(const double *)beta * ((double *)C)[i + (size_t)j * ldc] : 0);
+				((double *)C)[c] = *(const double *)alpha * s + (*(const double *)beta ? *(const double *)beta * ((double *)C)[c] : 0);
+				continue;
 			}
+			float s = 0;
+			for (int l = 0; l < k; l++)
+				s += ldf(A, ta ? l + (size_t)i * lda : i + (size_t)l * lda, dt) * ldf(B, tb ? j + (size_t)l * ldb : l + (size_t)j * ldb, dt);
+			float r = *(const float *)alpha * s + (*(const float *)beta ? *(const float *)beta * ldf(C, c, dt) : 0);
+			if (dt == 0) ((float *)C)[c] = r;
+			else ((uint16_t *)C)[c] = half_store(r, dt);
 		}
 	return 0;
 }
@@ -347,7 +400,7 @@ static int gemm_args(struct handle *h, int ta, int tb, int m, int n, int k, int 
 	if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1) || m < 0 || n < 0 || k < 0) return 7;
 	if (lda < (ta ? k : m) || lda < 1 || ldb < (tb ? n : k) || ldb < 1 || ldc < m || ldc < 1) return 7;
 	if (at != bt || at != ct) return 15;
-	if (!((at == 0 && compute == 68) || (at == 1 && compute == 70))) return 15;
+	if (!((at == 0 || at == 2 || at == 14) && compute == 68) && !(at == 1 && compute == 70)) return 15;
 	return 0;
 }
 
@@ -368,7 +421,7 @@ int cublasGemmStridedBatchedEx(struct handle *h, int ta, int tb, int m, int n, i
 	int rc = gemm_args(h, ta, tb, m, n, k, at, lda, bt, ldb, ct, ldc, compute);
 	if (rc) return rc;
 	if (batch < 0 || sc < (long long)ldc * n) return 7;
-	size_t es = at == 0 ? 4 : 8;
+	size_t es = esize(at);
 	for (int i = 0; i < batch && rc == 0 && m && n; i++)
 		rc = gemm1(ta, tb, m, n, k, alpha, (const char *)A + i * sa * es, lda, (const char *)B + i * sb * es, ldb, beta,
 			(char *)C + i * sc * es, ldc, at);
