@@ -42,7 +42,8 @@
 // dims, A's batch folded into rows) or cublasGemmStridedBatchedEx (batch
 // dims whole or absent on each side) gets B first with the dims swapped;
 // other batch broadcasts are a GEMM per batch. f32 GEMMs compute in f32
-// (CUBLAS_COMPUTE_32F, default math: no TF32).
+// (CUBLAS_COMPUTE_32F, default math: no TF32); bf16 and f16 GEMMs take
+// half operands, compute in f32 and round the result once.
 //
 // bf16 and f16 ops run as the CPU runs them (half.go): half operands
 // widened to f32, the f32 kernel, the result rounded once, the
