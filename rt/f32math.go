@@ -1,6 +1,10 @@
 package rt
 
-import "math"
+import (
+	"math"
+
+	"github.com/meshrun/meshrun/rt/vecmath"
+)
 
 // Transcendentals for f32 (and half, which computes in f32) tensors.
 // math.Exp and math.Erf carry float64's full 53 bits and cost accordingly;
@@ -10,33 +14,10 @@ import "math"
 // bounds are asserted in f32math_test.go and stated in spec.md. f64 tensors
 // keep package math.
 
-// exp64 reduces x = (32m + j)·ln2/32 + r with |r| ≤ ln2/64 and returns
-// 2^m · 2^(j/32) · e^r, e^r from its degree-5 Taylor polynomial (remainder
-// r^6/720 < 3e-15). Results below e^-708 flush to 0 and above e^709 go to
-// +Inf: outside f32's range either way, so callers rounding to f32 or
-// summing exponentials of f32 values see no difference.
-func exp64(x float64) float64 {
-	if !(x > -708) { // also NaN
-		if x != x {
-			return x
-		}
-		return 0
-	}
-	if x > 709 {
-		return math.Inf(1)
-	}
-	const n = float64(len(exp2Tab))
-	const shifter = 0x1.8p52 // adding it rounds to an integer (|x·n/ln2| < 2^51)
-	kf := (x*(n/math.Ln2) + shifter) - shifter
-	k := int64(kf)
-	// kf·(ln2/n) is off by at most |x|·2^-52 ≈ 1.6e-13 at |x| = 709, and by
-	// 2.3e-14 over f32's range, which bounds the reduction's error.
-	r := x - kf*(math.Ln2/n)
-	r2 := r * r // Estrin's scheme: a shorter dependency chain than Horner's
-	p := (1 + r) + r2*((1.0/2+r*(1.0/6))+r2*(1.0/24+r*(1.0/120)))
-	scale := math.Float64frombits(uint64(k>>5+1023) << 52) // m ∈ [-1022, 1022]
-	return scale * exp2Tab[k&31] * p
-}
+// exp64 is e^x to about 1e-13 relative (vecmath.Exp64, whose vector
+// form softmax uses on whole rows): below e^-708 it is 0, above e^709
+// +Inf, outside f32's range either way.
+func exp64(x float64) float64 { return vecmath.Exp64(x) }
 
 // widen64 is float64(x) by moving bits. amd64's CVTSS2SD writes only the low
 // half of its register, so each element's conversion waits on whatever
@@ -51,14 +32,6 @@ func widen64(x float32) float64 {
 	}
 	return math.Float64frombits(uint64(b>>31)<<63 | (uint64(b&0x7fffffff)<<29 + (1023-127)<<52))
 }
-
-// exp2Tab[j] = 2^(j/32), from package math once at start-up.
-var exp2Tab = func() (t [32]float64) {
-	for j := range t {
-		t[j] = math.Exp2(float64(j) / 32)
-	}
-	return t
-}()
 
 // exp32 is e^x rounded to f32: within 1 ULP (overflow and underflow to
 // subnormals and 0 happen in the conversion, as IEEE rounding does).
@@ -85,14 +58,12 @@ func tanh32(x float32) float32 {
 // (c_n = 2/√π·(−1)^n/(n!(2n+1)); ten terms leave < 1e-13 of the result),
 // above it erfc(t) = e^(−t²)·R(t) with R(t) = e^(t²)·erfc(t), which is
 // smooth and slowly varying (≈ 1/(t√π)) where erfc itself spans 300 orders
-// of magnitude, so the tail keeps its relative accuracy for gelu's
-// negative side. R is a degree-9 Taylor polynomial about the centre of
+// of magnitude, so the tail keeps its relative accuracy. R is a degree-9 Taylor polynomial about the centre of
 // each of erfcSteps intervals of width erfcW covering [0, 21/2);
 // erfc(21/2) < 1e-49 is 0 in f32. Narrow intervals and a low degree keep
-// the polynomial's dependency chain short (it dominates gelu's cost).
-// erf itself uses R only from erfcLo on; gelu and its gradient need only
-// Φ = ½erfc(−t), which never cancels, and take R from 0 (one path, no
-// data-dependent branch: see gelu32).
+// the polynomial's dependency chain short. erf uses R from erfcLo on. (gelu
+// and its gradient on f32 are rt/vecmath's: float32 arithmetic without
+// tables, eight lanes at a time.)
 const (
 	erfcLo    = 0.5
 	erfcW     = 0.25
@@ -169,39 +140,3 @@ func erf64(x float64) float64 {
 
 // erf32 is erf x rounded to f32, within 1 ULP.
 func erf32(x float32) float32 { return float32(erf64(widen64(x))) }
-
-// normCDF is Φ(x) = ½·erfc(−x/√2) from erfc(|t|) alone: for x < 0 it is
-// ½erfc(|t|), which keeps its relative accuracy where it is tiny; for
-// x ≥ 0 it is 1 − ½erfc(t) ≥ ½, which cannot cancel. One path for every x:
-// gelu's inputs change sign at random, and the branches on the sign and on
-// |t| < ½ that the erf route takes were mispredicted about half the time
-// (issue 10: gelu was a fifth of the tiny GPT's step).
-func normCDF(x float64) float64 {
-	t := x * (1 / math.Sqrt2)
-	return upper(t, 0.5*exp64(-t*t)*erfcR(math.Abs(t)))
-}
-
-// upper is tail for t < 0 and 1 − tail for t ≥ 0 (by the sign bit, so that
-// the compiler need not branch; NaN stays NaN).
-func upper(t, tail float64) float64 {
-	pos := float64(1 - math.Float64bits(t)>>63) // 1 for t ≥ 0 (and +0), 0 below
-	return pos + (1-2*pos)*tail
-}
-
-// gelu32 is x·Φ(x) (exact gelu) rounded to f32.
-func gelu32(x float32) float32 {
-	v := widen64(x)
-	return float32(v * normCDF(v))
-}
-
-// geluGrad32 is Φ(x) + x·φ(x) rounded to f32. The two terms cancel near
-// x ≈ −0.75, where the absolute error (≈ 1e-14) is what is bounded. φ and
-// Φ's tail share one exponential, e^(−x²/2) = e^(−t²) with t = x/√2.
-func geluGrad32(x float32) float32 {
-	const invSqrt2Pi = 0.3989422804014327
-	v := widen64(x)
-	t := v * (1 / math.Sqrt2)
-	g := exp64(-t * t)
-	cdf := upper(t, 0.5*g*erfcR(math.Abs(t))) // ½erfc(|t|) = Φ(−|x|)
-	return float32(cdf + v*g*invSqrt2Pi)
-}

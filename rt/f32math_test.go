@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/meshrun/meshrun/rt/vecmath"
 )
 
 // ulps is the distance between two f32 values in units in the last place,
@@ -68,8 +70,10 @@ func TestF32MathULPs(t *testing.T) {
 		{"erf", erf32, math.Erf, 1, 0},
 		{"tanh", tanh32, math.Tanh, 1, 0},
 		{"sigmoid", sigmoid32, func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }, 1, 0},
-		{"gelu", gelu32, refGelu, 1, 0},
-		{"gelu_grad", geluGrad32, refGeluGrad, 1, 1e-12},
+		{"gelu/vecmath", vecmath.Gelu1, refGelu, 5, 0},
+		{"gelu_grad/vecmath", vecmath.GeluGrad1, refGeluGrad, 7, 0x1p-23},
+		{"gelu/vecmath slice", lanes(vecmath.Gelu), refGelu, 5, 0},
+		{"gelu_grad/vecmath slice", lanes(vecmath.GeluGrad), refGeluGrad, 7, 0x1p-23},
 	}
 	for _, c := range cases {
 		worst, at := 0.0, float32(0)
@@ -87,6 +91,19 @@ func TestF32MathULPs(t *testing.T) {
 			t.Errorf("%s: %g ULP at x = %g (%#x): got %g, want %g; bound %g", c.name, worst, at,
 				math.Float32bits(at), c.got(at), float32(c.want(float64(at))), c.maxULP)
 		}
+	}
+}
+
+// lanes is f on a slice of 8 (a whole vector where the vector kernels
+// run) holding x, read back from its last lane.
+func lanes(f func(dst, src []float32)) func(float32) float32 {
+	var in, out [8]float32
+	return func(x float32) float32 {
+		for i := range in {
+			in[i] = x
+		}
+		f(out[:], in[:])
+		return out[7]
 	}
 }
 
@@ -133,12 +150,10 @@ func BenchmarkF32Math(b *testing.B) {
 		{"exp/math", func(x float32) float32 { return float32(math.Exp(float64(x))) }},
 		{"tanh/f32", tanh32},
 		{"tanh/math", func(x float32) float32 { return float32(math.Tanh(float64(x))) }},
-		{"gelu/f32", gelu32},
 		{"gelu/math", func(x float32) float32 {
 			v := float64(x)
 			return float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))
 		}},
-		{"gelu_grad/f32", geluGrad32},
 		{"gelu_grad/math", func(x float32) float32 {
 			v := float64(x)
 			return float32(0.5*(1+math.Erf(v/math.Sqrt2)) + v*math.Exp(-0.5*v*v)*invSqrt2Pi)
@@ -149,6 +164,18 @@ func BenchmarkF32Math(b *testing.B) {
 				for i, x := range in {
 					out[i] = c.f(x)
 				}
+			}
+			b.SetBytes(int64(4 * len(in)))
+		})
+	}
+	// The slice kernels (eight lanes at a time where AVX2 runs).
+	for _, c := range []struct {
+		name string
+		f    func(dst, src []float32)
+	}{{"gelu/vecmath", vecmath.Gelu}, {"gelu_grad/vecmath", vecmath.GeluGrad}} {
+		b.Run(c.name, func(b *testing.B) {
+			for n := 0; n < b.N; n++ {
+				c.f(out, in)
 			}
 			b.SetBytes(int64(4 * len(in)))
 		})

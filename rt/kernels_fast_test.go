@@ -4,13 +4,16 @@ package rt
 // layernorm rows, f32 Adam) against the general code they shortcut.
 
 import (
+	"math"
 	"testing"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/stretchr/testify/require"
 )
 
-// TestTransposeBlocksMatchesPermute: the tiled matrix transpose gives what
+// TestTransposeBlocksMatchesPermute: the matrix transpose (f32: vecmath's
+// 8×8 register blocks; f64: the tiled one) gives what
 // the element-wise permute gives, on shapes that are not multiples of the
 // tile, batched, and degenerate; out[..., j, i] = in[..., i, j] is checked
 // directly too.
@@ -49,6 +52,54 @@ func TestTransposeBlocksMatchesPermute(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPermuteRunsMatchIndexFormula: permute (which copies trailing dims
+// contiguous in both layouts as runs) against out[i] = in[Σ idx_k·src_k]
+// computed from each output element's multi-index, for every permutation
+// of 3- and 4-dim shapes with sizes 1, 2 and 3 (and the heads permute of
+// the tiny GPT's attention).
+func TestPermuteRunsMatchIndexFormula(t *testing.T) {
+	shapes := [][]int{{2, 3, 1}, {3, 1, 2}, {2, 3, 2, 3}, {1, 2, 1, 3}, {16, 16, 4, 8}, {4, 0, 3}}
+	for _, sh := range shapes {
+		for _, perm := range permutations(len(sh)) {
+			ist := strides(sh)
+			shape, src := make([]int, len(sh)), make([]int, len(sh))
+			for i, p := range perm {
+				shape[i], src[i] = sh[p], ist[p]
+			}
+			n := numel(sh)
+			in := make([]float64, n)
+			for i := range in {
+				in[i] = float64(i) + 0.5
+			}
+			got := make([]float64, n)
+			permute(got, in, shape, src)
+			ost := strides(shape)
+			for o := range got {
+				at := 0
+				for k := range shape {
+					at += o / ost[k] % shape[k] * src[k]
+				}
+				require.Equal(t, in[at], got[o], "shape %v perm %v at %d", sh, perm, o)
+			}
+		}
+	}
+}
+
+// permutations lists every ordering of 0..n-1.
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for at := 0; at <= len(p); at++ {
+			q := append(append(append([]int{}, p[:at]...), n-1), p[at:]...)
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // BenchmarkTranspose: the tiled transpose against the element-wise
@@ -115,10 +166,11 @@ func TestLayernormRows32MatchesFloat64(t *testing.T) {
 	}
 }
 
-// TestAdamUpdate32MatchesGeneric: the f32 Adam update is the generic one,
-// bit for bit.
+// TestAdamUpdate32MatchesGeneric: the f32 Adam update (vector lanes and
+// the scalar tail: n is not a multiple of 8) is the generic one, bit for
+// bit; so are the f32 moments.
 func TestAdamUpdate32MatchesGeneric(t *testing.T) {
-	n := 1000
+	n := 1003
 	p, m, v := make([]float32, n), make([]float32, n), make([]float32, n)
 	for i := range p {
 		p[i], m[i], v[i] = float32(i%7)*0.1-0.3, float32(i%5)*0.01-0.02, float32(i%3)*0.001+1e-9
@@ -127,6 +179,18 @@ func TestAdamUpdate32MatchesGeneric(t *testing.T) {
 	adamUpdate32(got, p, m, v, 0.001, 0.99, 1e-8, 0.999)
 	adamUpdate(want, p, m, v, 0.001, 0.99, 1e-8, 0.999)
 	require.Equal(t, want, got)
+	for _, sq := range []bool{false, true} {
+		k := &plan.Kernel{Op: "adam_moment"}
+		if sq {
+			k.Op = "adam_moment2"
+		}
+		beta := &Tensor{DType: ir.F32, Data: []float32{0.9}}
+		mt := &Tensor{DType: ir.F32, Shape: []int{n}, Data: m}
+		gt := &Tensor{DType: ir.F32, Shape: []int{n}, Data: p}
+		got := adamMoment(&OpCall{Kernel: k, Args: []*Tensor{mt, gt, beta}}).Data.([]float32)
+		moment(want, m, p, 0.9, sq)
+		require.Equal(t, want, got, "square %v", sq)
+	}
 }
 
 // TestBinarySuffixBroadcast: an operand repeating along the other's
@@ -203,4 +267,104 @@ func TestNormalizeRows32MatchesFloat64(t *testing.T) {
 			require.Equal(t, float32(want[i]), got[i], "backward %v at %d", dd != nil, i)
 		}
 	}
+}
+
+// TestReduceMatchesDefinition: sum, mean and max along each axis (and
+// over everything) of f32 and f64 tensors, against the definition
+// evaluated per output element in float64, in the same order, so bit for
+// bit; -0 and infinities included.
+func TestReduceMatchesDefinition(t *testing.T) {
+	shape := []int{3, 4, 5}
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		x := NewTensor(dt, shape)
+		vals := make([]float64, 60)
+		for i := range vals {
+			vals[i] = float64(i*37%29)/4 - 3
+		}
+		vals[7], vals[11], vals[40] = math.Copysign(0, -1), math.Inf(1), math.Inf(-1)
+		storeFloat64s(x, vals)
+		for _, op := range []string{"sum", "mean", "max"} {
+			for axis := -1; axis < 3; axis++ {
+				k := &plan.Kernel{Op: op, ArgShapes: [][]int{shape}}
+				k.Attrs.Axis = axis
+				got := reduce(nil, k, x).Float64s()
+				outer, n, inner := 1, 60, 1
+				if axis >= 0 {
+					outer, n, inner = axisView(shape, axis)
+				}
+				for a := 0; a < outer; a++ {
+					for c := 0; c < inner; c++ {
+						acc := 0.0
+						if op == "max" {
+							acc = math.Inf(-1)
+						}
+						for i := 0; i < n; i++ {
+							e := vals[a*n*inner+i*inner+c]
+							if op == "max" {
+								acc = max(acc, e)
+							} else {
+								acc += e
+							}
+						}
+						if op == "mean" {
+							acc /= float64(n)
+						}
+						want := storeRound(dt, acc)
+						require.Equal(t, math.Float64bits(want), math.Float64bits(got[a*inner+c]),
+							"%s %s axis %d at %d: got %g want %g", dt, op, axis, a*inner+c, got[a*inner+c], want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// storeRound is v as a tensor of dt holds it.
+func storeRound(dt ir.DType, v float64) float64 {
+	if dt == ir.F32 {
+		return float64(float32(v))
+	}
+	return v
+}
+
+// TestCrossEntropyF32Rows: cross_entropy and its gradient on f32 logits
+// (exponentials from vecmath.ExpShifted, computed once per element) give
+// the bits of the definition evaluated here with exp64 one element at a
+// time, rows of 37 (not a multiple of the lanes).
+func TestCrossEntropyF32Rows(t *testing.T) {
+	const n, c = 5, 37
+	logits := NewTensor(ir.F32, []int{n, c})
+	l := logits.Data.([]float32)
+	for i := range l {
+		l[i] = float32(i*13%41)/5 - 4
+	}
+	labels := &Tensor{DType: ir.I64, Shape: []int{n}, Data: []int64{0, 36, 5, 17, 3}}
+	g := &Tensor{DType: ir.F32, Data: []float32{1.5}}
+	loss, err := crossEntropy(nil, logits, labels, 8)
+	require.NoError(t, err)
+	grad, err := crossEntropyGrad(nil, logits, labels, g, 8)
+	require.NoError(t, err)
+	total := 0.0
+	want := make([]float32, n*c)
+	for r := 0; r < n; r++ {
+		row := l[r*c : (r+1)*c]
+		mx, s := math.Inf(-1), 0.0
+		for _, v := range row {
+			mx = max(mx, float64(v))
+		}
+		for _, v := range row {
+			s += exp64(float64(v) - mx)
+		}
+		lab := labels.Data.([]int64)[r]
+		total += mx + math.Log(s) - float64(row[lab])
+		for i, v := range row {
+			p := exp64(float64(v)-mx) / s
+			if int64(i) == lab {
+				p--
+			}
+			want[r*c+i] = float32(p * (1.5 / 8))
+		}
+	}
+	require.Equal(t, float32(total/8), loss.Data.([]float32)[0])
+	require.Equal(t, want, grad.Data.([]float32))
 }

@@ -3,6 +3,8 @@ package rt
 import (
 	"fmt"
 	"math"
+
+	"github.com/meshrun/meshrun/rt/vecmath"
 )
 
 // Kernels of the gradient helper ops (registered with their rules in ops/grad.go).
@@ -33,18 +35,18 @@ func init() {
 		x, k := call.Args[0], call.Kernel
 		shape := append([]int{}, x.Shape...)
 		shape[k.Attrs.Axis] += k.Shape[k.Attrs.Axis] - k.ArgShapes[0][k.Attrs.Axis]
-		out := NewTensor(x.DType, shape)
+		out := call.pool.zeroed(x.DType, shape) // zero outside the copied block
 		off := make([]int, len(shape))
 		off[k.Attrs.Axis] = k.Attrs.Start
 		CopyBlock(out, off, x, make([]int, len(shape)), x.Shape)
 		return out
 	}), "pad")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
-		return embeddingGrad(call.Args[0], call.Args[1], call.Out.Len, call.Out.Off[0])
+		return embeddingGrad(call.pool, call.Args[0], call.Args[1], call.Out.Len, call.Out.Off[0])
 	}, "embedding_grad")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
 		a := call.Args
-		return crossEntropyGrad(a[0], a[1], a[2], call.Kernel.ArgShapes[0][0])
+		return crossEntropyGrad(call.pool, a[0], a[1], a[2], call.Kernel.ArgShapes[0][0])
 	}, "cross_entropy_grad")
 }
 
@@ -57,11 +59,7 @@ func geluGrad(p *hostPool, x *Tensor) *Tensor {
 	if in, ok := x.Data.([]float32); ok {
 		out := uninitialised(p, x.DType, x.Shape)
 		d := out.Data.([]float32)
-		parallelFor(len(in), func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				d[i] = geluGrad32(in[i])
-			}
-		})
+		parallelFor(len(in), func(lo, hi int) { vecmath.GeluGrad(d[lo:hi], in[lo:hi]) })
 		return out
 	}
 	return mapFloat(x, f)
@@ -129,25 +127,14 @@ func normalizeRows(p *hostPool, x, d *Tensor, eps float64) *Tensor {
 		d32, ok = d.Data.([]float32)
 		ok = ok && x32 != nil
 	}
-	if ok && h > 0 {
-		row, drow, orow := p.f64(h), p.f64(h), p.f64(h)
-		defer p.done(row, drow, orow)
+	if ok && h > 0 { // rows read and written in place, in float64
 		o := out.Data.([]float32)
 		for r := 0; r < len(x32)/h; r++ {
-			for i, v := range x32[r*h : (r+1)*h] {
-				row[i] = float64(v)
-			}
-			var dv []float64
+			var dr []float32
 			if d32 != nil {
-				for i, v := range d32[r*h : (r+1)*h] {
-					drow[i] = float64(v)
-				}
-				dv = drow
+				dr = d32[r*h : (r+1)*h]
 			}
-			normalizeRow(orow, row, dv, eps)
-			for i, v := range orow {
-				o[r*h+i] = float32(v)
-			}
+			normalizeRow(o[r*h:(r+1)*h], x32[r*h:(r+1)*h], dr, eps)
 		}
 		return out
 	}
@@ -169,34 +156,33 @@ func normalizeRows(p *hostPool, x, d *Tensor, eps float64) *Tensor {
 	return out
 }
 
-// normalizeRow is normalizeRows on one row (d nil: the forward).
-func normalizeRow(o, row, d []float64, eps float64) {
+// normalizeRow is normalizeRows on one row (d nil: the forward), in
+// float64 whatever T (f32 rows widen exactly as they are read), each
+// result rounded once to T.
+func normalizeRow[T float32 | float64](o, row, d []T, eps float64) {
 	h := float64(len(row))
-	mean, vr := 0.0, 0.0
-	for _, v := range row {
-		mean += v
-	}
-	mean /= h
-	for _, v := range row {
-		vr += (v - mean) * (v - mean)
-	}
-	vr /= h
-	inv := 1 / math.Sqrt(vr+eps)
+	mean, inv := rowMoments(row, eps)
+	o = o[:len(row)]
 	if d == nil {
 		for i, v := range row {
-			o[i] = (v - mean) * inv
+			o[i] = T((float64(v) - mean) * inv)
 		}
 		return
 	}
-	md, mdx := 0.0, 0.0
-	for i, v := range row {
-		md += d[i]
-		mdx += d[i] * (v - mean) * inv
+	d = d[:len(row)]
+	md := sum4(d) / h
+	var m0, m1 float64 // Σ d·x̂ in two partial sums (see sum4)
+	i := 0
+	for ; i+2 <= len(row); i += 2 {
+		m0 += float64(d[i]) * (float64(row[i]) - mean) * inv
+		m1 += float64(d[i+1]) * (float64(row[i+1]) - mean) * inv
 	}
-	md /= h
-	mdx /= h
+	if i < len(row) {
+		m0 += float64(d[i]) * (float64(row[i]) - mean) * inv
+	}
+	mdx := (m0 + m1) / h
 	for i, v := range row {
-		o[i] = (d[i] - md - (v-mean)*inv*mdx) * inv
+		o[i] = T((float64(d[i]) - md - (float64(v)-mean)*inv*mdx) * inv)
 	}
 }
 
@@ -255,11 +241,15 @@ func broadcastTo(x *Tensor, shape []int) *Tensor {
 
 // embeddingGrad scatter-adds g's rows into the local block of the table
 // gradient: rows [rowOff, rowOff+shape[0]) of the vocabulary.
-func embeddingGrad(idx, g *Tensor, shape []int, rowOff int) (*Tensor, error) {
+// embeddingGrad, crossEntropyGrad (and the forward kernels) take their
+// float64 working copies and outputs from the rank's arena p: they were a
+// third of the bytes a tiny-GPT step left to the collector (issue 10).
+func embeddingGrad(p *hostPool, idx, g *Tensor, shape []int, rowOff int) (*Tensor, error) {
 	h := shape[1]
 	ix := indices(idx)
-	gv := g.Float64s()
-	o := make([]float64, shape[0]*h)
+	gv := p.float64s(g)
+	o := p.f64(shape[0] * h)
+	defer p.done(gv, o)
 	for i, id := range ix {
 		r := int(id) - rowOff
 		if r < 0 || r >= shape[0] {
@@ -269,33 +259,35 @@ func embeddingGrad(idx, g *Tensor, shape []int, rowOff int) (*Tensor, error) {
 			o[r*h+j] += gv[i*h+j]
 		}
 	}
-	out := NewTensor(g.DType, shape)
+	out := uninitialised(p, g.DType, shape)
 	storeFloat64s(out, o)
 	return out, nil
 }
 
-func crossEntropyGrad(logits, labels, g *Tensor, globalN int) (*Tensor, error) {
+func crossEntropyGrad(p *hostPool, logits, labels, g *Tensor, globalN int) (*Tensor, error) {
 	n, c := logits.Shape[0], logits.Shape[1]
-	in := logits.Float64s()
+	in := p.float64s(logits)
 	lab := indices(labels)
 	scale := g.Float64s()[0] / float64(globalN)
-	o := make([]float64, len(in))
-	exp := expFor(logits.DType)
+	o := p.f64(len(in))
+	defer p.done(in, o)
+	exp, l32 := expFor(logits.DType), f32Data(logits)
+	e := p.f64(c)
+	defer p.done(e)
 	for r := 0; r < n; r++ {
 		if lab[r] < 0 || lab[r] >= int64(c) {
 			return nil, fmt.Errorf("cross_entropy label %d out of range [0, %d)", lab[r], c)
 		}
-		row := in[r*c : (r+1)*c]
-		mx, s := rowMaxExpSum(row, exp)
-		for i, v := range row {
-			p := exp(v-mx) / s
+		_, s := expRow(e, in[r*c:(r+1)*c], rowOf(l32, r, c), exp)
+		for i, v := range e {
+			p := v / s
 			if int64(i) == lab[r] {
 				p--
 			}
 			o[r*c+i] = p * scale
 		}
 	}
-	out := NewTensor(logits.DType, logits.Shape)
+	out := uninitialised(p, logits.DType, logits.Shape)
 	storeFloat64s(out, o)
 	return out, nil
 }

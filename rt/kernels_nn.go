@@ -6,6 +6,7 @@ import (
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/rt/vecmath"
 )
 
 // Reductions and row-wise ops accumulate in float64 and round once.
@@ -39,7 +40,7 @@ func softmax(p *hostPool, x *Tensor, axis int, logOut bool) *Tensor {
 			base := a*n*inner + c
 			mx := math.Inf(-1)
 			for i := 0; i < n; i++ {
-				mx = math.Max(mx, in[base+i*inner])
+				mx = max(mx, in[base+i*inner])
 			}
 			s := 0.0
 			for i := 0; i < n; i++ {
@@ -72,12 +73,12 @@ func softmaxRows32(p *hostPool, out, in []float32, n int, logOut bool) {
 		row, o := in[r:r+n], out[r:r+n]
 		mx := math.Inf(-1)
 		for _, v := range row {
-			mx = math.Max(mx, float64(v))
+			mx = max(mx, float64(v))
 		}
+		vecmath.ExpShifted(e, row, mx) // exp64's bits, four lanes at a time
 		s := 0.0
-		for i, v := range row {
-			e[i] = exp64(float64(v) - mx)
-			s += e[i]
+		for _, v := range e[:n] {
+			s += v
 		}
 		if logOut {
 			ls := math.Log(s)
@@ -119,17 +120,14 @@ func layernorm(p *hostPool, x, g, b *Tensor, eps float64) *Tensor {
 	h := x.Shape[len(x.Shape)-1]
 	gv, bv := p.float64s(g), p.float64s(b)
 	defer p.done(gv, bv)
-	if in, ok := x.Data.([]float32); ok { // one row in float64 at a time
-		row := p.f64(h)
-		defer p.done(row)
+	if in, ok := x.Data.([]float32); ok { // rows read in place, in float64
 		o := out.Data.([]float32)
+		gv, bv := gv[:h], bv[:h]
 		for r := 0; h > 0 && r < len(in)/h; r++ {
-			for i, v := range in[r*h : (r+1)*h] {
-				row[i] = float64(v)
-			}
+			row, orow := in[r*h:(r+1)*h], o[r*h:(r+1)*h]
 			mean, inv := rowMoments(row, eps)
 			for i, v := range row {
-				o[r*h+i] = float32((v-mean)*inv*gv[i] + bv[i])
+				orow[i] = float32((float64(v)-mean)*inv*gv[i] + bv[i])
 			}
 		}
 		return out
@@ -148,28 +146,56 @@ func layernorm(p *hostPool, x, g, b *Tensor, eps float64) *Tensor {
 	return out
 }
 
-// rowMoments is a row's mean and 1/√(biased variance + eps).
-func rowMoments(row []float64, eps float64) (mean, inv float64) {
-	for _, v := range row {
-		mean += v
-	}
-	mean /= float64(len(row))
-	vr := 0.0
-	for _, v := range row {
-		vr += (v - mean) * (v - mean)
-	}
-	vr /= float64(len(row))
+// rowMoments is a row's mean and 1/√(biased variance + eps), in float64
+// (an f32 row is read in place: its values widen exactly).
+func rowMoments[T float32 | float64](row []T, eps float64) (mean, inv float64) {
+	mean = sum4(row) / float64(len(row))
+	vr := sumSqDev4(row, mean) / float64(len(row))
 	return mean, 1 / math.Sqrt(vr+eps)
+}
+
+// sum4 is Σ x in four interleaved partial sums: one running sum is a
+// chain of dependent additions (4 cycles each), and layernorm's rows are
+// short (32 in the tiny GPT), so the chains were most of its time.
+func sum4[T float32 | float64](x []T) float64 {
+	var a, b, c, d float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		a += float64(x[i])
+		b += float64(x[i+1])
+		c += float64(x[i+2])
+		d += float64(x[i+3])
+	}
+	for ; i < len(x); i++ {
+		a += float64(x[i])
+	}
+	return (a + b) + (c + d)
+}
+
+// sumSqDev4 is Σ (x − mean)² in four partial sums (see sum4).
+func sumSqDev4[T float32 | float64](x []T, mean float64) float64 {
+	var a, b, c, d float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		u, v, w, z := float64(x[i])-mean, float64(x[i+1])-mean, float64(x[i+2])-mean, float64(x[i+3])-mean
+		a += u * u
+		b += v * v
+		c += w * w
+		d += z * z
+	}
+	for ; i < len(x); i++ {
+		a += (float64(x[i]) - mean) * (float64(x[i]) - mean)
+	}
+	return (a + b) + (c + d)
 }
 
 // reduce computes sum, mean or max along Attrs.Axis (-1: all dims). mean
 // divides by the global count from the value's type, so a split input gives
 // the right partial.
 func reduce(p *hostPool, v *plan.Kernel, x *Tensor) *Tensor {
-	in := p.float64s(x)
 	axis := v.Attrs.Axis
 	var outShape []int
-	outer, n, inner := 1, len(in), 1
+	outer, n, inner := 1, x.Numel(), 1
 	globalN := numel(v.ArgShapes[0])
 	if axis >= 0 {
 		outer, n, inner = axisView(x.Shape, axis)
@@ -177,30 +203,52 @@ func reduce(p *hostPool, v *plan.Kernel, x *Tensor) *Tensor {
 		globalN = v.ArgShapes[0][axis]
 	}
 	o := p.f64(outer * inner)
-	defer p.done(in, o)
-	for a := 0; a < outer; a++ {
-		for c := 0; c < inner; c++ {
-			acc := 0.0
-			if v.Op == "max" {
-				acc = math.Inf(-1)
-			}
-			for i := 0; i < n; i++ {
-				e := in[a*n*inner+i*inner+c]
-				if v.Op == "max" {
-					acc = math.Max(acc, e)
-				} else {
-					acc += e
-				}
-			}
-			if v.Op == "mean" {
-				acc /= float64(globalN)
-			}
-			o[a*inner+c] = acc
+	defer p.done(o)
+	isMax := v.Op == "max"
+	if d, ok := x.Data.([]float32); ok {
+		reduceRows(o, d, outer, n, inner, isMax)
+	} else {
+		in := p.float64s(x)
+		defer p.done(in)
+		reduceRows(o, in, outer, n, inner, isMax)
+	}
+	if v.Op == "mean" {
+		for i := range o {
+			o[i] /= float64(globalN)
 		}
 	}
 	out := uninitialised(p, x.DType, outShape)
 	storeFloat64s(out, o)
 	return out
+}
+
+// reduceRows folds in, viewed as [outer, n, inner], along n into o
+// ([outer, inner], zero on entry) in float64: each output sums (or takes
+// the max of) its n inputs in order, as a column walk would, but the walk
+// goes along rows of inner contiguous elements and reads f32 directly
+// (issue 10: the strided walk over a float64 copy, with the op's name
+// compared per element, was 5% of the tiny GPT's step).
+func reduceRows[T float32 | float64](o []float64, in []T, outer, n, inner int, isMax bool) {
+	for a := 0; a < outer; a++ {
+		acc := o[a*inner : (a+1)*inner]
+		if isMax {
+			for c := range acc {
+				acc[c] = math.Inf(-1)
+			}
+		}
+		for i := 0; i < n; i++ {
+			row := in[(a*n+i)*inner : (a*n+i+1)*inner]
+			if isMax {
+				for c, e := range row {
+					acc[c] = max(acc[c], float64(e))
+				}
+				continue
+			}
+			for c, e := range row {
+				acc[c] += float64(e)
+			}
+		}
+	}
 }
 
 func transpose(p *hostPool, x *Tensor, perm []int) *Tensor {
@@ -221,8 +269,11 @@ func transpose(p *hostPool, x *Tensor, perm []int) *Tensor {
 	}
 	if m, n, ok := swapsLastTwo(x.Shape, perm); ok {
 		switch d := out.Data.(type) {
-		case []float32:
-			transposeBlocks(d, x.Data.([]float32), m, n)
+		case []float32: // 8×8 blocks in AVX2 registers (rt/vecmath)
+			in, size := x.Data.([]float32), m*n
+			for b := 0; b+size <= len(in) && size > 0; b += size {
+				vecmath.Transpose(d[b:b+size], in[b:b+size], m, n)
+			}
 			return out
 		case []float64:
 			transposeBlocks(d, x.Data.([]float64), m, n)
@@ -258,7 +309,8 @@ func swapsLastTwo(shape, perm []int) (m, n int, ok bool) {
 }
 
 // transposeBlocks transposes each [m, n] matrix of in (as many as fit)
-// into out's [n, m] in 16×16 tiles, writing a tile's rows in order: the
+// into out's [n, m] in 16×16 tiles (f64; f32 goes through
+// vecmath.Transpose's 8×8 register blocks, 3–4× faster than this), writing a tile's rows in order: the
 // element-wise walk of permute reads one element per cache line of a wide
 // matrix (the backward's transposes of weights and activations, issue 10).
 // BenchmarkTranspose, [256, 1024] … [128, 32] f32 on a loaded machine: as
@@ -284,12 +336,24 @@ func transposeBlocks[T Float](out, in []T, m, n int) {
 	}
 }
 
+// permute writes out (of shape, row-major) from in, src[k] being in's
+// stride along out's dim k. Trailing dims that are contiguous in in as
+// well (attention's heads permute keeps the head width last) are copied
+// as runs: the index walk then steps once per run, not per element (it
+// was 8% of the tiny GPT's step, issue 10).
 func permute[T Num](out, in []T, shape, src []int) {
-	r := len(shape)
+	r, run := len(shape), 1
+	for r > 0 && src[r-1] == run {
+		run *= shape[r-1]
+		r--
+	}
 	idx := make([]int, r)
 	si := 0
-	for i := range out {
-		out[i] = in[si]
+	for o := 0; o+run <= len(out) && run > 0; o += run {
+		dst, from := out[o:o+run], in[si:si+run]
+		for j := range dst {
+			dst[j] = from[j]
+		}
 		for k := r - 1; k >= 0; k-- {
 			idx[k]++
 			si += src[k]
@@ -319,10 +383,10 @@ func indices(t *Tensor) []int64 {
 // embedding looks rows of the local table block up; vocabOff is the first
 // vocab row this device holds. Indices outside the local rows give zero
 // rows (the vocab-parallel partial); outside the global table, an error.
-func embedding(w, idx *Tensor, vocabOff, vocab int) (*Tensor, error) {
+func embedding(p *hostPool, w, idx *Tensor, vocabOff, vocab int) (*Tensor, error) {
 	rows, h := w.Shape[0], w.Shape[1]
 	ix := indices(idx)
-	out := NewTensor(w.DType, append(append([]int{}, idx.Shape...), h))
+	out := p.zeroed(w.DType, append(append([]int{}, idx.Shape...), h)) // rows of other shards stay 0
 	for i, id := range ix {
 		if id < 0 || id >= int64(vocab) {
 			return nil, fmt.Errorf("embedding index %d out of range [0, %d)", id, vocab)
@@ -342,18 +406,21 @@ func flat(t *Tensor) *Tensor {
 
 // crossEntropy is the mean over the global batch of logsumexp(row) -
 // row[label]; a row split gives each device the sum of its rows / N.
-func crossEntropy(logits, labels *Tensor, globalN int) (*Tensor, error) {
+func crossEntropy(p *hostPool, logits, labels *Tensor, globalN int) (*Tensor, error) {
 	n, c := logits.Shape[0], logits.Shape[1]
-	in := logits.Float64s()
+	in := p.float64s(logits)
+	defer p.done(in)
 	lab := indices(labels)
 	total := 0.0
-	exp := expFor(logits.DType)
+	exp, l32 := expFor(logits.DType), f32Data(logits)
+	e := p.f64(c)
+	defer p.done(e)
 	for r := 0; r < n; r++ {
 		row := in[r*c : (r+1)*c]
 		if lab[r] < 0 || lab[r] >= int64(c) {
 			return nil, fmt.Errorf("cross_entropy label %d out of range [0, %d)", lab[r], c)
 		}
-		mx, s := rowMaxExpSum(row, exp)
+		mx, s := expRow(e, row, rowOf(l32, r, c), exp)
 		total += mx + math.Log(s) - row[lab[r]]
 	}
 	out := NewTensor(logits.DType, nil)
@@ -361,17 +428,45 @@ func crossEntropy(logits, labels *Tensor, globalN int) (*Tensor, error) {
 	return out, nil
 }
 
-// rowMaxExpSum returns a row's maximum and Σ exp(v − max), the stable
-// pieces of its log-sum-exp, with the exponential expFor chose.
-func rowMaxExpSum(row []float64, exp func(float64) float64) (mx, s float64) {
+// expRow sets e[i] = exp(row[i] − max) and returns the row's maximum and
+// Σ e in order, the stable pieces of its log-sum-exp, with the exponential
+// expFor chose: for an f32 row (r32, the same values) four lanes at a time
+// with exp64's bits (vecmath.ExpShifted). The gradient reads e instead of
+// computing each exponential a second time.
+func expRow(e, row []float64, r32 []float32, exp func(float64) float64) (mx, s float64) {
 	mx = math.Inf(-1)
 	for _, v := range row {
-		mx = math.Max(mx, v)
+		mx = max(mx, v)
 	}
-	for _, v := range row {
-		s += exp(v - mx)
+	e = e[:len(row)]
+	if r32 != nil {
+		vecmath.ExpShifted(e, r32, mx)
+	} else {
+		for i, v := range row {
+			e[i] = exp(v - mx)
+		}
+	}
+	for _, v := range e {
+		s += v
 	}
 	return mx, s
+}
+
+// f32Data is t's storage when t is f32 (whose kernels take exp64), else nil.
+func f32Data(t *Tensor) []float32 {
+	if t.DType != ir.F32 {
+		return nil
+	}
+	d, _ := t.Data.([]float32)
+	return d
+}
+
+// rowOf is row r of c elements of d, or nil when d is.
+func rowOf(d []float32, r, c int) []float32 {
+	if d == nil {
+		return nil
+	}
+	return d[r*c : (r+1)*c]
 }
 
 // expFor is the exponential a kernel over dt uses: package math's for f64,

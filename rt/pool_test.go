@@ -32,7 +32,7 @@ func TestHostPoolRecyclesBySizeOnce(t *testing.T) {
 	q := newHostPool(4096 * 4)
 	q.put(NewTensor(ir.F32, []int{4096}))
 	q.put(NewTensor(ir.F32, []int{4096}))
-	require.Len(t, q.free[poolKey{ir.F32, 4096, false}], 1)
+	require.Len(t, q.free[keyOf(ir.F32, 4096, false)], 1)
 }
 
 // freeCounter is a CPU backend that counts Free calls per buffer.
@@ -83,19 +83,19 @@ func TestArenaBudgetBoundsWhatItKeeps(t *testing.T) {
 	p := newArena(2 * size)
 	a, b, c := p.zeroed(ir.F32, []int{4096}), p.zeroed(ir.F32, []int{4096}), p.zeroed(ir.F32, []int{4096})
 	p.put(a) // two still out: keeping a would make three
-	require.Empty(t, p.free[poolKey{ir.F32, 4096, false}])
+	require.Empty(t, p.free[keyOf(ir.F32, 4096, false)])
 	p.put(b) // one out, one kept
 	p.put(c)
-	require.Len(t, p.free[poolKey{ir.F32, 4096, false}], 2)
+	require.Len(t, p.free[keyOf(ir.F32, 4096, false)], 2)
 	require.Equal(t, int64(0), p.out)
 	s := p.f64(8192) // 64 KiB of scratch, four times the budget
 	p.done(s)
-	require.Len(t, p.free[poolKey{ir.F64, 8192, true}], 1)
+	require.Len(t, p.free[keyOf(ir.F64, 8192, true)], 1)
 	// without a budget every freed tensor is kept
 	q := newArena(0)
 	x, y, z := q.zeroed(ir.F32, []int{4096}), q.zeroed(ir.F32, []int{4096}), q.zeroed(ir.F32, []int{4096})
 	q.put(x)
 	q.put(y)
 	q.put(z)
-	require.Len(t, q.free[poolKey{ir.F32, 4096, false}], 3)
+	require.Len(t, q.free[keyOf(ir.F32, 4096, false)], 3)
 }

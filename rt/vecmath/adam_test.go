@@ -1,0 +1,49 @@
+package vecmath
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestAdamSlices: AdamUpdate and Moment give, bit for bit, the update and
+// moments written out here one element at a time, for every length from 0
+// to 40 (vector body and scalar tail at every split), including v = 0,
+// subnormal and huge values.
+func TestAdamSlices(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const step, rootBC2, eps, decay = 0.001, 0.97, 1e-8, 0.999
+	beta := float32(0.9)
+	w := 1 - beta // in f32, as Moment forms it
+	for n := 0; n <= 40; n++ {
+		p, m, v := make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range p {
+			p[i], m[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64()*1e-2)
+			v[i] = []float32{0, 1e-40, 1e30, float32(rng.Float64() * 1e-4)}[rng.IntN(4)]
+		}
+		got := make([]float32, n+1)
+		got[n] = 7
+		AdamUpdate(got[:n], p, m, v, step, rootBC2, eps, decay)
+		for i := range n {
+			denom := float32(math.Sqrt(float64(v[i])))/rootBC2 + eps
+			if want := p[i]*decay - step*(m[i]/denom); math.Float32bits(got[i]) != math.Float32bits(want) {
+				t.Fatalf("n=%d: AdamUpdate[%d] = %g, want %g", n, i, got[i], want)
+			}
+		}
+		for _, sq := range []bool{false, true} {
+			Moment(got[:n], m, p, beta, sq)
+			for i := range n {
+				want := m[i]*beta + p[i]*w
+				if sq {
+					want = m[i]*beta + p[i]*p[i]*w
+				}
+				if math.Float32bits(got[i]) != math.Float32bits(want) {
+					t.Fatalf("n=%d square %v: Moment[%d] = %g, want %g", n, sq, i, got[i], want)
+				}
+			}
+		}
+		if got[n] != 7 {
+			t.Fatalf("n=%d: wrote past the slice", n)
+		}
+	}
+}
