@@ -74,12 +74,25 @@ func ulpsApart(got, want float64, dt ir.DType) float64 {
 var exactOps = map[string]bool{"add": true, "sub": true, "mul": true, "div": true, "minimum": true,
 	"maximum": true, "neg": true, "sqrt": true, "relu": true, "relu_grad": true}
 
+// cpuLooser are the f32 ops whose CPU kernel, the reference, is further
+// from the exact result than the tolerance allows between two correctly
+// computed ones: the CPU's gelu and gelu_grad are float32 polynomials
+// within 5 ulp and 7 ulp or 2⁻²³ of it (spec.md), the GPU's kernels within
+// 1 ulp, so they may differ by the sum.
+var cpuLooser = map[string]struct{ ulps, atol float64 }{
+	"gelu":      {6, 1e-7},
+	"gelu_grad": {8, 0x1p-23},
+}
+
 // agree compares element by element and returns the largest error in ulps
 // outside the absolute-tolerance band.
 func agree(t *testing.T, op, what string, dt ir.DType, got, want []float64) float64 {
 	t.Helper()
 	require.Len(t, got, len(want), what)
 	tol := tolerance[dt]
+	if l, ok := cpuLooser[op]; ok && dt == ir.F32 {
+		tol = l
+	}
 	worst := 0.0
 	for i := range want {
 		g, w := got[i], want[i]

@@ -47,7 +47,7 @@
 				long long l = (long long)lab[r]; \
 				if (l < 0 || l >= c) { bad[0] = 1; bad[1] = l; break; } \
 				double mx = ninf, s = 0; \
-				for (long long i = 0; i < c; i++) mx = mr_mathmax(mx, (double)row[i]); \
+				for (long long i = 0; i < c; i++) mx = mr_gomax(mx, (double)row[i]); \
 				for (long long i = 0; i < c; i++) s += exp((double)row[i] - mx); \
 				total += mx + log(s) - (double)row[l]; \
 			} \
@@ -62,7 +62,7 @@
 			long long l = (long long)lab[r]; \
 			if (l < 0 || l >= c) { bad[0] = 1; bad[1] = l; continue; } \
 			double scale = (double)g[0] / div, mx = ninf, s = 0; \
-			for (long long i = 0; i < c; i++) mx = mr_mathmax(mx, (double)row[i]); \
+			for (long long i = 0; i < c; i++) mx = mr_gomax(mx, (double)row[i]); \
 			for (long long i = 0; i < c; i++) s += exp((double)row[i] - mx); \
 			for (long long i = 0; i < c; i++) { \
 				double p = exp((double)row[i] - mx) / s; \

@@ -2,20 +2,19 @@
  * program. They reproduce the CPU backend bit for bit: the sum runs in
  * double, element after element in the CPU's order, one thread per output
  * element (so a long reduction to few outputs runs on few threads: exact
- * and simple, not fast), and max follows Go's math.Max (mr_mathmax: +inf
- * wins even over NaN, then NaN, and +0 is above -0).
+ * and simple, not fast), and max follows Go's built-in max (mr_gomax:
+ * NaN wins, and +0 is above -0).
  *
  * mr_<sum|mean|max>_<S>: x viewed as [outer, n, inner] reduced over n to
  * [outer, inner], starting from init; mean divides by div (the reduced dim's global length:
  * x may be one device's shard). mr_mse_<S>: Σ(a−b)² / div, one scalar. */
 
-/* mr_mathmax is Go's math.Max, the CPU backend's max reduction: its
- * special cases in its order. 1.7976931348623157e308 is the largest
- * double, so only +inf is above it. */
-__device__ __forceinline__ double mr_mathmax(double x, double y) {
-	if (x > 1.7976931348623157e308) return x;
-	if (y > 1.7976931348623157e308) return y;
-	if (x != x || y != y) return x + y;
+/* mr_gomax is Go's built-in max on float64, the CPU backend's max (in the
+ * reduction, softmax and cross-entropy): NaN if either is NaN, +0 above
+ * -0, else the larger. */
+__device__ __forceinline__ double mr_gomax(double x, double y) {
+	if (x != x) return x;
+	if (y != y) return y;
 	if (x == 0 && y == 0) return signbit(x) ? y : x;
 	return x > y ? x : y;
 }
@@ -39,7 +38,7 @@ __device__ __forceinline__ double mr_mathmax(double x, double y) {
 #define MR_REDUCTIONS(S, T) \
 	MR_REDUCE(sum, S, T, acc + e, acc) \
 	MR_REDUCE(mean, S, T, acc + e, acc / div) \
-	MR_REDUCE(max, S, T, mr_mathmax(acc, e), acc) \
+	MR_REDUCE(max, S, T, mr_gomax(acc, e), acc) \
 	MR_KERNEL mr_mse_##S(T *out, const T *pa, const T *pb, long long n, double div) { \
 		MR_GRID_LOOP(o, 1) { \
 			double s = 0; \
