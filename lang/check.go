@@ -121,14 +121,14 @@ const MaxWork = 1_000_000
 // spend counts one unit of work at pos. Past the budget it reports the
 // line that crossed it, once, and returns false; the checker then stops
 // checking (stmt and add refuse), and loops, which stop at a body's first
-// error, unwind.
+// error, unwind. It reports nothing else from then on (see errorf).
 func (c *Checker) spend(pos Pos) bool {
 	if c.tooLarge {
 		return false
 	}
 	if c.work++; c.work > MaxWork {
-		c.tooLarge = true
 		c.errorf(pos, "the program is too large: checking it unrolls more than %d statements and values (loops, function calls and micro-batches repeated); this line crossed the limit", MaxWork)
+		c.tooLarge = true
 		return false
 	}
 	return true
@@ -303,6 +303,12 @@ func (c *Checker) result() error {
 }
 
 func (c *Checker) errorf(pos Pos, format string, args ...any) {
+	if c.tooLarge {
+		// past the budget the checker refuses every statement and value,
+		// so what a caller finds missing after (a function's return, the
+		// loss of a train block) is the budget's doing, already reported
+		return
+	}
 	e := errorf(pos, format, args...)
 	if len(c.calls) > 0 && c.callerNamed(pos) {
 		// an error inside a function names the calls that led there,
