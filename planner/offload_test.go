@@ -2,11 +2,10 @@ package planner
 
 import (
 	"path/filepath"
-
-	"github.com/meshrun/meshrun/lang"
 	"strings"
 	"testing"
 
+	"github.com/meshrun/meshrun/lang"
 	"github.com/stretchr/testify/require"
 )
 
