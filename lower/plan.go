@@ -57,6 +57,10 @@ type Options struct {
 	// Memory is the budget of bytes a device may hold at once; a plan
 	// whose peak (memory pass) exceeds it fails to lower. 0: no budget.
 	Memory int64
+	// HostInBudget: Memory also holds each device's host tier (offload),
+	// as when it is a share of this machine's RAM, where the CPU backend
+	// keeps both tiers; the two tiers' peak together must fit.
+	HostInBudget bool
 	// Force fixes the placement of source values by name, overriding the
 	// declaration (the brute-force validator uses it).
 	Force map[string]sbp.NdSBP

@@ -195,6 +195,31 @@ func KernelOf(v *ir.Value) *plan.Kernel {
 	return k
 }
 
+// hostInBudget checks, when the budget also holds the host tier
+// (Options.HostInBudget), every device's peak of both tiers together.
+func hostInBudget(p *Plan, budget int64) error {
+	if !p.Opts.HostInBudget || p.HostPeak == nil {
+		return nil
+	}
+	total := p.Exec.TotalPeaks()
+	worst := 0
+	for r := range total {
+		if total[r] > total[worst] {
+			worst = r
+		}
+	}
+	if total[worst] <= budget {
+		return nil
+	}
+	where := ""
+	if n := p.Exec.Mesh.Size(); n > 1 {
+		where = fmt.Sprintf(" on device %d of %d", worst, n)
+	}
+	return lang.ErrorList{&ir.Error{Pos: p.Graph.Train.Pos, Msg: fmt.Sprintf(
+		"out of memory: with offload = %s, device and host memory together peak at %s%s (device %s, host %s), over the budget of %s, which holds both: this machine's memory shared by the devices (--memory budgets the device alone)",
+		p.Graph.Train.Offload, HumanBytes(float64(total[worst])), where, HumanBytes(float64(p.Peak[worst])), HumanBytes(float64(p.HostPeak[worst])), HumanBytes(float64(budget)))}}
+}
+
 // simulateMemory replays each rank's allocations (plan.Peak). With a
 // memory budget, a plan whose largest peak exceeds it is an error at the
 // value whose allocation first crosses the budget on that device: the
@@ -209,8 +234,11 @@ func simulateMemory(p *Plan) error {
 		}
 	}
 	budget := p.Opts.Memory
-	if budget <= 0 || p.Peak[worst] <= budget {
+	if budget <= 0 {
 		return nil
+	}
+	if p.Peak[worst] <= budget {
+		return hostInBudget(p, budget)
 	}
 	i, held, _ := p.Exec.FirstOver(worst, budget)
 	in := &p.Exec.ProgramOf(worst).Instrs[i]

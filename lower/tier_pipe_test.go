@@ -1,9 +1,11 @@
 package lower
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/stretchr/testify/require"
 )
@@ -115,8 +117,32 @@ train {
 		for r := range p.HostPeak {
 			require.Equal(t, p.Exec.HostPeak(r), p.HostPeak[r], "%s: rank %d", name, r)
 			require.Equal(t, p.Exec.Peak(r), p.Peak[r], "%s: rank %d", name, r)
+			require.Equal(t, p.Exec.TotalPeak(r), p.Exec.TotalPeaks()[r], "%s: rank %d", name, r)
 			distinct[p.HostPeak[r]] = true
 		}
 		require.Greater(t, len(distinct), 2, "%s: the ranks' host peaks differ: %v", name, p.HostPeak)
 	}
+}
+
+// A budget that is a share of this machine's RAM (the default, without
+// --memory) holds the host tier too: a plan whose device peak fits it but
+// whose two tiers together do not fails to lower, naming both; the same
+// budget for the device alone (--memory) lets it through.
+func TestBudgetHoldsTheHostTierWhenItIsTheMachines(t *testing.T) {
+	g, err := lang.CheckSource("p.mesh", []byte(offloadPipeSrc), lang.CheckOptions{})
+	require.NoError(t, err)
+	free, err := Lower(g, Options{})
+	require.NoError(t, err)
+	device, total := slices.Max(free.Peak), slices.Max(free.Exec.TotalPeaks())
+	require.Greater(t, total, device, "the host tier holds something")
+	for r := range free.Peak {
+		require.LessOrEqual(t, free.Exec.TotalPeak(r), free.Peak[r]+free.HostPeak[r], "rank %d: one replay of both tiers is at most the sum of their peaks", r)
+	}
+	_, err = Lower(g, Options{Memory: device})
+	require.NoError(t, err, "the device alone fits")
+	_, err = Lower(g, Options{Memory: total, HostInBudget: true})
+	require.NoError(t, err, "both tiers fit")
+	_, err = Lower(g, Options{Memory: total - 1, HostInBudget: true})
+	require.ErrorContains(t, err, "device and host memory together peak at")
+	require.ErrorContains(t, err, "--memory budgets the device alone")
 }

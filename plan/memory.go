@@ -14,18 +14,34 @@ import (
 // tensors, so its measured peak equals this one. Slots in the host tier
 // (Instr.Host) are not device memory: HostPeak counts them.
 func (p *Plan) Peak(r int) int64 {
-	return p.peakIn(r, false)
+	return p.peakIn(r, deviceTier)
 }
 
 // HostPeak is Peak for rank r's host tier: the most bytes its host memory
 // holds at once (0 without offload).
 func (p *Plan) HostPeak(r int) int64 {
-	return p.peakIn(r, true)
+	return p.peakIn(r, hostTier)
 }
 
-func (p *Plan) peakIn(r int, host bool) int64 {
+// TotalPeak is Peak over both tiers (see TotalPeaks).
+func (p *Plan) TotalPeak(r int) int64 {
+	return p.peakIn(r, bothTiers)
+}
+
+// tier selects the slots a replay counts.
+type tier uint8
+
+const (
+	deviceTier tier = iota
+	hostTier
+	bothTiers // one memory holding both, as the CPU backend's host tier shares the machine's RAM
+)
+
+func (t tier) holds(in *Instr) bool { return t == bothTiers || in.Host == (t == hostTier) }
+
+func (p *Plan) peakIn(r int, t tier) int64 {
 	var peak int64
-	p.replayTier(r, host, func(_ int, cur int64) bool {
+	p.replayTier(r, t, func(_ int, cur int64) bool {
 		peak = max(peak, cur)
 		return true
 	})
@@ -49,12 +65,17 @@ func (p *Plan) HasHost() bool {
 // axes that split some block unevenly (sbp.MarkVarying); ranks that agree
 // on both share one replay, so 4096 ranks of evenly split programs cost
 // one replay per program.
-func (p *Plan) Peaks() []int64 { return p.peaks(false) }
+func (p *Plan) Peaks() []int64 { return p.peaks(deviceTier) }
 
 // HostPeaks is HostPeak of every rank, shared as Peaks shares.
-func (p *Plan) HostPeaks() []int64 { return p.peaks(true) }
+func (p *Plan) HostPeaks() []int64 { return p.peaks(hostTier) }
 
-func (p *Plan) peaks(host bool) []int64 {
+// TotalPeaks is every rank's peak of device and host tier together: what
+// one memory holding both (the CPU backend's, where the host tier is the
+// same RAM) must hold at once. Shared as Peaks shares.
+func (p *Plan) TotalPeaks() []int64 { return p.peaks(bothTiers) }
+
+func (p *Plan) peaks(t tier) []int64 {
 	peaks := make([]int64, p.Mesh.Size())
 	sizes := make(map[*Program]*blockSizes)
 	first := make(map[peakKey]int)   // the rank whose replay the others reuse
@@ -63,7 +84,7 @@ func (p *Plan) peaks(host bool) []int64 {
 		prog := p.ProgramOf(r)
 		bs, ok := sizes[prog]
 		if !ok {
-			bs = p.newBlockSizes(prog, r, host)
+			bs = p.newBlockSizes(prog, r, t)
 			sizes[prog] = bs
 		}
 		k := peakKey{prog, p.coordOn(r, bs.varying)}
@@ -95,7 +116,7 @@ func (p *Plan) peaks(host bool) []int64 {
 // time.)
 type blockSizes struct {
 	prog    *Program
-	host    bool
+	tier    tier
 	varying []bool   // the axes that vary some block's size
 	bytes   []int64  // per instruction: the bytes it allocates (0: none)
 	uneven  []int    // the instructions whose bytes depend on the rank
@@ -103,14 +124,14 @@ type blockSizes struct {
 	kinds   []*Instr // one instruction per distinct shape and placement
 }
 
-func (p *Plan) newBlockSizes(prog *Program, r int, host bool) *blockSizes {
-	bs := &blockSizes{prog: prog, host: host, varying: p.varyingAxes(prog), bytes: make([]int64, len(prog.Instrs))}
+func (p *Plan) newBlockSizes(prog *Program, r int, t tier) *blockSizes {
+	bs := &blockSizes{prog: prog, tier: t, varying: p.varyingAxes(prog), bytes: make([]int64, len(prog.Instrs))}
 	mark := make([]bool, len(p.Mesh.Axes))
 	coord := p.Mesh.Coord(r)
 	seen := map[string]int{}
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
-		if in.Out < 0 || in.Host != host {
+		if in.Out < 0 || !t.holds(in) {
 			continue
 		}
 		clear(mark)
@@ -152,7 +173,7 @@ func (bs *blockSizes) peak(numels []int) int64 {
 	slot := make([]int64, bs.prog.NumSlots())
 	for i := range bs.prog.Instrs {
 		in := &bs.prog.Instrs[i]
-		if in.Out >= 0 && in.Host == bs.host {
+		if in.Out >= 0 && bs.tier.holds(in) {
 			slot[in.Out] = bs.bytes[i]
 			cur = size.AddBytes(cur, slot[in.Out])
 			peak = max(peak, cur)
@@ -215,19 +236,19 @@ func (p *Plan) FirstOver(r int, budget int64) (instr int, held int64, ok bool) {
 // (size.AddBytes) rather than wrap, so a program of very many such blocks
 // reads as over every budget, never under.
 func (p *Plan) replay(r int, visit func(i int, cur int64) bool) {
-	p.replayTier(r, false, visit)
+	p.replayTier(r, deviceTier, visit)
 }
 
 // replayTier is replay over the slots of one tier (host or device); a
 // slot of the other tier counts nothing.
-func (p *Plan) replayTier(r int, host bool, visit func(i int, cur int64) bool) {
+func (p *Plan) replayTier(r int, t tier, visit func(i int, cur int64) bool) {
 	prog := p.ProgramOf(r)
 	var cur int64
 	slot := make([]int64, prog.NumSlots())
 	coord := p.Mesh.Coord(r)
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
-		if in.Out >= 0 && in.Host == host {
+		if in.Out >= 0 && t.holds(in) {
 			n := int64(sbp.LocalNumel(p.Mesh, in.Shape, in.Placement, coord))
 			slot[in.Out] = n * int64(in.DType.Size())
 			cur = size.AddBytes(cur, slot[in.Out])

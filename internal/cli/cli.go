@@ -245,7 +245,7 @@ func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, 
 		return nil, ExitUsage
 	}
 	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter,
-		Memory: c.memoryBudget(deviceCount(g), c.judgeMemoryOnlyIfSet)}
+		Memory: c.memoryBudget(deviceCount(g), c.judgeMemoryOnlyIfSet), HostInBudget: !c.memory.set}
 	if c.dumpAfter != "" {
 		opts.Dump = dump
 	}
