@@ -138,19 +138,22 @@ func (c *ChanTransport) Recv(ctx context.Context, to, from, tag int) (*Tensor, e
 // BytesSent is the bytes rank dev has sent so far.
 func (c *ChanTransport) BytesSent(dev int) int64 { return c.sent[dev].Load() }
 
-// InProc is one goroutine rank's Comm over a shared ChanTransport.
+// InProc is one goroutine rank's Comm over a shared ChanTransport. Its
+// groups run their collectives through shared memory (comm_shm.go).
 type InProc struct {
-	T    *ChanTransport
-	rank int
-	size int
+	T      *ChanTransport
+	rank   int
+	size   int
+	shared *shmWorld
+	pool   *hostPool // collective results' arena (DrawResultsFrom)
 }
 
 // NewInProc returns the n communicators of an in-process world.
 func NewInProc(n int) []*InProc {
-	t := NewChanTransport(n)
+	t, w := NewChanTransport(n), &shmWorld{}
 	out := make([]*InProc, n)
 	for r := range out {
-		out[r] = &InProc{T: t, rank: r, size: n}
+		out[r] = &InProc{T: t, rank: r, size: n, shared: w}
 	}
 	return out
 }
@@ -166,8 +169,8 @@ func (c *InProc) Flush(context.Context) error { return nil }
 // and from point-to-point tags (which are small non-negative numbers).
 func collectiveTag(group int) int { return -1 - group }
 
-// NewGroup implements Comm: an in-process group needs no set-up beyond
-// knowing its members.
+// NewGroup implements Comm: an in-process group shares a table with its
+// members, found by the plan's group id and the members.
 func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, error) {
 	idx := -1
 	for i, m := range members {
@@ -178,7 +181,8 @@ func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, erro
 	if idx < 0 {
 		return nil, fmt.Errorf("rank %d is not in group %v", c.rank, members)
 	}
-	return &Ring{T: c.T, Devices: members, Rank: idx, Tag: collectiveTag(id)}, nil
+	shm := &shmMember{s: c.shared.group(id, members), sent: &c.T.sent[c.rank], pool: c.pool}
+	return &Ring{T: c.T, Devices: members, Rank: idx, Tag: collectiveTag(id), shm: shm}, nil
 }
 
 // Send implements Comm.
@@ -207,6 +211,12 @@ func (c *InProc) Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []i
 // all-gather (each rank sends 2(p-1)/p of the data), pairwise all-to-all,
 // binomial-tree broadcast. Devices are the members in ring order, Rank
 // the caller's index among them, Tag the channel its messages use.
+//
+// A Ring made by InProc.NewGroup simulates these algorithms: its members
+// share memory, and its collectives move the data directly (comm_shm.go) while counting the bytes and reporting the steps
+// the message-passing algorithms would. A Ring built by hand passes
+// messages, and is the reference the shared-memory path is tested
+// against.
 type Ring struct {
 	T       Transport
 	Devices []int
@@ -216,6 +226,7 @@ type Ring struct {
 	// reduce_scatter), the step's index, the bytes this rank sent and
 	// when the step began and ended (timelines draw the ring).
 	OnStep func(phase string, step int, bytes int64, start, end time.Time)
+	shm    *shmMember // nil: pass messages over T
 }
 
 // stepDone reports a finished ring step to OnStep.
@@ -247,6 +258,9 @@ func (g *Ring) AllGather(ctx context.Context, x Buffer, dim int, lens []int) (Bu
 	t, err := host(x)
 	if err != nil {
 		return nil, err
+	}
+	if g.shm != nil {
+		return g.shmAllGather(ctx, t, dim, lens)
 	}
 	return g.allGather(ctx, t, dim, lens)
 }
@@ -281,6 +295,9 @@ func (g *Ring) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int,
 	t, err := host(x)
 	if err != nil {
 		return nil, err
+	}
+	if g.shm != nil {
+		return g.shmReduceScatter(ctx, t, dim, lens, op)
 	}
 	return g.reduceScatter(ctx, t, dim, lens, op)
 }
@@ -471,6 +488,9 @@ func (g *Ring) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, er
 	if err != nil {
 		return nil, err
 	}
+	if g.shm != nil {
+		return g.shmAllReduce(ctx, t, op)
+	}
 	p := g.Size()
 	if p == 1 {
 		return t.Clone(), nil
@@ -496,6 +516,9 @@ func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int,
 	t, err := host(x)
 	if err != nil {
 		return nil, err
+	}
+	if g.shm != nil {
+		return g.shmAllToAll(ctx, t, splitDim, lens, catDim, catLens)
 	}
 	p := g.Size()
 	if p == 1 {
@@ -537,6 +560,9 @@ func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, s
 			return nil, err
 		}
 	}
+	if g.shm != nil {
+		return g.shmBroadcast(ctx, t, root, dt, shape)
+	}
 	p := g.Size()
 	vr := mod(g.Rank-root, p)
 	mask := 1
@@ -573,6 +599,9 @@ func (g *Ring) Reduce(ctx context.Context, x Buffer, root int) (Buffer, error) {
 	t, err := host(x)
 	if err != nil {
 		return nil, err
+	}
+	if g.shm != nil {
+		return g.shmReduce(ctx, t, root)
 	}
 	acc := widen(t).Clone()
 	p := g.Size()

@@ -36,6 +36,7 @@ func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 			// per allocation)
 			be = &CPU{BLAS: DefaultBLAS(), arena: newArena(budget[r])}
 		}
+		comms[r].DrawResultsFrom(be)
 		w, err := NewWorker(ctx, p, r, be, comms[r], opts)
 		if err != nil {
 			return nil, err

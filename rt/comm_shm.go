@@ -1,0 +1,345 @@
+package rt
+
+// Shared-memory collectives for the in-process launcher.
+//
+// Every rank of a local run is a goroutine of one process, so a collective
+// need not pass messages around a ring: the members of a group post their
+// input (and, for an all-reduce, their result buffer) in a table they
+// share, meet at a barrier, and then each member does its own part of the
+// work reading its peers' buffers directly — an all-reduce member reduces
+// its slice of the result and writes it into every member's result, an
+// all-gather member copies every block into its own result — and they meet
+// at a second barrier, after which nobody reads anyone's buffers again, so
+// every member may free or reuse its input at once. Two barriers per
+// collective, no per-step buffers, no concatenation copies; a member's
+// result comes from its rank's arena when the launcher gave it one.
+//
+// What is reported is still the ring algorithms' traffic (see ringSteps):
+// the bytes a rank counts as sent and the ring steps it hands OnStep are
+// those of the ring reduce-scatter, all-gather and the other algorithms of
+// Ring, the algorithm being simulated; only the data moves differently.
+// The reductions add the operands in the ring's order (chunk c starts
+// from member c+1 and goes round the ring to member c; half precision in
+// f32 in member order, rounded once), so results are bitwise those of the
+// message-passing Ring, which stays as the reference.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshrun/meshrun/ir"
+)
+
+// shmWorld holds the shared tables of one in-process world's groups.
+type shmWorld struct {
+	groups sync.Map // group key → *shmShared
+}
+
+// shmShared is what the members of one group share.
+type shmShared struct {
+	bar barrier
+	in  []*Tensor // per member: its input to the current collective
+	out []*Tensor // per member: its result, where peers write into it
+}
+
+// shmMember is one member's side of a shared-memory group.
+type shmMember struct {
+	s    *shmShared
+	sent *atomic.Int64 // the rank's bytes-sent counter, in the ring's terms
+	pool *hostPool     // where results come from (nil: fresh memory)
+	wide []float32     // a tile of f32 scratch for half precision
+	// steps is scratch for the ring steps a collective reports
+	steps []ringStep
+}
+
+// group finds (or makes) the shared table of the group with plan id and
+// members; every member of the group calls it once at start-up.
+func (w *shmWorld) group(id int, members []int) *shmShared {
+	key := strconv.Itoa(id) + fmt.Sprint(members)
+	s, _ := w.groups.LoadOrStore(key, &shmShared{
+		bar: barrier{n: len(members), ch: make(chan struct{})},
+		in:  make([]*Tensor, len(members)),
+		out: make([]*Tensor, len(members)),
+	})
+	return s.(*shmShared)
+}
+
+// barrier is a reusable barrier for the n members of a group. Waiting
+// honours the context, so a member whose peer never comes times out
+// rather than deadlocking, and withdraws, leaving the barrier usable.
+type barrier struct {
+	mu    sync.Mutex
+	n     int
+	count int
+	gen   atomic.Uint64 // generations completed
+	ch    chan struct{} // closed when the current generation is complete
+}
+
+// spins is how many times a member yields, watching the generation,
+// before it sleeps on the channel: when every member has a processor of
+// its own, the last one usually arrives within a few microseconds, and
+// waking a sleeping goroutine costs more than that.
+const spins = 50
+
+func (b *barrier) wait(ctx context.Context) error {
+	b.mu.Lock()
+	b.count++
+	if b.count == b.n {
+		close(b.ch)
+		b.ch, b.count = make(chan struct{}), 0
+		b.gen.Add(1)
+		b.mu.Unlock()
+		return nil
+	}
+	ch, gen := b.ch, b.gen.Load()
+	b.mu.Unlock()
+	if b.n <= 4*runtime.GOMAXPROCS(0) {
+		for range spins {
+			if b.gen.Load() != gen {
+				return nil
+			}
+			runtime.Gosched()
+		}
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.gen.Load() != gen {
+			return nil // completed as the context ended
+		}
+		b.count--
+		return ctxErr(ctx)
+	}
+}
+
+// meet posts x (and out) as this member's and waits for every member.
+func (g *Ring) meet(ctx context.Context, x, out *Tensor) error {
+	s := g.shm.s
+	s.in[g.Rank], s.out[g.Rank] = x, out
+	return s.bar.wait(ctx)
+}
+
+// part waits at the second barrier, after which no member reads another's
+// buffers, and forgets what this member posted.
+func (g *Ring) part(ctx context.Context) error {
+	err := g.shm.s.bar.wait(ctx)
+	g.shm.s.in[g.Rank], g.shm.s.out[g.Rank] = nil, nil
+	return err
+}
+
+// finish waits at the second barrier and, when the collective succeeded,
+// reports its simulated ring steps and returns out.
+func (g *Ring) finish(ctx context.Context, start time.Time, out *Tensor, err error) (Buffer, error) {
+	if perr := g.part(ctx); err == nil {
+		err = perr
+	}
+	if err != nil {
+		g.shm.steps = g.shm.steps[:0]
+		return nil, err
+	}
+	g.account(start)
+	return out, nil
+}
+
+// shared is, on the group's first member, the group's one result of a
+// collective whose result every member holds alike (all-reduce,
+// all-gather, broadcast): each member writes its part into it, and each
+// gets a view of it (view), p times fewer bytes written than a copy per
+// member. Its memory is fresh, never a rank's arena's: no rank may
+// recycle a buffer its peers hold, and tensors are immutable once made
+// (the same rule the in-process transport's messages follow), so the
+// collector frees it when the last member lets go.
+func (g *Ring) shared(dt ir.DType, shape []int) *Tensor {
+	if g.Rank != 0 {
+		return nil
+	}
+	return NewTensor(dt, shape)
+}
+
+// view is this member's tensor of the shared result out, with shape.
+func (g *Ring) view(out *Tensor, shape []int) *Tensor {
+	if out == nil || g.Rank == 0 {
+		return out
+	}
+	v := header(out.DType, shape)
+	v.Data = out.Data
+	return v
+}
+
+// result is a buffer for a member's own result (reduce-scatter,
+// all-to-all), whose every element the collective writes: from the rank's arena when it has one (the worker
+// frees it there like a kernel's output), else fresh memory.
+func (g *Ring) result(dt ir.DType, shape []int) *Tensor {
+	p := g.shm.pool
+	if p == nil {
+		return NewTensor(dt, shape)
+	}
+	t := header(dt, shape)
+	if d := p.take(dt, numel(shape), false); d != nil {
+		t.Data = d
+	} else {
+		t.Data = NewTensor(dt, shape).Data
+	}
+	t.home = p
+	p.handOut(t.Bytes())
+	return t
+}
+
+// DrawResultsFrom lets this rank's collectives take their results from
+// be's arena (a recycling CPU backend), so that a training step's
+// collectives reuse last step's memory instead of faulting in fresh pages.
+// Call it before the groups are made (NewWorker).
+func (c *InProc) DrawResultsFrom(be Backend) {
+	if cpu, ok := be.(*CPU); ok {
+		c.pool = cpu.arena
+	}
+}
+
+// shmAllReduce: member r reduces chunk r of the flattened tensor (the
+// ring's balanced chunks) into the group's one result.
+func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer, error) {
+	start := time.Now()
+	p, n := g.Size(), t.Numel()
+	if err := g.meet(ctx, t, g.shared(t.DType, t.Shape)); err != nil {
+		return nil, err
+	}
+	out := g.shm.s.out[0]
+	err := g.sameInputs("all_reduce", func(x *Tensor) bool { return x.Numel() == n })
+	if err == nil {
+		lens := balanced(n, p)
+		lo := 0
+		for _, l := range lens[:g.Rank] {
+			lo += l
+		}
+		span := rows{count: 1, len: lens[g.Rank], src: lo, srcStride: n, dst: lo, dstStride: n}
+		err = g.reduceRows(out, span, op)
+		sz := int64(t.DType.Size())
+		chunk := func(i int) int64 { return int64(lens[i]) * sz }
+		g.reduceScatterSteps(chunk, isHalf(t.DType) && op == OpSum)
+		g.allGatherSteps(chunk)
+	}
+	return g.finish(ctx, start, g.view(out, t.Shape), err)
+}
+
+// shmReduceScatter: member r reduces its own chunk into its result.
+func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (Buffer, error) {
+	start := time.Now()
+	if err := g.checkLens(t, dim, lens); err != nil {
+		return nil, err
+	}
+	shape := slices.Clone(t.Shape)
+	shape[dim] = lens[g.Rank]
+	out := g.result(t.DType, shape)
+	if err := g.meet(ctx, t, nil); err != nil {
+		return nil, err
+	}
+	err := g.sameInputs("reduce_scatter", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) })
+	if err == nil {
+		outer, inner := around(t.Shape, dim)
+		lo := 0
+		for _, l := range lens[:g.Rank] {
+			lo += l
+		}
+		span := rows{count: outer, len: lens[g.Rank] * inner, src: lo * inner, srcStride: t.Shape[dim] * inner, dstStride: lens[g.Rank] * inner}
+		err = g.reduceRows(out, span, op)
+		sz := int64(outer * inner * t.DType.Size())
+		g.reduceScatterSteps(func(i int) int64 { return int64(lens[i]) * sz }, isHalf(t.DType) && op == OpSum)
+	}
+	return g.finish(ctx, start, out, err)
+}
+
+// shmAllGather: member r copies its block into the group's one result.
+func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int) (Buffer, error) {
+	start := time.Now()
+	if dim < 0 || dim >= len(t.Shape) || len(lens) != g.Size() {
+		return nil, fmt.Errorf("all_gather: dim %d and %d lengths for a %d-dim block in a group of %d", dim, len(lens), len(t.Shape), g.Size())
+	}
+	shape := slices.Clone(t.Shape)
+	shape[dim] = 0
+	for _, l := range lens {
+		shape[dim] += l
+	}
+	if err := g.meet(ctx, t, g.shared(t.DType, shape)); err != nil {
+		return nil, err
+	}
+	out := g.shm.s.out[0]
+	err := g.checkBlocks(dim, lens)
+	if err == nil {
+		outer, inner := around(shape, dim)
+		at := 0
+		for _, l := range lens[:g.Rank] {
+			at += l
+		}
+		copyRows(out, t, rows{count: outer, len: lens[g.Rank] * inner, srcStride: lens[g.Rank] * inner, dst: at * inner, dstStride: shape[dim] * inner})
+		sz := int64(outer * inner * t.DType.Size())
+		g.allGatherSteps(func(i int) int64 { return int64(lens[i]) * sz })
+	}
+	return g.finish(ctx, start, g.view(out, shape), err)
+}
+
+// checkBlocks checks every posted block of an all-gather against this
+// member's: the same dtype and shape but for the gathered dim, whose
+// length is the member's entry of lens. Every member finds the same.
+func (g *Ring) checkBlocks(dim int, lens []int) error {
+	mine := g.shm.s.in[g.Rank]
+	for m, x := range g.shm.s.in {
+		ok := x.DType == mine.DType && len(x.Shape) == len(mine.Shape)
+		for d := 0; ok && d < len(x.Shape); d++ {
+			ok = d == dim || x.Shape[d] == mine.Shape[d]
+		}
+		if !ok || x.Shape[dim] != lens[m] {
+			want := slices.Clone(mine.Shape)
+			want[dim] = lens[m]
+			return fmt.Errorf("all_gather: block %d is %s%v, expected %s%v", m, x.DType, x.Shape, mine.DType, want)
+		}
+	}
+	return nil
+}
+
+// sameInputs checks that every member posted the same dtype and a shape
+// ok accepts.
+func (g *Ring) sameInputs(what string, ok func(*Tensor) bool) error {
+	mine := g.shm.s.in[g.Rank]
+	for m, x := range g.shm.s.in {
+		if x.DType != mine.DType || !ok(x) {
+			return fmt.Errorf("%s: member %d holds %s%v, member %d %s%v", what, m, x.DType, x.Shape, g.Rank, mine.DType, mine.Shape)
+		}
+	}
+	return nil
+}
+
+// checkLens checks a cut of t along dim into a length per member.
+func (g *Ring) checkLens(t *Tensor, dim int, lens []int) error {
+	if dim < 0 || dim >= len(t.Shape) {
+		return fmt.Errorf("dim %d of a %d-dim tensor", dim, len(t.Shape))
+	}
+	sum := 0
+	for _, l := range lens {
+		sum += l
+	}
+	if sum != t.Shape[dim] || len(lens) != g.Size() {
+		return fmt.Errorf("lengths %v do not cut %v along dim %d", lens, t.Shape, dim)
+	}
+	return nil
+}
+
+// around is the element counts before and after dim of shape.
+func around(shape []int, dim int) (outer, inner int) {
+	outer, inner = 1, 1
+	for _, d := range shape[:dim] {
+		outer *= d
+	}
+	for _, d := range shape[dim+1:] {
+		inner *= d
+	}
+	return outer, inner
+}
