@@ -408,36 +408,10 @@ func sliceData(d any, lo, hi int) any {
 // result: own + dst, or for a maximum own unless dst is greater (which
 // decides ties and NaNs as the copying ring did).
 func accumulateOwn(dst, own *Tensor, op ReduceOp) error {
-	if !sameShape(dst.Shape, own.Shape) || dst.DType != own.DType {
-		return fmt.Errorf("reduce: received %s%v, expected %s%v", dst.DType, dst.Shape, own.DType, own.Shape)
-	}
-	switch d := dst.Data.(type) {
-	case []float32:
-		foldOwn(d, own.Data.([]float32), op)
-	case []float64:
-		foldOwn(d, own.Data.([]float64), op)
-	case []int32:
-		foldOwn(d, own.Data.([]int32), op)
-	case []int64:
-		foldOwn(d, own.Data.([]int64), op)
-	default:
+	if isHalf(dst.DType) {
 		return fmt.Errorf("reduce: %s in place is not supported", dst.DType)
 	}
-	return nil
-}
-
-func foldOwn[T Num](d, own []T, op ReduceOp) {
-	if op == OpMax {
-		for i, v := range own {
-			if !(d[i] > v) {
-				d[i] = v
-			}
-		}
-		return
-	}
-	for i, v := range own {
-		d[i] = v + d[i]
-	}
+	return combine(dst, own, op, true)
 }
 
 // reduceScatterHalf sums half-precision partials in f32 and rounds once.
@@ -637,39 +611,49 @@ func balanced(n, p int) []int {
 	return out
 }
 
-// accumulate folds src into dst elementwise.
-func accumulate(dst, src *Tensor, op ReduceOp) error {
+// accumulate folds src into dst elementwise (a maximum takes src only
+// where it is greater).
+func accumulate(dst, src *Tensor, op ReduceOp) error { return combine(dst, src, op, false) }
+
+// combine is accumulate, or with own accumulateOwn's tie rule: one dtype
+// dispatch for both.
+func combine(dst, src *Tensor, op ReduceOp, own bool) error {
 	if !sameShape(dst.Shape, src.Shape) || dst.DType != src.DType {
 		return fmt.Errorf("reduce: received %s%v, expected %s%v", src.DType, src.Shape, dst.DType, dst.Shape)
 	}
 	switch d := dst.Data.(type) {
 	case []float32:
-		fold(d, src.Data.([]float32), op)
+		fold(d, src.Data.([]float32), op, own)
 	case []float64:
-		fold(d, src.Data.([]float64), op)
+		fold(d, src.Data.([]float64), op, own)
 	case []int32:
-		fold(d, src.Data.([]int32), op)
+		fold(d, src.Data.([]int32), op, own)
 	case []int64:
-		fold(d, src.Data.([]int64), op)
+		fold(d, src.Data.([]int64), op, own)
 	case []uint16: // half precision, two values: add in f32, round once
 		// (a sum of more than two must use sumHalf, which rounds once)
 		w := widen(dst)
-		fold(w.Data.([]float32), widen(src).Data.([]float32), op)
+		fold(w.Data.([]float32), widen(src).Data.([]float32), op, own)
 		copy(d, narrow(w, dst.DType).Data.([]uint16))
 	}
 	return nil
 }
 
-func fold[T Num](d, s []T, op ReduceOp) {
-	if op == OpMax {
-		for i, v := range s {
+// fold is d op= s; a maximum keeps d where it is greater, else takes s —
+// own: where d is not greater (ties and NaNs go to s) — else only where s
+// is greater. The sums are addInto's (commutative, so the same either
+// way round).
+func fold[T Num](d, s []T, op ReduceOp, own bool) {
+	switch {
+	case op != OpMax:
+		addInto(d, s)
+	case own:
+		maxInto(d, s)
+	default:
+		for i, v := range s[:len(d)] {
 			if v > d[i] {
 				d[i] = v
 			}
 		}
-		return
-	}
-	for i, v := range s {
-		d[i] += v
 	}
 }
