@@ -4,17 +4,18 @@ package rt
 //
 // Every rank of a local run is a goroutine of one process, so a collective
 // need not pass messages around a ring: the members of a group post their
-// input (and, for an all-reduce, their result buffer) in a table they
-// share, meet at a barrier, and then each member does its own part of the
-// work reading its peers' buffers directly — an all-reduce member reduces
-// its slice of the result and writes it into every member's result, an
-// all-gather member copies every block into its own result — and they meet
-// at a second barrier, after which nobody reads anyone's buffers again, so
-// every member may free or reuse its input at once. Two barriers per
-// collective, no per-step buffers, no concatenation copies; a member's
-// result comes from its rank's arena when the launcher gave it one.
+// input in a table they share, meet at a barrier, and then each member
+// does its own part of the work reading its peers' buffers directly — an
+// all-reduce member reduces its chunk of the result, a reduce-scatter
+// member its own chunk, an all-gather member copies its block into place
+// — and they meet at a second barrier, after which nobody reads anyone's
+// buffers again, so every member may free or reuse its input at once. Two
+// barriers per collective, no per-step buffers, no concatenation copies.
+// A result every member holds alike (all-reduce, all-gather, broadcast)
+// is one buffer for the whole group (see shared); a result of a member's
+// own comes from its rank's arena when the launcher gave it one.
 //
-// What is reported is still the ring algorithms' traffic (see ringSteps):
+// What is reported is still the ring algorithms' traffic (comm_shm_report.go):
 // the bytes a rank counts as sent and the ring steps it hands OnStep are
 // those of the ring reduce-scatter, all-gather and the other algorithms of
 // Ring, the algorithm being simulated; only the data moves differently.
@@ -45,7 +46,7 @@ type shmWorld struct {
 type shmShared struct {
 	bar barrier
 	in  []*Tensor // per member: its input to the current collective
-	out []*Tensor // per member: its result, where peers write into it
+	out []*Tensor // per member: a result peers write into (a shared one on member 0, a reduce's on its root)
 }
 
 // shmMember is one member's side of a shared-memory group.

@@ -71,7 +71,11 @@ func allReduceWorld(p int, shm bool, shapes [][]int) func() int64 {
 			gs[r].shm = nil
 		}
 		for _, s := range shapes {
-			xs[r] = append(xs[r], NewTensor(ir.F32, s))
+			x := NewTensor(ir.F32, s)
+			for i := range x.Data.([]float32) {
+				x.Data.([]float32)[i] = float32(r + i%7) // real pages, not the zero page
+			}
+			xs[r] = append(xs[r], x)
 		}
 	}
 	return func() int64 {

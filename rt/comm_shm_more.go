@@ -1,5 +1,7 @@
 package rt
 
+// The shared-memory all-to-all, broadcast and reduce (see comm_shm.go).
+
 import (
 	"context"
 	"fmt"
