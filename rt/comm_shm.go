@@ -46,6 +46,7 @@ type shmWorld struct {
 type shmShared struct {
 	bar barrier
 	in  []*Tensor // per member: its input to the current collective
+	sig []call    // per member: the collective it is in
 	out []*Tensor // per member: a result peers write into (a shared one on member 0, a reduce's on its root)
 }
 
@@ -66,6 +67,7 @@ func (w *shmWorld) group(id int, members []int) *shmShared {
 	s, _ := w.groups.LoadOrStore(key, &shmShared{
 		bar: barrier{n: len(members), ch: make(chan struct{})},
 		in:  make([]*Tensor, len(members)),
+		sig: make([]call, len(members)),
 		out: make([]*Tensor, len(members)),
 	})
 	return s.(*shmShared)
@@ -127,11 +129,28 @@ func (b *barrier) wait(ctx context.Context) error {
 	}
 }
 
-// meet posts x (and out) as this member's and waits for every member.
-func (g *Ring) meet(ctx context.Context, x, out *Tensor) error {
+// call names a collective and the arguments every member must agree on.
+type call struct {
+	kind string
+	arg  int // the root, the dim or the reduction
+}
+
+// meet posts x (and out) as this member's input to collective c and waits
+// for every member. Members whose programs disagree on the collective
+// (which a correct plan never does) all get an error here rather than
+// reading each other's buffers wrongly.
+func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	s := g.shm.s
-	s.in[g.Rank], s.out[g.Rank] = x, out
-	return s.bar.wait(ctx)
+	s.in[g.Rank], s.out[g.Rank], s.sig[g.Rank] = x, out, c
+	if err := s.bar.wait(ctx); err != nil {
+		return err
+	}
+	for m, o := range s.sig {
+		if o != c {
+			return fmt.Errorf("collectives out of step: member %d is in %s(%d), member %d in %s(%d)", m, o.kind, o.arg, g.Rank, c.kind, c.arg)
+		}
+	}
+	return nil
 }
 
 // part waits at the second barrier, after which no member reads another's
@@ -215,7 +234,7 @@ func (c *InProc) DrawResultsFrom(be Backend) {
 func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer, error) {
 	start := time.Now()
 	p, n := g.Size(), t.Numel()
-	if err := g.meet(ctx, t, g.shared(t.DType, t.Shape)); err != nil {
+	if err := g.meet(ctx, call{"all_reduce", int(op)}, t, g.shared(t.DType, t.Shape)); err != nil {
 		return nil, err
 	}
 	out := g.shm.s.out[0]
@@ -245,7 +264,7 @@ func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []
 	shape := slices.Clone(t.Shape)
 	shape[dim] = lens[g.Rank]
 	out := g.result(t.DType, shape)
-	if err := g.meet(ctx, t, nil); err != nil {
+	if err := g.meet(ctx, call{"reduce_scatter", dim<<1 | int(op)}, t, nil); err != nil {
 		return nil, err
 	}
 	err := g.sameInputs("reduce_scatter", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) })
@@ -274,7 +293,7 @@ func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int)
 	for _, l := range lens {
 		shape[dim] += l
 	}
-	if err := g.meet(ctx, t, g.shared(t.DType, shape)); err != nil {
+	if err := g.meet(ctx, call{"all_gather", dim}, t, g.shared(t.DType, shape)); err != nil {
 		return nil, err
 	}
 	out := g.shm.s.out[0]

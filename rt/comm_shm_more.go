@@ -34,7 +34,7 @@ func (g *Ring) shmAllToAll(ctx context.Context, t *Tensor, splitDim int, lens []
 	for m := range p {
 		shape[catDim] += pieceLen(m)
 	}
-	if err := g.meet(ctx, t, nil); err != nil {
+	if err := g.meet(ctx, call{"all_to_all", splitDim<<8 | catDim}, t, nil); err != nil {
 		return nil, err
 	}
 	s := g.shm.s
@@ -93,7 +93,7 @@ func (g *Ring) shmBroadcast(ctx context.Context, t *Tensor, root int, dt ir.DTyp
 	if g.Rank != root {
 		t = nil
 	}
-	if err := g.meet(ctx, t, g.shared(dt, shape)); err != nil {
+	if err := g.meet(ctx, call{"broadcast", root}, t, g.shared(dt, shape)); err != nil {
 		return nil, err
 	}
 	x, out := g.shm.s.in[root], g.shm.s.out[0]
@@ -143,7 +143,7 @@ func (g *Ring) shmReduce(ctx context.Context, t *Tensor, root int) (Buffer, erro
 	if g.Rank != root {
 		clearData(out.Data)
 	}
-	if err := g.meet(ctx, t, out); err != nil {
+	if err := g.meet(ctx, call{"reduce", root}, t, out); err != nil {
 		return nil, err
 	}
 	err := g.sameInputs("reduce", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) })

@@ -356,6 +356,29 @@ func TestSharedMemoryRejectsMismatchedInputs(t *testing.T) {
 	for _, err := range errs {
 		require.ErrorContains(t, err, "all_gather: block")
 	}
+	// one member in an all-gather, the other in an all-reduce
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			x := NewTensor(ir.F32, []int{2, 2})
+			if i == 0 {
+				_, errs[i] = w.groups[i].AllGather(ctx, x, 0, []int{2, 2})
+			} else {
+				_, errs[i] = w.groups[i].AllReduce(ctx, x, OpSum)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.ErrorContains(t, err, "collectives out of step")
+	}
+	// and the group still works
+	x := FromSlice([]int{1}, []float32{2})
+	out, _, _ := w.run(t, func(ctx context.Context, g *Ring) (Buffer, error) { return g.AllReduce(ctx, x, OpSum) })
+	require.Equal(t, []float32{4}, out[1].Data)
 }
 
 // Reduce to a root: bitwise the message-passing tree's sums for f32 and
@@ -398,4 +421,41 @@ func TestSharedMemoryReduceMatchesTree(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A member's own results (reduce-scatter here) come from the arena of the
+// backend the communicator draws from, so a result the worker frees is
+// handed out again by the next collective of its size; a group's shared
+// result (all-reduce) never is, since peers hold it.
+func TestSharedMemoryResultsFromTheArena(t *testing.T) {
+	comms := NewInProc(2)
+	bes := []*CPU{{arena: newArena(0)}, {arena: newArena(0)}}
+	w := &world{p: 2, shm: true, tr: comms[0].T, groups: make([]*Ring, 2)}
+	for r, c := range comms {
+		c.DrawResultsFrom(bes[r])
+		g, err := c.NewGroup(context.Background(), 0, []int{0, 1})
+		require.NoError(t, err)
+		w.groups[r] = g.(*Ring)
+	}
+	x := FromSlice([]int{4, 3}, make([]float32, 12))
+	scatter := func(ctx context.Context, g *Ring) (Buffer, error) {
+		return g.ReduceScatter(ctx, x, 0, []int{2, 2}, OpSum)
+	}
+	first, _, _ := w.run(t, scatter)
+	for r, o := range first {
+		bes[r].Free(o)
+	}
+	again, _, _ := w.run(t, scatter)
+	for r := range again {
+		require.Equal(t, dataPtr(first[r].Data), dataPtr(again[r].Data), "member %d: its freed result is reused", r)
+	}
+	reduce := func(ctx context.Context, g *Ring) (Buffer, error) { return g.AllReduce(ctx, x, OpSum) }
+	shared, _, _ := w.run(t, reduce)
+	require.Equal(t, dataPtr(shared[0].Data), dataPtr(shared[1].Data), "one result for the group")
+	for r, o := range shared {
+		require.Nil(t, o.home, "member %d: no arena may recycle a shared result", r)
+		bes[r].Free(o)
+	}
+	next, _, _ := w.run(t, reduce)
+	require.NotEqual(t, dataPtr(shared[0].Data), dataPtr(next[0].Data))
 }
