@@ -65,7 +65,7 @@ type shmMember struct {
 func (w *shmWorld) group(id int, members []int) *shmShared {
 	key := strconv.Itoa(id) + fmt.Sprint(members)
 	s, _ := w.groups.LoadOrStore(key, &shmShared{
-		bar: barrier{n: len(members), ch: make(chan struct{})},
+		bar: barrier{n: len(members), ch: make(chan struct{}), spin: len(members) <= runtime.GOMAXPROCS(0)},
 		in:  make([]*Tensor, len(members)),
 		sig: make([]call, len(members)),
 		out: make([]*Tensor, len(members)),
@@ -79,6 +79,7 @@ func (w *shmWorld) group(id int, members []int) *shmShared {
 type barrier struct {
 	mu    sync.Mutex
 	n     int
+	spin  bool // yield a while before sleeping (see spins)
 	count int
 	gen   atomic.Uint64 // generations completed
 	ch    chan struct{} // closed when the current generation is complete
@@ -86,13 +87,13 @@ type barrier struct {
 
 // spins is how many times a member yields, watching the generation,
 // before it sleeps on the channel, when every member can have a
-// processor of its own (GOMAXPROCS): the last one then usually arrives
-// within microseconds, and waking a sleeping goroutine costs more. With
-// more members than processors a spinning member would only take turns
-// from those still working, so it sleeps at once. (Measured on the
-// Megatron MLP's sub-millisecond steps on 2 cores, spinning also with up
-// to 4× GOMAXPROCS members made no difference visible above the
-// machine's noise.)
+// processor of its own (GOMAXPROCS when the group is made): the last one
+// then usually arrives within microseconds, and waking a sleeping
+// goroutine costs more. With more members than processors a spinning
+// member would only take turns from those still working, so it sleeps at
+// once. (On the Megatron MLP's sub-millisecond steps on 2 cores, spinning
+// also with up to 4× GOMAXPROCS members made no difference visible above
+// the machine's noise.)
 const spins = 50
 
 func (b *barrier) wait(ctx context.Context) error {
@@ -107,7 +108,7 @@ func (b *barrier) wait(ctx context.Context) error {
 	}
 	ch, gen := b.ch, b.gen.Load()
 	b.mu.Unlock()
-	if b.n <= runtime.GOMAXPROCS(0) {
+	if b.spin {
 		for range spins {
 			if b.gen.Load() != gen {
 				return nil
