@@ -213,10 +213,10 @@ func (c *InProc) Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []i
 // the caller's index among them, Tag the channel its messages use.
 //
 // A Ring made by InProc.NewGroup simulates these algorithms: its members
-// share memory, and its collectives move the data directly (comm_shm.go) while counting the bytes and reporting the steps
-// the message-passing algorithms would. A Ring built by hand passes
-// messages, and is the reference the shared-memory path is tested
-// against.
+// share memory, and its collectives move the data directly (comm_shm.go)
+// while counting the bytes and reporting the steps the message-passing
+// algorithms would. A Ring built by hand passes messages, and is the
+// reference the shared-memory path is tested against.
 type Ring struct {
 	T       Transport
 	Devices []int
@@ -408,6 +408,9 @@ func sliceData(d any, lo, hi int) any {
 // result: own + dst, or for a maximum own unless dst is greater (which
 // decides ties and NaNs as the copying ring did).
 func accumulateOwn(dst, own *Tensor, op ReduceOp) error {
+	if !sameShape(dst.Shape, own.Shape) || dst.DType != own.DType {
+		return fmt.Errorf("reduce: received %s%v, expected %s%v", dst.DType, dst.Shape, own.DType, own.Shape)
+	}
 	if isHalf(dst.DType) {
 		return fmt.Errorf("reduce: %s in place is not supported", dst.DType)
 	}
