@@ -147,3 +147,43 @@ func envInt(name string) int {
 	v, _ := strconv.Atoi(os.Getenv(name))
 	return v
 }
+
+// BenchmarkSmallAllReduceShmVsRing: the latency that tensor-parallel steps
+// of small tensors pay. p ranks, each a goroutine that stays alive, run
+// 200 back-to-back all-reduces of 256 f32 values, through shared memory
+// and by message passing alternately in each of b.N rounds (-benchtime
+// 5x or more); reports shm/ring per round, min / median / max, and the
+// time per all-reduce.
+func BenchmarkSmallAllReduceShmVsRing(b *testing.B) {
+	const calls = 200
+	for _, p := range []int{2, 4, 8} {
+		b.Run(fmt.Sprintf("p=%d", p), func(b *testing.B) {
+			shm := allReduceWorld(p, true, repeat([]int{256}, calls))
+			ring := allReduceWorld(p, false, repeat([]int{256}, calls))
+			var ratios []float64
+			var tShm, tRing time.Duration
+			for i := 0; i < b.N; i++ {
+				var t [2]time.Duration
+				for k := range 2 {
+					j := (k + i) % 2
+					t[j] = fastest(3, []func() int64{shm, ring}[j])
+				}
+				tShm, tRing = tShm+t[0], tRing+t[1]
+				ratios = append(ratios, float64(t[0])/float64(t[1]))
+			}
+			lo, med, hi := spreadOf(ratios)
+			b.ReportMetric(med, "shm/ring")
+			per := func(d time.Duration) time.Duration { return d / time.Duration(b.N*calls) }
+			b.Logf("p=%d: %v (shm) / %v (ring) per all-reduce of 256 f32; shm/ring min %.3f median %.3f max %.3f (%d rounds)",
+				p, per(tShm), per(tRing), lo, med, hi, b.N)
+		})
+	}
+}
+
+func repeat(shape []int, n int) [][]int {
+	out := make([][]int, n)
+	for i := range out {
+		out[i] = shape
+	}
+	return out
+}
