@@ -119,6 +119,15 @@ func (be *Backend) transpose(x *Buf, perm []int) (rt.Buffer, error) {
 		}
 		shape[i], src[i] = x.shape[p], xs[p]
 	}
+	return be.readBox(x, shape, src, func(t *rt.Tensor) (rt.Buffer, error) {
+		return be.cpu.Compute(&rt.OpCall{Kernel: &plan.Kernel{Op: "transpose", DType: x.dt, Attrs: ir.Attrs{Perm: perm}}, Args: []*rt.Tensor{t}})
+	})
+}
+
+// readBox is a new buffer of shape read from x with the source strides
+// src (a permutation, or zeros along broadcast dims); a box the copy
+// kernel cannot describe runs onHost instead.
+func (be *Backend) readBox(x *Buf, shape, src []int, onHost func(t *rt.Tensor) (rt.Buffer, error)) (rt.Buffer, error) {
 	out, err := be.newBuf(x.dt, shape)
 	if err != nil {
 		return nil, err
@@ -128,9 +137,7 @@ func (be *Backend) transpose(x *Buf, perm []int) (rt.Buffer, error) {
 		be.Free(out)
 	}
 	if err == errBoxDims {
-		return be.onHost(x, func(t *rt.Tensor) (rt.Buffer, error) {
-			return be.cpu.Compute(&rt.OpCall{Kernel: &plan.Kernel{Op: "transpose", DType: x.dt, Attrs: ir.Attrs{Perm: perm}}, Args: []*rt.Tensor{t}})
-		})
+		return be.onHost(x, onHost)
 	}
 	if err != nil {
 		return nil, err
@@ -306,24 +313,10 @@ func (be *Backend) broadcastTo(x *Buf, shape []int) (rt.Buffer, error) {
 			return nil, fmt.Errorf("cuda: broadcast of %s to %s", ir.ShapeString(x.shape), ir.ShapeString(shape))
 		}
 	}
-	out, err := be.newBuf(x.dt, shape)
-	if err != nil {
-		return nil, err
-	}
-	err = be.copyBox(x.dt, out.ptr, denseStrides(shape), x.ptr, src, shape)
-	if err != nil {
-		be.Free(out)
-	}
-	if err == errBoxDims {
-		return be.onHost(x, func(t *rt.Tensor) (rt.Buffer, error) {
-			k := &plan.Kernel{Op: "broadcast_to", DType: x.dt, Shape: shape}
-			return be.cpu.Compute(&rt.OpCall{Kernel: k, Args: []*rt.Tensor{t}, Out: sbp.Block{Off: make([]int, len(shape)), Len: shape}})
-		})
-	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return be.readBox(x, shape, src, func(t *rt.Tensor) (rt.Buffer, error) {
+		k := &plan.Kernel{Op: "broadcast_to", DType: x.dt, Shape: shape}
+		return be.cpu.Compute(&rt.OpCall{Kernel: k, Args: []*rt.Tensor{t}, Out: sbp.Block{Off: make([]int, len(shape)), Len: shape}})
+	})
 }
 
 // arange is the f32 tensor 0, 1, 2, ... of shape.
