@@ -51,15 +51,22 @@ func offloadedGrads(p *Plan) []*ir.Value {
 // in each tier: the reduced gradients its device keeps until they leave
 // (offloadedGrads) and the gradients its host receives, as received (the
 // offload results, in the precision they were reduced in; their f32 cast
-// is one of the update's temporaries), as estimate counts them.
+// is one of the update's temporaries), as estimate counts them: each
+// parameter's once, though ZeRO-2/3 with micro-batches offload a piece
+// per micro-batch (the host adds them up as they come; summing every
+// piece counted a 2 TiB column beside a 160 GiB peak).
 func offloadGradBytes(p *Plan, local func(*ir.Value) int64) (device, host int64) {
 	for _, g := range offloadedGrads(p) {
 		device += local(g)
 	}
+	each := map[string]int64{} // the parameter's gradient, by the offload's name
 	for _, v := range p.Values {
 		if v.Op == "offload" {
-			host += local(v)
+			each[v.Name] = max(each[v.Name], local(v))
 		}
+	}
+	for _, b := range each {
+		host += b
 	}
 	return device, host
 }
