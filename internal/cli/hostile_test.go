@@ -71,6 +71,8 @@ func TestHostileInputs(t *testing.T) {
 		{"trace --svg a directory", []string{"trace", fwd, "--svg", dir}, ExitUsage, "--svg " + dir + ": is a directory"},
 		{"trace --width negative", []string{"trace", fwd, "--width", "-3"}, ExitUsage, "--width -3"},
 		{"trace --schedules unknown", []string{"trace", pipe, "--schedules", "gpipe,bogus"}, ExitUsage, `--schedules: schedule "bogus": unknown schedule`},
+		{"trace --schedules the file's stage marks refuse", []string{"trace", "../../examples/train/mlp_offload_pipe.mesh", "--schedules", "interleaved(2)"}, ExitUsage,
+			"the stage = marks give stage 2 no work: each of the 4 stages needs a unit that computes\n        pipeline = 1f1b\n        ^\nmeshrun: with pipeline = interleaved(2) from --schedules in place of the file's setting\n"},
 		{"trace --schedules with --json", []string{"trace", pipe, "--schedules", "1f1b", "--json"}, ExitUsage, "--schedules prints a comparison table"},
 		{"trace without FILE", []string{"trace"}, ExitUsage, "missing FILE, the program to trace"},
 		{"run without FILE", []string{"run"}, ExitUsage, "missing FILE, the program to run"},

@@ -211,6 +211,8 @@ func (e *env) compareSchedules(file string, c *common, clock string, specs []str
 		var dump bytes.Buffer
 		p, code := e.compile(file, c, &dump)
 		if p == nil {
+			// the position is the file's pipeline setting, which spec replaced
+			fmt.Fprintf(e.stderr, "meshrun: with pipeline = %s from --schedules in place of the file's setting\n", c.schedule)
 			return code
 		}
 		e.stdout.Write(dump.Bytes())
