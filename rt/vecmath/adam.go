@@ -10,6 +10,11 @@ import "math"
 // On the MLP of bench/torch_mlp.sh (1M parameters) the scalar update was
 // a third of the step outside the GEMMs (issue 10): a square root and two
 // divisions per element, one element at a time.
+//
+// The scalar loops round every product explicitly (float32(a*b)): Go may
+// otherwise fuse a*b + c into one multiply-add (it does on arm64, and on
+// amd64 built with GOAMD64=v3), which the vector kernel does not do, and
+// the two paths would differ in the last bit.
 
 // AdamUpdate writes out[i] = p[i]·decay − step·(m[i]/(√v[i]/rootBC2 + eps)).
 func AdamUpdate(out, p, m, v []float32, step, rootBC2, eps, decay float32) {
@@ -18,7 +23,7 @@ func AdamUpdate(out, p, m, v []float32, step, rootBC2, eps, decay float32) {
 	k := adamVec(out, p, m, v, step, rootBC2, eps, decay)
 	for i := k; i < n; i++ {
 		denom := float32(math.Sqrt(float64(v[i])))/rootBC2 + eps
-		out[i] = p[i]*decay - step*(m[i]/denom)
+		out[i] = float32(p[i]*decay) - float32(step*(m[i]/denom))
 	}
 }
 
@@ -31,11 +36,11 @@ func Moment(out, m, g []float32, beta float32, square bool) {
 	k := momentVec(out, m, g, beta, w, square)
 	if square {
 		for i := k; i < n; i++ {
-			out[i] = m[i]*beta + g[i]*g[i]*w
+			out[i] = float32(m[i]*beta) + float32(g[i]*g[i]*w)
 		}
 		return
 	}
 	for i := k; i < n; i++ {
-		out[i] = m[i]*beta + g[i]*w
+		out[i] = float32(m[i]*beta) + float32(g[i]*w)
 	}
 }
