@@ -600,7 +600,10 @@ func (g *Ring) Reduce(ctx context.Context, x Buffer, root int) (Buffer, error) {
 			}
 		}
 	}
-	return castTensor(acc, t.DType), nil
+	if isHalf(t.DType) {
+		return narrow(acc, t.DType), nil // the f32 sum rounded once
+	}
+	return acc, nil // summed in t's own type: integers exactly
 }
 
 func balanced(n, p int) []int {
