@@ -301,6 +301,26 @@ func TestBackendErrorsNameTheCall(t *testing.T) {
 	require.EqualError(t, err, "cuda: cublasGemmEx: CUBLAS_STATUS_EXECUTION_FAILED (13) [2×3·3×2 ×1 f32]")
 }
 
+// A matmul with an empty inner dim (a zeroed result, no GEMM) whose
+// zeroing fails returns the error alone and gives its buffer back.
+func TestBackendMatmulZeroFailureFreesTheResult(t *testing.T) {
+	fakeOnly(t)
+	be := newTestBackend(t)
+	t.Setenv("MESHRUN_FAKE_FAIL", "cuMemsetD8_v2")
+	a, b := rt.NewTensor(ir.F32, []int{2, 0}), rt.NewTensor(ir.F32, []int{0, 3})
+	k := &plan.Kernel{Op: "matmul", DType: ir.F32, Shape: []int{2, 3}, ArgDTypes: []ir.DType{ir.F32, ir.F32}}
+	held := func() int {
+		be.dev.mu.Lock()
+		defer be.dev.mu.Unlock()
+		return len(be.dev.free[2*3*4])
+	}
+	before := held()
+	r, err := be.Launch(context.Background(), k, []rt.Buffer{a, b}, nil, sbp.Block{})
+	require.EqualError(t, err, "cuda: cuMemsetD8 (24 bytes): CUDA_ERROR_INVALID_VALUE (1)")
+	require.Nil(t, r)
+	require.Equal(t, before+1, held(), "the result's block is back in the cache")
+}
+
 // TestKernelCompileCache: the first Open compiles, the next finds the
 // CUBIN on disk (even where NVRTC would now fail), and a compile error
 // carries NVRTC's log.

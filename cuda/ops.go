@@ -90,7 +90,11 @@ func (be *Backend) matmul(k *plan.Kernel, a, b *Buf) (rt.Buffer, error) {
 	}
 	nb := count(batch)
 	if m == 0 || n == 0 || nb == 0 || kk == 0 {
-		return out, be.dev.zero(out.ptr, out.bytes)
+		if err := be.dev.zero(out.ptr, out.bytes); err != nil {
+			be.Free(out)
+			return nil, err
+		}
+		return out, nil
 	}
 	es := uint64(k.DType.Size())
 	switch {

@@ -22,8 +22,9 @@
  *
  * Environment: MESHRUN_FAKE_EMU is the folder holding emu.h (required by
  * NVRTC); MESHRUN_FAKE_FAIL lists entry points that fail (with their
- * usual error: cuMemAlloc_v2 out of memory, nvrtcCompileProgram a
- * compilation error, cublasGemmEx execution failed); MESHRUN_FAKE_LOG
+ * usual error: cuMemAlloc_v2 out of memory, cuMemsetD8_v2 an invalid
+ * value, nvrtcCompileProgram a compilation error, cublasGemmEx execution
+ * failed); MESHRUN_FAKE_LOG
  * names a file each compilation appends a line to; MESHRUN_FAKE_MAX_SM
  * (e.g. 80) makes NVRTC reject newer architectures, as an old one does. */
 #define _GNU_SOURCE
@@ -156,6 +157,7 @@ int cuMemcpyDtoDAsync_v2(devptr dst, devptr src, size_t n, void *stream) {
 int cuMemsetD8_v2(devptr p, unsigned char v, size_t n) {
 	NEED_CTX;
 	if (!inside(p, n)) return 1;
+	if (failing("cuMemsetD8_v2")) return 1;
 	memset((void *)(uintptr_t)p, v, n);
 	return 0;
 }
