@@ -4,8 +4,10 @@
 # (CUDA 13 or 12: a toolkit, or the nvidia/* pip packages PyTorch
 # installs; see cuda/doc.go for the search), and no Go: the binaries come
 # from bench/gpu_build.sh (BIN, default bench/gpu_bin). Writes everything
-# it prints to $OUT/gpu.log (OUT: a temp dir unless set). About 2-4
-# minutes:
+# it prints to $OUT/gpu.log (OUT: a temp dir unless set), and nothing else
+# there: the runs' outputs and the kernel cache go to a temporary folder,
+# since the device machine's tool brings back only a few files of $OUT
+# (the runs write dozens of .npy files). About 2-4 minutes:
 #
 #  1. meshrun devices (what NVML sees);
 #  2. package cuda's tests with MESHRUN_TEST_GPU=1 MESHRUN_REQUIRE_GPU=1:
@@ -25,8 +27,10 @@ root=$PWD
 BIN=$(realpath "${BIN:-bench/gpu_bin}")
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
+work=$(mktemp -d)
 exec > >(tee "$OUT/gpu.log") 2>&1
-export MESHRUN_CUDA_CACHE=${MESHRUN_CUDA_CACHE:-$OUT/kernel-cache}
+tee_pid=$!
+export MESHRUN_CUDA_CACHE=${MESHRUN_CUDA_CACHE:-$work/kernel-cache}
 status=0
 step() { echo; echo "=== $* (at ${SECONDS}s)"; }
 fail() { echo "FAILED: $*"; status=1; }
@@ -51,14 +55,14 @@ for ex in examples/megatron_mlp.mesh examples/long_attention.mesh train:examples
     cmd=run
     [[ $ex == train:* ]] && cmd=train && ex=${ex#train:}
     name=$(basename "$ex" .mesh)
-    mkdir -p "$OUT/$name"
+    mkdir -p "$work/$name"
     for be in cuda cpu; do
         t0=$(date +%s.%N)
-        timeout 120 "$BIN/meshrun" $cmd "$ex" --backend $be --out "$OUT/$name/$be" > "$OUT/$name/$be.txt" 2>&1 \
-            || { fail "$cmd $ex --backend $be"; tail -5 "$OUT/$name/$be.txt"; }
-        echo "$cmd $ex --backend $be: $(awk "BEGIN{printf \"%.2f\", $(date +%s.%N) - $t0}") s wall; $(tail -1 "$OUT/$name/$be.txt")"
+        timeout 120 "$BIN/meshrun" $cmd "$ex" --backend $be --out "$work/$name/$be" > "$work/$name/$be.txt" 2>&1 \
+            || { fail "$cmd $ex --backend $be"; tail -5 "$work/$name/$be.txt"; }
+        echo "$cmd $ex --backend $be: $(awk "BEGIN{printf \"%.2f\", $(date +%s.%N) - $t0}") s wall; $(tail -1 "$work/$name/$be.txt")"
     done
-    python3 bench/npydiff.py "$OUT/$name/cpu" "$OUT/$name/cuda" || fail "compare $ex"
+    python3 bench/npydiff.py "$work/$name/cpu" "$work/$name/cuda" || fail "compare $ex"
 done
 
 step "matmul: the backend vs raw cuBLAS"
@@ -83,4 +87,7 @@ for dt in (torch.float32, torch.bfloat16, torch.float64):
 PY
 
 step "done in ${SECONDS}s: status $status"
+exec >&- 2>&- # let tee write the log's last lines before the script ends
+wait "$tee_pid"
+rm -rf "$work"
 exit $status
