@@ -88,3 +88,39 @@ func TestBackendElementwise(t *testing.T) {
 	}
 	require.Empty(t, be.Fallbacks(), "every elementwise op ran as a CUDA kernel")
 }
+
+// TestBackendGeluTailRelative: f32 gelu and gelu_grad keep their relative
+// accuracy where the values are small (x from −14 to −1, and 1 to 14),
+// against x·Φ(x) and Φ(x) + x·φ(x) in float64 worked out here, within
+// 2 ulp. The elementwise tests' absolute band (1e-7) passes any error
+// there; with erfcf and expf of an argument rounded to f32 the kernels were
+// 10 ulp off at x = −3 and 195 ulp at x = −13.
+func TestBackendGeluTailRelative(t *testing.T) {
+	be := newTestBackend(t)
+	var x []float64
+	for v := float32(1); v <= 14; v = math.Nextafter32(v, 100) + 1.0/1024 {
+		x = append(x, float64(v), -float64(v))
+	}
+	refs := map[string]func(float64) float64{
+		"gelu": func(v float64) float64 { return 0.5 * v * math.Erfc(-v/math.Sqrt2) },
+		"gelu_grad": func(v float64) float64 {
+			return 0.5*math.Erfc(-v/math.Sqrt2) + v*math.Exp(-0.5*v*v)/math.Sqrt(2*math.Pi)
+		},
+	}
+	for op, ref := range refs {
+		shape := []int{len(x)}
+		got := launch(t, be, &plan.Kernel{Op: op, DType: ir.F32, Shape: shape}, hostTensor(ir.F32, shape, x))
+		worst := 0.0
+		for i, g := range got.Data.([]float32) {
+			want := float32(ref(x[i]))
+			if want == 0 {
+				require.Zero(t, g, "%s(%g)", op, x[i])
+				continue
+			}
+			u := ulpsApart(float64(g), float64(want), ir.F32)
+			require.LessOrEqual(t, u, 2.0, "%s(%g): got %g, want %g", op, x[i], g, want)
+			worst = math.Max(worst, u)
+		}
+		t.Logf("%s f32 for 1 ≤ |x| ≤ 14: worst %.2f ulp", op, worst)
+	}
+}
