@@ -44,17 +44,21 @@ func adamStep(call *OpCall) *Tensor {
 	return out
 }
 
+// moment and adamUpdate round every product (T(a*b)): Go may fuse a*b + c
+// into one multiply-add (on arm64, and on amd64 with GOAMD64=v3), which
+// neither rt/vecmath's kernels nor the CUDA backend's (--fmad=false) do,
+// and the results would differ in the last bit.
 func moment[T Float](out, m, g []T, beta T, square bool) {
 	w := 1 - beta
 	parallelFor(len(out), func(lo, hi int) {
 		if square {
 			for i := lo; i < hi; i++ {
-				out[i] = m[i]*beta + g[i]*g[i]*w
+				out[i] = T(m[i]*beta) + T(g[i]*g[i]*w)
 			}
 			return
 		}
 		for i := lo; i < hi; i++ {
-			out[i] = m[i]*beta + g[i]*w
+			out[i] = T(m[i]*beta) + T(g[i]*w)
 		}
 	})
 }
@@ -63,7 +67,7 @@ func adamUpdate[T Float](out, p, m, v []T, step, rootBC2, eps, decay T) {
 	parallelFor(len(out), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			denom := T(math.Sqrt(float64(v[i])))/rootBC2 + eps
-			out[i] = p[i]*decay - step*(m[i]/denom)
+			out[i] = T(p[i]*decay) - T(step*(m[i]/denom))
 		}
 	})
 }
