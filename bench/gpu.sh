@@ -31,6 +31,12 @@ work=$(mktemp -d)
 exec > >(tee "$OUT/gpu.log") 2>&1
 tee_pid=$!
 export MESHRUN_CUDA_CACHE=${MESHRUN_CUDA_CACHE:-$work/kernel-cache}
+# the library search looks in $VIRTUAL_ENV's site-packages for NVIDIA's pip
+# wheels (PyTorch's nvidia/* packages): point it at python3's environment
+# when no virtual environment is active
+if [ -z "${VIRTUAL_ENV:-}" ] && command -v python3 >/dev/null; then
+	VIRTUAL_ENV=$(python3 -c 'import sys; print(sys.prefix)' 2>/dev/null) && export VIRTUAL_ENV
+fi
 status=0
 step() { echo; echo "=== $* (at ${SECONDS}s)"; }
 fail() { echo "FAILED: $*"; status=1; }

@@ -245,7 +245,7 @@ func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, 
 		return nil, ExitUsage
 	}
 	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter,
-		Memory: c.memoryBudget(deviceCount(g), c.judgeMemoryOnlyIfSet), HostInBudget: !c.memory.set}
+		Memory: c.memoryBudget(deviceCount(g), c.judgeMemoryOnlyIfSet), HostInBudget: c.hostInBudget()}
 	if c.dumpAfter != "" {
 		opts.Dump = dump
 	}
@@ -274,13 +274,13 @@ func (e *env) diag(err error, sources map[string][]byte) {
 func reference(p *lower.Plan) (*lower.Plan, error) {
 	g := p.Graph
 	if !g.HasLocal() {
-		return lower.Lower(g, lower.Options{Mesh: p.Mesh.Single(), Memory: referenceBudget(p)})
+		return lower.Lower(g, lower.Options{Mesh: p.Mesh.Single(), Memory: referenceBudget(p), HostInBudget: p.Opts.HostInBudget})
 	}
 	single, err := lang.CheckSource(g.File, g.Sources[g.File], lang.CheckOptions{Dir: filepath.Dir(g.File), SingleDevice: true})
 	if err != nil {
 		return nil, err
 	}
-	return lower.Lower(single, lower.Options{Mesh: single.Mesh.Single(), Memory: referenceBudget(p)})
+	return lower.Lower(single, lower.Options{Mesh: single.Mesh.Single(), Memory: referenceBudget(p), HostInBudget: p.Opts.HostInBudget})
 }
 
 // execute runs a plan on its launcher. Under MPI only rank 0's process

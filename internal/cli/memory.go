@@ -78,6 +78,14 @@ func (c *common) memoryBudget(n int, explicitOnly bool) int64 {
 	return machineMemory() / 4 * 3 / int64(max(n, 1))
 }
 
+// hostInBudget says whether the budget also holds the host tier
+// (offload): the default budget, a share of this machine's RAM, where
+// the CPU backend keeps both tiers. With --memory the budget is the
+// device's; with --backend cuda the device tier is the GPU's.
+func (c *common) hostInBudget() bool {
+	return !c.memory.set && c.backend != "cuda"
+}
+
 // deviceCount is how many devices a program runs on: its mesh's, with the
 // pipeline axis, which the graph's mesh leaves out, included.
 func deviceCount(g *ir.Graph) int {

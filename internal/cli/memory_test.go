@@ -67,8 +67,13 @@ func TestDefaultMemoryBudgetSharesTheMachine(t *testing.T) {
 	require.Greater(t, total, int64(0))
 	require.Equal(t, total/4*3/8, c.memoryBudget(8, false))
 	require.Equal(t, int64(0), c.memoryBudget(8, true))
+	require.True(t, c.hostInBudget(), "the machine's RAM holds the CPU backend's host tier too")
+	c.backend = "cuda"
+	require.False(t, c.hostInBudget(), "a GPU's device tier is not the host's RAM")
+	c.backend = "cpu"
 	require.NoError(t, c.memory.Set("2GiB"))
 	require.Equal(t, int64(2<<30), c.memoryBudget(8, true))
+	require.False(t, c.hostInBudget(), "--memory is the device's alone")
 }
 
 // check's single-device reference holds whole tensors: it gets the memory
