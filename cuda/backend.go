@@ -206,8 +206,11 @@ func (be *Backend) Launch(ctx context.Context, k *plan.Kernel, args []rt.Buffer,
 		return nil, err
 	}
 	defer done() // stream order: released buffers are reused only after this launch
+	if len(bufs) != len(k.ArgDTypes) {
+		return nil, fmt.Errorf("cuda: %s of %s: %d arguments, the plan says %d", k.Op, k.DType, len(bufs), len(k.ArgDTypes))
+	}
 	for i, b := range bufs {
-		if i >= len(k.ArgDTypes) || b.dt != k.ArgDTypes[i] {
+		if b.dt != k.ArgDTypes[i] {
 			return nil, fmt.Errorf("cuda: %s of %s: argument %d is %s, not as the plan says (%v)", k.Op, k.DType, i, b.dt, k.ArgDTypes)
 		}
 	}

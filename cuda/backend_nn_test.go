@@ -419,3 +419,26 @@ func TestBackendWhereMaxGradNonfinite(t *testing.T) {
 	}
 	require.Empty(t, be.Fallbacks())
 }
+
+// Arguments that disagree with the kernel — a concat piece whose other
+// dims differ (the copy would write past the output), fewer buffers than
+// the plan's argument list — are errors, not device writes out of bounds
+// or an index panic.
+func TestBackendRejectsArgumentsThePlanDoesNotDescribe(t *testing.T) {
+	be := newTestBackend(t)
+	a, b := rt.NewTensor(ir.F32, []int{2, 3}), rt.NewTensor(ir.F32, []int{4, 3})
+	ba, err := be.CopyIn(a)
+	require.NoError(t, err)
+	bb, err := be.CopyIn(b)
+	require.NoError(t, err)
+	defer be.Free(ba)
+	defer be.Free(bb)
+	k := &plan.Kernel{Op: "concat", DType: ir.F32, Attrs: ir.Attrs{Axis: 1}, Shape: []int{2, 6},
+		ArgDTypes: []ir.DType{ir.F32, ir.F32}, ArgShapes: [][]int{{2, 3}, {4, 3}}}
+	blocks := []sbp.Block{{Off: []int{0, 0}, Len: []int{2, 3}}, {Off: []int{0, 0}, Len: []int{4, 3}}}
+	_, err = be.Launch(context.Background(), k, []rt.Buffer{ba, bb}, blocks, sbp.Block{Off: []int{0, 0}, Len: []int{2, 6}})
+	require.ErrorContains(t, err, "concat along axis 1 of [2, 3] and [4, 3]")
+	k2 := &plan.Kernel{Op: "add", DType: ir.F32, Shape: []int{2, 3}, ArgDTypes: []ir.DType{ir.F32, ir.F32}, ArgShapes: [][]int{{2, 3}, {2, 3}}}
+	_, err = be.Launch(context.Background(), k2, []rt.Buffer{ba}, blocks[:1], sbp.Block{Off: []int{0, 0}, Len: []int{2, 3}})
+	require.ErrorContains(t, err, "add of f32: 1 arguments, the plan says 2")
+}

@@ -260,6 +260,21 @@ func offset(shape, off []int) int {
 }
 
 // concat joins xs along dim: a box copy of each into its place.
+// sameBut says a and b have the same rank and dims except dim: the
+// pieces of a concat, which the copy would otherwise write past the
+// output with.
+func sameBut(a, b []int, dim int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if i != dim && a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func (be *Backend) concat(k *plan.Kernel, xs []*Buf) (rt.Buffer, error) {
 	dim := k.Attrs.Axis
 	shape := slices.Clone(xs[0].shape)
@@ -268,8 +283,8 @@ func (be *Backend) concat(k *plan.Kernel, xs []*Buf) (rt.Buffer, error) {
 	}
 	shape[dim] = 0
 	for _, x := range xs {
-		if len(x.shape) != len(shape) {
-			return nil, fmt.Errorf("cuda: concat of %s and %s", ir.ShapeString(xs[0].shape), ir.ShapeString(x.shape))
+		if !sameBut(x.shape, xs[0].shape, dim) {
+			return nil, fmt.Errorf("cuda: concat along axis %d of %s and %s", dim, ir.ShapeString(xs[0].shape), ir.ShapeString(x.shape))
 		}
 		shape[dim] += x.shape[dim]
 	}
