@@ -18,30 +18,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5} STEPS=${STEPS:-20} THREADS=${THREADS:-"1 2"}
-if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
-    echo "torch_gpt.sh: needs PyTorch: apt-get install python3-torch python3-numpy" >&2
-    exit 1
-fi
+. bench/torch_lib.sh
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 /usr/bin/python3 bench/torch_gpt.py prepare "$out" "$STEPS"
-go build -o "$out/meshrun" ./cmd/meshrun
-go build -o "$out/blasinfo" ./bench/blasinfo
-# PyTorch (Debian's, BLAS_INFO=generic) calls libblas.so.3; when that is
-# OpenBLAS it gets the kernels meshrun chose (see rt.chooseCoreType)
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$("$out/blasinfo" -coretype)}
-"$out/blasinfo"
-/usr/bin/python3 bench/torch_blas.py
-
-py() { /usr/bin/python3 -c "$1" "${@:2}"; }
-# median of the "seconds" of steps 3.. in a JSON-lines log
-median() { py 'import sys,json,statistics; print(statistics.median([json.loads(l)["seconds"] for l in open(sys.argv[1])][2:]))' "$1"; }
-meshrun() { # $1 threads, $2 mesh file, $3 log
-    GOMAXPROCS=$1 MESHRUN_BLAS_THREADS=$1 "$out/meshrun" train "$out/$2" --log "$3" >/dev/null
-}
+torch_setup
 twin() { # $1 threads, $2 log
-    OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_gpt.py train "$out" "$STEPS" "$1" >"$2"
+    torch_env "$1" /usr/bin/python3 bench/torch_gpt.py train "$out" "$STEPS" "$1" >"$2"
 }
+run_m1() { meshrun "$1" gpt1.mesh "$out/m1.log" && median "$out/m1.log"; }
+run_mesh() { meshrun "$1" gpt.mesh "$out/m4.log" && median "$out/m4.log"; }
+run_torch() { twin "$1" "$out/t.log" && median "$out/t.log"; }
 
 echo "== same model: losses of meshrun (1 device, [dp=2, tp=2]) and the twin"
 meshrun 1 gpt1.mesh "$out/m1.log"
@@ -60,28 +47,4 @@ for i, (a, b, c) in enumerate(zip(m1, m4, t)):
 print(f"all {len(t)} steps agree, worst relative difference {worst:.1e}")
 ' "$out/m1.log" "$out/m4.log" "$out/t.log"
 
-for th in $THREADS; do
-    echo "== $th thread(s): median step per run (ms) and meshrun/PyTorch per round"
-    r1=() r4=()
-    for round in $(seq "$ROUNDS"); do
-        order=(m1 m4 t)
-        order=("${order[@]:$((round % 3))}" "${order[@]:0:$((round % 3))}")
-        for w in "${order[@]}"; do
-            case $w in
-            m1) meshrun "$th" gpt1.mesh "$out/m1.log" ;;
-            m4) meshrun "$th" gpt.mesh "$out/m4.log" ;;
-            t) twin "$th" "$out/t.log" ;;
-            esac
-        done
-        read -r a b c x y < <(py 'import sys; a,b,c=map(float,sys.argv[1:]); print(f"{a*1e3:.2f} {b*1e3:.2f} {c*1e3:.2f} {a/c:.3f} {b/c:.3f}")' \
-            "$(median "$out/m1.log")" "$(median "$out/m4.log")" "$(median "$out/t.log")")
-        echo "round $round (${order[*]}): meshrun 1 device $a, [dp=2, tp=2] $b, PyTorch $c -> $x, $y"
-        r1+=("$x") r4+=("$y")
-    done
-    py '
-import sys, statistics
-for name, xs in (("1 device", sys.argv[2].split()), ("[dp=2, tp=2]", sys.argv[3].split())):
-    xs = sorted(map(float, xs))
-    print(f"{sys.argv[1]} thread(s), meshrun {name} / PyTorch: min {xs[0]:.2f} median {statistics.median(xs):.2f} max {xs[-1]:.2f} ({len(xs)} rounds; goal <= 1.0)")
-' "$th" "${r1[*]}" "${r4[*]}"
-done
+compare_rounds "[dp=2, tp=2]" 1.0

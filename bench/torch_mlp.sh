@@ -14,11 +14,8 @@
 # apt-get install python3-torch); never a dependency of meshrun or its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
-    echo "torch_mlp.sh: needs PyTorch: apt-get install python3-torch python3-numpy" >&2
-    exit 1
-fi
 ROUNDS=${ROUNDS:-5} THREADS=${THREADS:-"1 2"}
+. bench/torch_lib.sh
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 B=${B:-256} D=${D:-512} H=${H:-1024} STEPS=${STEPS:-12}
@@ -45,18 +42,9 @@ MESH
 }
 prog "dp=1" "" > "$out/mlp1.mesh"
 prog "dp=2" "{S(0)}" > "$out/mlp2.mesh"
-go build -o "$out/meshrun" ./cmd/meshrun
-go build -o "$out/blasinfo" ./bench/blasinfo
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$("$out/blasinfo" -coretype)}
-"$out/blasinfo"
-/usr/bin/python3 bench/torch_blas.py
-py() { /usr/bin/python3 -c "$1" "${@:2}"; }
-median() { py 'import sys,json,statistics; print(statistics.median([json.loads(l)["seconds"] for l in open(sys.argv[1])][2:]))' "$1"; }
-meshrun() { # $1 threads, $2 mesh file, $3 log
-    GOMAXPROCS=$1 MESHRUN_BLAS_THREADS=$1 "$out/meshrun" train "$out/$2" --log "$3" >/dev/null
-}
-torch_step() { # $1 threads; prints the median step of steps 3..
-OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 - "$out" "$STEPS" "$1" <<'PY'
+torch_setup
+run_torch() { # $1 threads; prints the median step of steps 3..
+torch_env "$1" /usr/bin/python3 - "$out" "$STEPS" "$1" <<'PY'
 import sys, time, statistics, numpy as np, torch
 out, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(threads)
@@ -76,28 +64,6 @@ for _ in range(steps):
 print(statistics.median(times[2:]))
 PY
 }
-for th in $THREADS; do
-    echo "== $th thread(s): median step per run (ms) and meshrun/PyTorch per round"
-    r1=() r2=()
-    for round in $(seq "$ROUNDS"); do
-        order=(m1 m2 t)
-        order=("${order[@]:$((round % 3))}" "${order[@]:0:$((round % 3))}")
-        for w in "${order[@]}"; do
-            case $w in
-            m1) meshrun "$th" mlp1.mesh "$out/m1.log" ;;
-            m2) meshrun "$th" mlp2.mesh "$out/m2.log" ;;
-            t) tt=$(torch_step "$th") ;;
-            esac
-        done
-        read -r a b c x y < <(py 'import sys; a,b,c=map(float,sys.argv[1:]); print(f"{a*1e3:.2f} {b*1e3:.2f} {c*1e3:.2f} {a/c:.3f} {b/c:.3f}")' \
-            "$(median "$out/m1.log")" "$(median "$out/m2.log")" "$tt")
-        echo "round $round (${order[*]}): meshrun 1 device $a, [dp=2] $b, PyTorch $c -> $x, $y"
-        r1+=("$x") r2+=("$y")
-    done
-    py '
-import sys, statistics
-for name, xs in (("1 device", sys.argv[2].split()), ("[dp=2]", sys.argv[3].split())):
-    xs = sorted(map(float, xs))
-    print(f"{sys.argv[1]} thread(s), meshrun {name} / PyTorch: min {xs[0]:.2f} median {statistics.median(xs):.2f} max {xs[-1]:.2f} ({len(xs)} rounds; goal <= 0.8)")
-' "$th" "${r1[*]}" "${r2[*]}"
-done
+run_m1() { meshrun "$1" mlp1.mesh "$out/m1.log" && median "$out/m1.log"; }
+run_mesh() { meshrun "$1" mlp2.mesh "$out/m2.log" && median "$out/m2.log"; }
+compare_rounds "[dp=2]" 0.8
