@@ -240,7 +240,7 @@ func (be *Backend) launchData(k *plan.Kernel, bufs []*Buf, in []sbp.Block, out s
 	case k.Op == "cast":
 		r, err = be.cast(k, bufs[0])
 	case k.Op == "matmul":
-		r, err = be.matmul(k, bufs[0], bufs[1])
+		r, err = be.matmulFused(k, bufs[0], bufs[1])
 	case k.Op == "transpose":
 		r, err = be.transpose(bufs[0], k.Attrs.Perm)
 	case k.Op == "const":

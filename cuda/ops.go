@@ -65,6 +65,45 @@ func (be *Backend) reshape(x *Buf, shape []int) (rt.Buffer, error) {
 	return out, nil
 }
 
+// matmulFused is matmul for a kernel whose operands lower's gemm fusion
+// may have left stored transposed (plan.Kernel.TransA, TransB): such an
+// operand is transposed on the device into a temporary first, then the
+// plain GEMM runs. (cuBLAS could read it transposed through its flags; the
+// copy keeps one GEMM path here, at the cost of the copy the CPU saves.)
+func (be *Backend) matmulFused(k *plan.Kernel, a, b *Buf) (rt.Buffer, error) {
+	if !k.TransA && !k.TransB {
+		return be.matmul(k, a, b)
+	}
+	ops := [2]*Buf{a, b}
+	for i, tr := range [2]bool{k.TransA, k.TransB} {
+		if !tr {
+			continue
+		}
+		r := len(ops[i].shape)
+		if r < 2 {
+			return nil, fmt.Errorf("matmul of %s and %s: both need two dims", ir.ShapeString(a.shape), ir.ShapeString(b.shape))
+		}
+		perm := make([]int, r)
+		for d := range perm {
+			perm[d] = d
+		}
+		perm[r-2], perm[r-1] = r-1, r-2
+		t, err := be.transpose(ops[i], perm)
+		if err != nil {
+			return nil, err
+		}
+		defer be.Free(t)
+		tb, ok := t.(*Buf)
+		if !ok {
+			return nil, fmt.Errorf("cuda: a transpose gave a %T", t)
+		}
+		ops[i] = tb
+	}
+	plain := *k
+	plain.TransA, plain.TransB = false, false
+	return be.matmul(&plain, ops[0], ops[1])
+}
+
 // matmul multiplies the last two dims with NumPy batch broadcasting, as
 // the CPU's: with no batch dims on B, A's batch folds into its rows (one
 // GEMM); batch dims each operand has in full or not at all are one

@@ -18,6 +18,8 @@
 //	        every rank whose work differs only by its coordinate, the
 //	        groups its collectives use, and the slots each instruction
 //	        frees last; it refers to nothing in the graph
+//	fuse    hand a transpose that feeds only a matmul to the GEMM's
+//	        transpose flags instead of materialising it (fuse_gemm.go)
 //	tier    with offload (ZeRO-Offload): mark what lives in host memory
 //	        and turn the step's copies into copy instructions (tier.go)
 //	pipeline  with a pipeline axis: give every value a stage and each
@@ -54,6 +56,9 @@ type Options struct {
 	Dump      io.Writer      // where dumps go
 	// KeepDead keeps values no output needs (the REPL shows every name).
 	KeepDead bool
+	// NoFuse skips the gemm fusion pass (fuse_gemm.go): every transpose
+	// is materialised, as before it (the fused-versus-unfused tests).
+	NoFuse bool
 	// Memory is the budget of bytes a device may hold at once; a plan
 	// whose peak (memory pass) exceeds it fails to lower. 0: no budget.
 	Memory int64
@@ -156,6 +161,7 @@ var Passes = []Pass{
 	{Name: "infer", Run: inferPlacements, Requires: []string{"check"}},
 	{Name: "boxing", Run: insertBoxing, Requires: []string{"infer"}},
 	{Name: "spmd", Run: buildPrograms, Requires: []string{"boxing"}},
+	{Name: "fuse", Run: fuseGemms, Requires: []string{"spmd"}},
 	{Name: "tier", Run: assignTiers, Requires: []string{"spmd"}},
 	{Name: "pipeline", Run: buildPipeline, Requires: []string{"spmd"}},
 	{Name: "memory", Run: simulateMemory, Requires: []string{"spmd"}},

@@ -15,6 +15,8 @@ import (
 //     its consumer needs, and is a chain of legal one-axis steps.
 //   - spmd: every device runs the same instruction sequence, reads only
 //     slots already written, and its local shapes are its layout blocks.
+//   - fuse: a matmul reading an operand transposed reads a slot of the
+//     stored shape its kernel names, and the operands fit its result.
 func Verify(p *Plan) error {
 	n := p.Mesh.NumAxes()
 	if p.done["infer"] {
@@ -79,6 +81,11 @@ func Verify(p *Plan) error {
 	}
 	if p.done["spmd"] {
 		if err := p.Exec.Verify(); err != nil {
+			return err
+		}
+	}
+	if p.done["fuse"] {
+		if err := verifyFusedGemms(p); err != nil {
 			return err
 		}
 	}

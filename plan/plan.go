@@ -187,6 +187,11 @@ type Kernel struct {
 	Shape     []int
 	ArgDTypes []ir.DType
 	ArgShapes [][]int
+	// TransA and TransB say that a matmul's first or second argument is
+	// stored transposed (its last two dims swapped; ArgShapes are as
+	// stored): lower's gemm fusion hands a transpose that fed only this
+	// matmul to the GEMM's flags (lower/fuse_gemm.go).
+	TransA, TransB bool
 }
 
 // MaxTag is the largest tag a plan's send/recv may use: MPI guarantees
@@ -271,8 +276,11 @@ func (prog *Program) Dump() string {
 			continue
 		}
 		var args []string
-		for _, a := range in.Args {
+		for i, a := range in.Args {
 			args = append(args, fmt.Sprintf("s%d", a))
+			if k := in.Kernel; k != nil && (i == 0 && k.TransA || i == 1 && k.TransB) {
+				args[i] += "ᵀ" // read transposed (lower's gemm fusion)
+			}
 		}
 		if in.Out >= 0 {
 			fmt.Fprintf(&b, "  s%d = ", in.Out)

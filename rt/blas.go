@@ -20,6 +20,16 @@ type BLAS interface {
 	Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int)
 }
 
+// TransBLAS is a BLAS that reads either operand transposed: op(A) = Aᵀ
+// when ta, A then stored k×m (lda ≥ m); op(B) = Bᵀ when tb, B stored n×k
+// (ldb ≥ k). The matmul kernel hands lower's fused transposes (plan.Kernel
+// TransA, TransB) to it; a BLAS without it gets the operand transposed
+// into scratch first (transGemm).
+type TransBLAS interface {
+	SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int)
+	DgemmT(ta, tb bool, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int)
+}
+
 // GonumBLAS is the pure-Go default.
 type GonumBLAS struct{}
 
@@ -36,6 +46,23 @@ func (GonumBLAS) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, 
 func (GonumBLAS) Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
 	gemmHeavy.add(m, n, k)
 	gonum.Implementation{}.Dgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+}
+
+func (GonumBLAS) SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	gemmHeavy.add(m, n, k)
+	gonum.Implementation{}.Sgemm(gonumTrans(ta), gonumTrans(tb), m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+}
+
+func (GonumBLAS) DgemmT(ta, tb bool, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
+	gemmHeavy.add(m, n, k)
+	gonum.Implementation{}.Dgemm(gonumTrans(ta), gonumTrans(tb), m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+}
+
+func gonumTrans(t bool) blas.Transpose {
+	if t {
+		return blas.Trans
+	}
+	return blas.NoTrans
 }
 
 var (

@@ -47,6 +47,13 @@ static void ob_s(int m, int n, int k, const float *a, int lda, const float *b, i
 static void ob_d(int m, int n, int k, const double *a, int lda, const double *b, int ldb, double *c, int ldc) {
 	ob_dgemm(101, 111, 111, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
+// The same with either operand read transposed (CblasTrans = 112).
+static void ob_st(int ta, int tb, int m, int n, int k, const float *a, int lda, const float *b, int ldb, float *c, int ldc) {
+	ob_sgemm(101, ta ? 112 : 111, tb ? 112 : 111, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+static void ob_dt(int ta, int tb, int m, int n, int k, const double *a, int lda, const double *b, int ldb, double *c, int ldc) {
+	ob_dgemm(101, ta ? 112 : 111, tb ? 112 : 111, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
 */
 import "C"
 
@@ -155,6 +162,43 @@ func (OpenBLAS) Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c
 	obSlots <- struct{}{}
 	defer func() { <-obSlots }()
 	C.ob_d(C.int(m), C.int(n), C.int(k), (*C.double)(&a[0]), C.int(lda), (*C.double)(&b[0]), C.int(ldb), (*C.double)(&c[0]), C.int(ldc))
+}
+
+// SgemmT is Sgemm with A (m×k) stored as its k×m transpose when ta and B
+// (k×n) as its n×k transpose when tb: OpenBLAS's packing reads either
+// layout, so a transposed operand costs no copy (TransBLAS).
+func (OpenBLAS) SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		clear(c[:(m-1)*ldc+n])
+		return
+	}
+	obSlots <- struct{}{}
+	defer func() { <-obSlots }()
+	C.ob_st(cBool(ta), cBool(tb), C.int(m), C.int(n), C.int(k), (*C.float)(&a[0]), C.int(lda), (*C.float)(&b[0]), C.int(ldb), (*C.float)(&c[0]), C.int(ldc))
+}
+
+// DgemmT is SgemmT in float64.
+func (OpenBLAS) DgemmT(ta, tb bool, m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		clear(c[:(m-1)*ldc+n])
+		return
+	}
+	obSlots <- struct{}{}
+	defer func() { <-obSlots }()
+	C.ob_dt(cBool(ta), cBool(tb), C.int(m), C.int(n), C.int(k), (*C.double)(&a[0]), C.int(lda), (*C.double)(&b[0]), C.int(ldb), (*C.double)(&c[0]), C.int(ldc))
+}
+
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // chooseCoreType sets OPENBLAS_CORETYPE, unless the user did, from the

@@ -59,7 +59,7 @@ func TestMatmulWithEmptyShards(t *testing.T) {
 	for _, sh := range [][3]int{{0, 3, 4}, {3, 0, 4}, {3, 4, 0}} {
 		a := NewTensor(2, []int{sh[0], sh[2]})
 		b := NewTensor(2, []int{sh[2], sh[1]})
-		out, err := cpu.matmul(nil, a, b)
+		out, err := cpu.matmul(nil, a, b, false, false)
 		require.NoError(t, err)
 		require.Equal(t, []int{sh[0], sh[1]}, out.Shape)
 	}

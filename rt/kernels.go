@@ -166,7 +166,10 @@ func init() {
 	}, "add", "sub", "mul", "div", "minimum", "maximum")
 	registerCPU(pure(func(call *OpCall) *Tensor { return unary(call.pool, call.Kernel.Op, call.Args[0]) }),
 		"neg", "exp", "log", "sqrt", "tanh", "relu", "gelu", "sigmoid")
-	registerCPU(func(c *CPU, call *OpCall) (*Tensor, error) { return c.matmul(call.pool, call.Args[0], call.Args[1]) }, "matmul")
+	registerCPU(func(c *CPU, call *OpCall) (*Tensor, error) {
+		k := call.Kernel
+		return c.matmul(call.pool, call.Args[0], call.Args[1], k.TransA, k.TransB)
+	}, "matmul")
 	registerCPU(pure(func(call *OpCall) *Tensor {
 		return softmax(call.pool, call.Args[0], call.Kernel.Attrs.Axis, call.Kernel.Op == "log_softmax")
 	}), "softmax", "log_softmax")
@@ -550,15 +553,29 @@ func unary(p *hostPool, op string, x *Tensor) *Tensor {
 }
 
 // matmul multiplies the last two dims, batch dims broadcast NumPy-style
-// (the checker only admits equal or missing batch dims). When B has no batch
-// dims, A's batch folds into its rows and one GEMM does all of it. The
-// output is not zeroed first: GEMM with beta = 0 writes every element, and
-// clearing it before cost as much as a small GEMM itself (issue 10, goal 5).
-func (c *CPU) matmul(p *hostPool, a, b *Tensor) (*Tensor, error) {
+// (the checker only admits equal or missing batch dims). ta and tb say an
+// operand is stored transposed (its last two dims swapped: lower's gemm
+// fusion, plan.Kernel.TransA and TransB); the GEMM reads it so through
+// its flags instead of a copy. When B has no batch dims and A is not
+// transposed, A's batch folds into its rows and one GEMM does all of it.
+// The output is not zeroed first: GEMM with beta = 0 writes every
+// element, and clearing it before cost as much as a small GEMM itself
+// (issue 10, goal 5).
+func (c *CPU) matmul(p *hostPool, a, b *Tensor, ta, tb bool) (*Tensor, error) {
 	ra, rb := len(a.Shape), len(b.Shape)
-	m, k, n := a.Shape[ra-2], a.Shape[ra-1], b.Shape[rb-1]
-	if b.Shape[rb-2] != k {
-		return nil, fmt.Errorf("local inner dims differ: %s @ %s", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
+	if ra < 2 || rb < 2 {
+		return nil, fmt.Errorf("matmul of %s and %s: both need two dims", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
+	}
+	m, k := a.Shape[ra-2], a.Shape[ra-1]
+	if ta {
+		m, k = k, m
+	}
+	kb, n := b.Shape[rb-2], b.Shape[rb-1]
+	if tb {
+		kb, n = n, kb
+	}
+	if kb != k {
+		return nil, fmt.Errorf("local inner dims differ: %s%s @ %s%s", ir.ShapeString(a.Shape), tick(ta), ir.ShapeString(b.Shape), tick(tb))
 	}
 	ab, bb := a.Shape[:ra-2], b.Shape[:rb-2]
 	batch, ok := ops.Broadcast(ab, bb)
@@ -572,8 +589,10 @@ func (c *CPU) matmul(p *hostPool, a, b *Tensor) (*Tensor, error) {
 		return p.zeroed(a.DType, shape), nil
 	}
 	out := uninitialised(p, a.DType, shape)
-	if rb == 2 { // fold A's batch into rows: one GEMM
-		gemm(c.BLAS, m*numel(ab), n, k, a, 0, b, 0, out, 0)
+	g := gemmOp{bl: c.BLAS, ta: ta, tb: tb, m: m, n: n, k: k, pool: p}
+	if rb == 2 && !ta { // fold A's batch into rows: one GEMM
+		g.m = m * numel(ab)
+		g.run(a, 0, b, 0, out, 0)
 		return out, nil
 	}
 	as, bs := broadcastStrides(ab, batch), broadcastStrides(bb, batch)
@@ -590,7 +609,7 @@ func (c *CPU) matmul(p *hostPool, a, b *Tensor) (*Tensor, error) {
 			ao += idx[d] * as[d]
 			bo += idx[d] * bs[d]
 		}
-		gemm(c.BLAS, m, n, k, a, ao*m*k, b, bo*k*n, out, i*m*n)
+		g.run(a, ao*m*k, b, bo*k*n, out, i*m*n)
 		for d := len(idx) - 1; d >= 0; d-- {
 			idx[d]++
 			if idx[d] < batch[d] {
@@ -602,14 +621,12 @@ func (c *CPU) matmul(p *hostPool, a, b *Tensor) (*Tensor, error) {
 	return out, nil
 }
 
-// gemm multiplies row-major blocks at offsets ao, bo into co (f32 or f64).
-func gemm(bl BLAS, m, n, k int, a *Tensor, ao int, b *Tensor, bo int, out *Tensor, co int) {
-	switch od := out.Data.(type) {
-	case []float32:
-		bl.Sgemm(m, n, k, a.Data.([]float32)[ao:], k, b.Data.([]float32)[bo:], n, od[co:], n)
-	case []float64:
-		bl.Dgemm(m, n, k, a.Data.([]float64)[ao:], k, b.Data.([]float64)[bo:], n, od[co:], n)
+// tick marks a transposed operand in an error.
+func tick(t bool) string {
+	if t {
+		return "ᵀ"
 	}
+	return ""
 }
 
 // uninitialised is zeroed without the zeroing, for a kernel that writes

@@ -480,11 +480,22 @@ func expFor(dt ir.DType) func(float64) float64 {
 }
 
 func mse(a, b *Tensor, globalN int) (*Tensor, error) {
-	x, y := a.Float64s(), b.Float64s()
 	s := 0.0
-	for i := range x {
-		d := x[i] - y[i]
-		s += d * d
+	if x, ok := a.Data.([]float32); ok && b.DType == ir.F32 {
+		// read in place: the float64 copies of both operands were 2 MB of
+		// fresh memory per step of bench/torch_mlp.sh's MLP (issue 10); each
+		// difference is formed in float64 as before, the same bits
+		y := b.Data.([]float32)[:len(x)]
+		for i := range x {
+			d := float64(x[i]) - float64(y[i])
+			s += d * d
+		}
+	} else {
+		x, y := a.Float64s(), b.Float64s()
+		for i := range x {
+			d := x[i] - y[i]
+			s += d * d
+		}
 	}
 	out := NewTensor(a.DType, nil)
 	setScalar(out, s/float64(globalN))

@@ -1,0 +1,150 @@
+package rt
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/stretchr/testify/require"
+)
+
+// noTrans hides a BLAS's TransBLAS methods: the matmul kernel must then
+// transpose the operand into scratch itself.
+type noTrans struct{ BLAS }
+
+// TestMatmulTransposedOperands: matmul with either operand stored
+// transposed (plan.Kernel.TransA/TransB, lower's gemm fusion) against a
+// float64 triple loop over the logical operands, for f32 and f64, 2-D and
+// batched (batch on both sides, and on A alone with B 2-D, which cannot
+// fold A's batch into rows once A is transposed), with each BLAS here:
+// gonum, OpenBLAS where it loads, meshrun's asm SGEMM where the CPU runs
+// it, and gonum without its transposed entry points (the scratch path).
+// The bound is the f32 (f64) rounding of a k-term dot product.
+func TestMatmulTransposedOperands(t *testing.T) {
+	blases := map[string]BLAS{"gonum": GonumBLAS{}, "gonum-scratch": noTrans{GonumBLAS{}}}
+	if ob, err := LoadOpenBLAS(); err == nil {
+		blases["openblas"], blases["openblas-scratch"] = ob, noTrans{ob}
+	}
+	if a := asmBLAS(); a != nil {
+		blases["asm"] = a
+	}
+	shapes := []struct{ a, b []int }{ // logical operands: A [..., m, k] · B [..., k, n]
+		{[]int{37, 19}, []int{19, 23}},
+		{[]int{64, 48}, []int{48, 40}},
+		{[]int{3, 9, 17}, []int{3, 17, 10}},
+		{[]int{2, 3, 5, 7}, []int{2, 3, 7, 6}},
+		{[]int{4, 6, 11}, []int{11, 5}},
+		{[]int{1, 1}, []int{1, 1}},
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for name, bl := range blases {
+		cpu := &CPU{BLAS: bl, arena: newArena(0)}
+		for _, sh := range shapes {
+			for _, dt := range []ir.DType{ir.F32, ir.F64} {
+				for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+					label := fmt.Sprintf("%s %v·%v %s trans %v", name, sh.a, sh.b, dt, tr)
+					a, b := randOperand(rng, dt, sh.a), randOperand(rng, dt, sh.b)
+					want := refMatmul(a, b)
+					sa, sb := a, b
+					if tr[0] {
+						sa = transpose(nil, a, swapLast(len(sh.a)))
+					}
+					if tr[1] {
+						sb = transpose(nil, b, swapLast(len(sh.b)))
+					}
+					k := &plan.Kernel{Op: "matmul", DType: dt, TransA: tr[0], TransB: tr[1]}
+					got, err := cpu.Compute(&OpCall{Kernel: k, Args: []*Tensor{sa, sb}, pool: cpu.arena})
+					require.NoError(t, err, label)
+					require.Equal(t, want.Shape, got.Shape, label)
+					kk := sh.a[len(sh.a)-1]
+					eps := 0x1p-24
+					if dt == ir.F64 {
+						eps = 0x1p-53
+					}
+					g, w := got.Float64s(), want.Float64s()
+					for i := range w {
+						require.InDelta(t, w[i], g[i], 2*float64(kk)*eps*refScale(a, b, kk)+1e-300, "%s at %d", label, i)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMatmulTransposedShapeErrors: a transposed operand whose stored
+// shape does not fit is an error naming the transposed side.
+func TestMatmulTransposedShapeErrors(t *testing.T) {
+	cpu := &CPU{BLAS: GonumBLAS{}}
+	a, b := NewTensor(ir.F32, []int{4, 3}), NewTensor(ir.F32, []int{4, 5})
+	_, err := cpu.matmul(nil, a, b, false, false)
+	require.EqualError(t, err, "local inner dims differ: [4, 3] @ [4, 5]")
+	_, err = cpu.matmul(nil, a, b, true, false) // [3, 4] · [4, 5]: fits
+	require.NoError(t, err)
+	_, err = cpu.matmul(nil, a, b, false, true)
+	require.EqualError(t, err, "local inner dims differ: [4, 3] @ [4, 5]ᵀ")
+	_, err = cpu.matmul(nil, NewTensor(ir.F32, []int{3}), b, true, false)
+	require.EqualError(t, err, "matmul of [3] and [4, 5]: both need two dims")
+}
+
+func swapLast(r int) []int {
+	p := make([]int, r)
+	for i := range p {
+		p[i] = i
+	}
+	p[r-2], p[r-1] = r-1, r-2
+	return p
+}
+
+func randOperand(rng *rand.Rand, dt ir.DType, shape []int) *Tensor {
+	t := NewTensor(dt, shape)
+	v := make([]float64, t.Numel())
+	for i := range v {
+		v[i] = rng.NormFloat64()
+	}
+	storeFloat64s(t, v)
+	return t
+}
+
+// refMatmul is A·B in float64 over the logical operands, B's batch
+// broadcast when B is 2-D (the shapes above).
+func refMatmul(a, b *Tensor) *Tensor {
+	ra, rb := len(a.Shape), len(b.Shape)
+	m, k, n := a.Shape[ra-2], a.Shape[ra-1], b.Shape[rb-1]
+	nb := a.Numel() / (m * k)
+	shape := append(append([]int{}, a.Shape[:ra-2]...), m, n)
+	av, bv := a.Float64s(), b.Float64s()
+	out := make([]float64, nb*m*n)
+	for q := 0; q < nb; q++ {
+		bo := 0
+		if rb > 2 {
+			bo = q * k * n
+		}
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				s := 0.0
+				for p := 0; p < k; p++ {
+					s += av[q*m*k+i*k+p] * bv[bo+p*n+j]
+				}
+				out[q*m*n+i*n+j] = s
+			}
+		}
+	}
+	t := NewTensor(ir.F64, shape)
+	storeFloat64s(t, out)
+	return t
+}
+
+// refScale bounds |a_ip·b_pj| over the operands (the rounding bound's scale).
+func refScale(a, b *Tensor, _ int) float64 {
+	ma, mb := 0.0, 0.0
+	for _, v := range a.Float64s() {
+		ma = math.Max(ma, math.Abs(v))
+	}
+	for _, v := range b.Float64s() {
+		mb = math.Max(mb, math.Abs(v))
+	}
+	return ma * mb
+}
