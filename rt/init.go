@@ -82,13 +82,46 @@ func (c *npyCache) load(path string) (*Tensor, error) {
 	return t, nil
 }
 
+// blockView returns a tensor over the loaded file's own storage when
+// block b of it is one contiguous run (every dim after some d whole, every
+// dim before it one index: the whole file, or rows of a row split), else
+// nil. Each step of a training run materialises its inputs again; a copy
+// of a 256×512 f32 input was fresh memory, page faults and zeroing every
+// step (issue 10). Sharing is safe because buffers are immutable once
+// made (Backend: the interpreter never writes into an argument); each
+// call makes its own header, so the flags a rank sets on it (escape,
+// lend) stay its own, and it is marked a view, so no pool or arena ever
+// takes the file's storage back (hostPool.put).
+func blockView(full *Tensor, b sbp.Block) *Tensor {
+	r := len(b.Len)
+	d := r // dims d.. are whole
+	for d > 0 && b.Off[d-1] == 0 && b.Len[d-1] == full.Shape[d-1] {
+		d--
+	}
+	for i := 0; i < d-1; i++ {
+		if b.Len[i] != 1 {
+			return nil
+		}
+	}
+	start, st := 0, strides(full.Shape)
+	for i := range r {
+		start += b.Off[i] * st[i]
+	}
+	n := numel(b.Len)
+	if n == 0 {
+		return nil
+	}
+	v := header(full.DType, b.Len)
+	v.Data, v.view = sliceData(full.Data, start, start+n), true
+	return v
+}
+
 // materialise builds device dev's block of a source tensor.
 func materialise(src *plan.Tensor, m *mesh.Mesh, dev int, seed uint64, cache *npyCache) (*Tensor, error) {
 	pl := src.Placement
 	b := sbp.Layout(m, src.Shape, pl, dev)
-	out := NewTensor(src.DType, b.Len)
 	if !holdsPartialValue(m, pl, b, dev) {
-		return out, nil
+		return NewTensor(src.DType, b.Len), nil
 	}
 	init := src.Init
 	if init.Kind == "load" {
@@ -99,9 +132,14 @@ func materialise(src *plan.Tensor, m *mesh.Mesh, dev int, seed uint64, cache *np
 		if full.DType != src.DType || !sameShape(full.Shape, src.Shape) {
 			return nil, fmt.Errorf("load(%q): file now holds %s, declared %s", init.Src, ir.Type{DType: full.DType, Shape: full.Shape}, ir.Type{DType: src.DType, Shape: src.Shape})
 		}
+		if v := blockView(full, b); v != nil {
+			return v, nil
+		}
+		out := NewTensor(src.DType, b.Len)
 		CopyBlock(out, make([]int, len(b.Len)), full, b.Off, b.Len)
 		return out, nil
 	}
+	out := NewTensor(src.DType, b.Len)
 	key := initKey(seed, src.Name)
 	gst := strides(src.Shape)
 	n := out.Numel()

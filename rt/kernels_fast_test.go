@@ -5,6 +5,7 @@ package rt
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/meshrun/meshrun/ir"
@@ -367,4 +368,27 @@ func TestCrossEntropyF32Rows(t *testing.T) {
 	}
 	require.Equal(t, float32(total/8), loss.Data.([]float32)[0])
 	require.Equal(t, want, grad.Data.([]float32))
+}
+
+// TestMSEF32InPlace: mse reads f32 operands in place and gives the bits
+// of the definition over float64 copies (Σ (float64(a)−float64(b))² in
+// order, over the global count), also for f64 and mixed-size inputs.
+func TestMSEF32InPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{1, 7, 1000} {
+		for _, dt := range []ir.DType{ir.F32, ir.F64} {
+			a, b := randOperand(rng, dt, []int{n}), randOperand(rng, dt, []int{n})
+			got, err := mse(a, b, 3*n)
+			require.NoError(t, err)
+			x, y := a.Float64s(), b.Float64s()
+			s := 0.0
+			for i := range x {
+				d := x[i] - y[i]
+				s += d * d
+			}
+			want := NewTensor(dt, nil)
+			setScalar(want, s/float64(3*n))
+			require.Equal(t, want.Data, got.Data, "n=%d %s", n, dt)
+		}
+	}
 }

@@ -198,8 +198,14 @@ func clearData(d any) {
 	}
 }
 
-// put takes back a buffer nobody references any more.
-func (p *hostPool) put(t *Tensor) { p.putData(t.DType, t.Numel(), t.Data, false) }
+// put takes back a buffer nobody references any more; a view's storage
+// is someone else's (the npy cache's) and is never taken.
+func (p *hostPool) put(t *Tensor) {
+	if t.view {
+		return
+	}
+	p.putData(t.DType, t.Numel(), t.Data, false)
+}
 
 // putData takes back storage d of n elements of dt: a tensor's, or a
 // kernel's scratch (f64).

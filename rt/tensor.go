@@ -22,6 +22,9 @@ type Tensor struct {
 	// they finish their part, so it is recycled only once every rank has
 	// finished the execution (hostPool.settle).
 	lent bool
+	// view says Data is not the tensor's own (a block of a loaded file the
+	// cache keeps: blockView): no pool ever takes it back.
+	view bool
 }
 
 // Num is every element type the CPU backend stores (uint16 holds bf16 and
