@@ -400,6 +400,21 @@ func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y [
 	}
 }
 
+// binaryOpByte names vecmath.Binary's ops (0: none of them).
+func binaryOpByte(op string) byte {
+	switch op {
+	case "add":
+		return '+'
+	case "sub":
+		return '-'
+	case "mul":
+		return '*'
+	case "div":
+		return '/'
+	}
+	return 0
+}
+
 // fastBinary runs add, sub, mul and div with one operand possibly a
 // scalar, the arithmetic inline (no call per element). It reports false
 // for other ops.
@@ -407,6 +422,9 @@ func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y [
 // Each operand read per element is first cut to len(out): the compiler
 // then drops the bounds checks from the loops (about half their time).
 func fastBinary[T Float](op string, out, x, y []T, xScalar, yScalar bool) bool {
+	if o, ok := any(out).([]float32); ok { // eight lanes at a time (rt/vecmath), the same bits
+		return vecmath.Binary(binaryOpByte(op), o, any(x).([]float32), any(y).([]float32), xScalar, yScalar)
+	}
 	switch {
 	case !xScalar && !yScalar:
 		x, y = x[:len(out)], y[:len(out)]
