@@ -34,3 +34,14 @@ func (b AsmBLAS) Sgemm(m, n, k int, a []float32, lda int, bm []float32, ldb int,
 func (b AsmBLAS) Dgemm(m, n, k int, a []float64, lda int, bm []float64, ldb int, c []float64, ldc int) {
 	GonumBLAS{}.Dgemm(m, n, k, a, lda, bm, ldb, c, ldc)
 }
+
+// SgemmT reads a transposed operand in its packing (TransBLAS); DgemmT is
+// gonum's.
+func (b AsmBLAS) SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, bm []float32, ldb int, c []float32, ldc int) {
+	gemmHeavy.add(m, n, k)
+	b.k.SgemmT(ta, tb, m, n, k, a, lda, bm, ldb, c, ldc)
+}
+
+func (b AsmBLAS) DgemmT(ta, tb bool, m, n, k int, a []float64, lda int, bm []float64, ldb int, c []float64, ldc int) {
+	GonumBLAS{}.DgemmT(ta, tb, m, n, k, a, lda, bm, ldb, c, ldc)
+}

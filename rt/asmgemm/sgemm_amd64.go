@@ -67,6 +67,14 @@ type pack struct {
 // Sgemm is C = A·B, row-major, A m×k (row stride lda), B k×n (ldb), C m×n
 // (ldc), with kernel kn (the caller checks kn.Supported()).
 func (kn *Kernel) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	kn.SgemmT(false, false, m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+// SgemmT is Sgemm with A stored as its k×m transpose when ta (lda ≥ m)
+// and B as its n×k transpose when tb (ldb ≥ k): the packing reads either
+// layout into the same panels, so the micro-kernel, and the order of
+// every sum, is the same as for the untransposed operands.
+func (kn *Kernel) SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -81,10 +89,18 @@ func (kn *Kernel) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int,
 	np := (n + kn.nr - 1) / kn.nr
 	for p0 := 0; p0 < k; p0 += kcBlock {
 		kc := min(kcBlock, k-p0)
-		pk.b = packB(pk.b, b[p0*ldb:], ldb, kc, n, kn.nr)
+		if tb {
+			pk.b = packBT(pk.b, b[p0:], ldb, kc, n, kn.nr)
+		} else {
+			pk.b = packB(pk.b, b[p0*ldb:], ldb, kc, n, kn.nr)
+		}
 		for i0 := 0; i0 < m; i0 += mcBlock {
 			mc := min(mcBlock, m-i0)
-			pk.a = packA(pk.a, a[i0*lda+p0:], lda, mc, kc, kn.mr)
+			if ta {
+				pk.a = packAT(pk.a, a[p0*lda+i0:], lda, mc, kc, kn.mr)
+			} else {
+				pk.a = packA(pk.a, a[i0*lda+p0:], lda, mc, kc, kn.mr)
+			}
 			kn.block(pk, c[i0*ldc:], ldc, mc, n, kc, np, p0 > 0)
 		}
 	}
@@ -154,6 +170,44 @@ func packA(buf, a []float32, lda, mc, kc, mr int) []float32 {
 			for p, v := range a[r*lda : r*lda+kc] {
 				dst[p*mr+i] = v
 			}
+		}
+	}
+	return buf
+}
+
+// packBT is packB for B stored transposed (row j of the storage is
+// column j of B): panel element [p][jj] is b[(j0+jj)·ldb + p].
+func packBT(buf, b []float32, ldb, kc, n, nr int) []float32 {
+	np := (n + nr - 1) / nr
+	buf = grow(buf, np*nr*kc)
+	for jp := 0; jp < np; jp++ {
+		j0 := jp * nr
+		cols := min(nr, n-j0)
+		dst := buf[jp*nr*kc : (jp+1)*nr*kc]
+		for jj := 0; jj < cols; jj++ {
+			for p, v := range b[(j0+jj)*ldb : (j0+jj)*ldb+kc] {
+				dst[p*nr+jj] = v
+			}
+		}
+		for p := 0; p < kc; p++ {
+			clear(dst[p*nr+cols : p*nr+nr])
+		}
+	}
+	return buf
+}
+
+// packAT is packA for A stored transposed (row p of the storage is column
+// p of A): a panel's column p is a run of storage row p.
+func packAT(buf, a []float32, lda, mc, kc, mr int) []float32 {
+	panels := (mc + mr - 1) / mr
+	buf = grow(buf, panels*mr*kc)
+	for ip := 0; ip < panels; ip++ {
+		dst := buf[ip*mr*kc : (ip+1)*mr*kc]
+		rows := min(mr, mc-ip*mr)
+		for p := 0; p < kc; p++ {
+			col := dst[p*mr : p*mr+mr]
+			copy(col, a[p*lda+ip*mr:p*lda+ip*mr+rows])
+			clear(col[rows:])
 		}
 	}
 	return buf

@@ -54,3 +54,63 @@ func checkSgemm(t *testing.T, kn *Kernel) {
 		}
 	}
 }
+
+// TestSgemmTAgainstNaive: SgemmT with either operand stored transposed
+// (strides wider than the stored rows) against a float64 triple loop over
+// the logical operands, on the shapes of checkSgemm, and bit for bit what
+// Sgemm gives on the same operands stored untransposed (the same panels,
+// so the same sums in the same order).
+func TestSgemmTAgainstNaive(t *testing.T) {
+	for _, kn := range []*Kernel{AVX2, AVX512} {
+		if !kn.Supported() {
+			t.Logf("%s: not on this CPU", kn.Name)
+			continue
+		}
+		for _, sh := range [][3]int{{6, 16, 1}, {1, 1, 1}, {7, 17, 5}, {64, 512, 512}, {256, 37, 32}, {100, 70, 600}, {13, 33, 0}, {25, 65, 257}} {
+			m, n, k := sh[0], sh[1], sh[2]
+			A, B := make([]float32, m*k), make([]float32, k*n) // logical, dense
+			for i := range A {
+				A[i] = float32(math.Sin(float64(i)))
+			}
+			for i := range B {
+				B[i] = float32(math.Cos(float64(i) * 0.7))
+			}
+			ref := make([]float32, m*n)
+			kn.Sgemm(m, n, k, A, k, B, n, ref, n)
+			for _, tr := range [][2]bool{{true, false}, {false, true}, {true, true}} {
+				a, lda := A, k
+				if tr[0] { // stored k×m with row stride m+3
+					lda = m + 3
+					a = make([]float32, max(k*lda, 1))
+					for i := 0; i < m; i++ {
+						for p := 0; p < k; p++ {
+							a[p*lda+i] = A[i*k+p]
+						}
+					}
+				}
+				b, ldb := B, n
+				if tr[1] { // stored n×k with row stride k+2
+					ldb = k + 2
+					b = make([]float32, n*ldb)
+					for p := 0; p < k; p++ {
+						for j := 0; j < n; j++ {
+							b[j*ldb+p] = B[p*n+j]
+						}
+					}
+				}
+				c := make([]float32, m*n)
+				kn.SgemmT(tr[0], tr[1], m, n, k, a, lda, b, ldb, c, n)
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						want := 0.0
+						for p := 0; p < k; p++ {
+							want += float64(A[i*k+p]) * float64(B[p*n+j])
+						}
+						require.InDelta(t, want, c[i*n+j], 1e-5*float64(k+1), "%s %v trans %v at [%d, %d]", kn.Name, sh, tr, i, j)
+						require.Equal(t, ref[i*n+j], c[i*n+j], "%s %v trans %v at [%d, %d]: not Sgemm's bits", kn.Name, sh, tr, i, j)
+					}
+				}
+			}
+		}
+	}
+}
