@@ -29,6 +29,9 @@ for line in open(sys.argv[1]):
     w, name, ns, b, allocs = line.split()
     by[name][w].append((float(ns), int(b), int(allocs)))
 for name, d in by.items():
+    if not d["old"] or not d["new"]:
+        print(f"{name}: only in the {'new' if d['new'] else 'old'} binary, not compared")
+        continue
     r = sorted(n[0] / o[0] for o, n in zip(d["old"], d["new"]))
     med = lambda side: statistics.median(x[0] for x in d[side]) / 1e6
     print(f"{name}: new/old min {r[0]:.2f} median {statistics.median(r):.2f} max {r[-1]:.2f} ({len(r)} rounds); "

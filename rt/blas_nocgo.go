@@ -8,3 +8,6 @@ import "fmt"
 func LoadOpenBLAS() (BLAS, error) {
 	return nil, fmt.Errorf("OpenBLAS needs a cgo build on linux")
 }
+
+// shareBLASThreads has nothing to share without OpenBLAS.
+func shareBLASThreads(int) {}

@@ -106,6 +106,10 @@ func LoadOpenBLAS() (BLAS, error) {
 
 func (OpenBLAS) Name() string { return "openblas" }
 
+// obThreads is the process's BLAS threads: MESHRUN_BLAS_THREADS, else
+// GOMAXPROCS (setOpenBLASThreads).
+var obThreads int
+
 // setOpenBLASThreads applies MESHRUN_BLAS_THREADS (or GOMAXPROCS).
 func setOpenBLASThreads() error {
 	n := runtime.GOMAXPROCS(0)
@@ -116,8 +120,24 @@ func setOpenBLASThreads() error {
 		}
 		n = t
 	}
+	obThreads = n
 	C.ob_threads(C.int(n))
 	return nil
+}
+
+// shareBLASThreads splits the process's BLAS threads evenly among ranks
+// that run at once in it (the local launcher's), at least one each: every
+// rank calls GEMM on its own, and OpenBLAS's thread count is per call, so
+// two ranks each calling with all of them oversubscribe the cores with
+// threads that then wait on each other. bench/torch_mlp.sh's MLP on
+// [dp=2] with 2 threads: 35–39 ms per step with 2 BLAS threads per call,
+// 20–25 ms with 1 (one device: 15–19 ms either way). With one rank it
+// restores them all. Nothing happens where OpenBLAS is declined or absent.
+func shareBLASThreads(ranks int) {
+	if _, err := LoadOpenBLAS(); err != nil {
+		return
+	}
+	C.ob_threads(C.int(max(1, obThreads/max(1, ranks))))
 }
 
 // Describe names the library, its build (openblas_get_config), the kernels

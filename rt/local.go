@@ -28,6 +28,9 @@ func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	if opts.Backend == nil && n >= budgetRanks {
 		budget = p.Peaks()
 	}
+	if opts.Backend == nil {
+		shareBLASThreads(n) // the ranks' GEMMs run at once: a share each
+	}
 	for r := range l.Workers {
 		be := opts.Backend
 		if be == nil {
