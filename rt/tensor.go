@@ -2,6 +2,7 @@ package rt
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/meshrun/meshrun/internal/size"
@@ -44,6 +45,25 @@ type Float interface {
 // here is a bug: it stops the program rather than wrapping into a small
 // count and computing on an array of the wrong size.
 func numel(shape []int) int {
+	// the common case without size.Elements's division per dim (numel
+	// runs several times per instruction: 2% of a tiny-GPT mesh step); a
+	// zero or negative dim, or a product past the limit, takes the exact
+	// path below
+	n := uint64(1)
+	for _, d := range shape {
+		if d <= 0 {
+			return numelChecked(shape)
+		}
+		hi, lo := bits.Mul64(n, uint64(d))
+		if hi != 0 || lo > size.MaxElements {
+			return numelChecked(shape)
+		}
+		n = lo
+	}
+	return int(n)
+}
+
+func numelChecked(shape []int) int {
 	n, ok := size.Elements(shape)
 	if !ok {
 		panic(fmt.Sprintf("rt: shape %v has no valid element count", shape))
