@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/stretchr/testify/require"
 )
@@ -131,4 +132,24 @@ func TestFuseGemmVerifierCatchesAWrongFlag(t *testing.T) {
 		}
 	}
 	require.ErrorContains(t, Verify(p), "matmul#4 at t.mesh:7:23: [8, 6]ᵀ · [6, 5] does not give [8, 5]")
+}
+
+// TestFuseGemmKeepsMatmulFLOPs: the matmuls' FLOPs as cost models read
+// them (ops.KernelFLOPs over plan.Kernel.AsOperands of the argument
+// shapes) are the same with and without the fusion, matmul by matmul:
+// a transposed argument's stored shape would count m for k.
+func TestFuseGemmKeepsMatmulFLOPs(t *testing.T) {
+	flops := func(p *Plan) []float64 {
+		var out []float64
+		for _, in := range p.Exec.Programs[0].Instrs {
+			if in.Kind == plan.Compute && in.Kernel.Op == "matmul" {
+				k := in.Kernel
+				out = append(out, ops.KernelFLOPs(k.Op, k.Shape, k.AsOperands(k.ArgShapes)))
+			}
+		}
+		return out
+	}
+	plain, fused := flops(lowerFuse(t, mlpTrain, Options{NoFuse: true})), flops(lowerFuse(t, mlpTrain, Options{}))
+	require.Equal(t, []float64{2 * 8 * 5 * 6, 2 * 8 * 4 * 5, 2 * 8 * 5 * 4, 2 * 5 * 4 * 8, 2 * 6 * 5 * 8}, plain)
+	require.Equal(t, plain, fused)
 }

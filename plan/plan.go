@@ -24,6 +24,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/meshrun/meshrun/ir"
@@ -192,6 +193,26 @@ type Kernel struct {
 	// stored): lower's gemm fusion hands a transpose that fed only this
 	// matmul to the GEMM's flags (lower/fuse_gemm.go).
 	TransA, TransB bool
+}
+
+// AsOperands returns shapes (one per argument: ArgShapes, or the local
+// blocks of them) as the op reads its arguments: a matmul's argument
+// stored transposed (TransA, TransB) with its last two dims swapped back,
+// a copy; the others as they are. Cost models that read a kernel's
+// argument shapes (FLOPs) go through it.
+func (k *Kernel) AsOperands(shapes [][]int) [][]int {
+	if !k.TransA && !k.TransB {
+		return shapes
+	}
+	out := slices.Clone(shapes)
+	for i, tr := range [2]bool{k.TransA, k.TransB} {
+		if s := out[i]; tr && len(s) >= 2 {
+			s = slices.Clone(s)
+			s[len(s)-2], s[len(s)-1] = s[len(s)-1], s[len(s)-2]
+			out[i] = s
+		}
+	}
+	return out
 }
 
 // MaxTag is the largest tag a plan's send/recv may use: MPI guarantees

@@ -163,3 +163,16 @@ func TestWellFormedCatchesBrokenPrograms(t *testing.T) {
 	p = p2p(2, [][]plan.Instr{{in}}, nil)
 	require.ErrorContains(t, p.WellFormed(), "for a mesh of 1 axes")
 }
+
+// TestKernelAsOperands: a matmul's transposed arguments get their last
+// two dims swapped back (copies: the kernel's shapes are untouched); any
+// other kernel's shapes come back as they are.
+func TestKernelAsOperands(t *testing.T) {
+	k := &plan.Kernel{Op: "matmul", TransB: true, ArgShapes: [][]int{{2, 3, 4}, {2, 5, 4}}}
+	require.Equal(t, [][]int{{2, 3, 4}, {2, 4, 5}}, k.AsOperands(k.ArgShapes))
+	require.Equal(t, [][]int{{2, 3, 4}, {2, 5, 4}}, k.ArgShapes)
+	k.TransA = true
+	require.Equal(t, [][]int{{2, 4, 3}, {2, 4, 5}}, k.AsOperands(k.ArgShapes))
+	plain := &plan.Kernel{Op: "add", ArgShapes: [][]int{{3}, {3}}}
+	require.Equal(t, plain.ArgShapes, plain.AsOperands(plain.ArgShapes))
+}

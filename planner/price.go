@@ -177,7 +177,7 @@ func kernelFLOPs(m *mesh.Mesh, in *plan.Instr) float64 {
 	for i, s := range k.ArgShapes {
 		args[i] = sbp.LocalShape(m, s, in.ArgPlace[i], 0)
 	}
-	return ops.KernelFLOPs(k.Op, sbp.LocalShape(m, in.Shape, in.Placement, 0), args)
+	return ops.KernelFLOPs(k.Op, sbp.LocalShape(m, in.Shape, in.Placement, 0), k.AsOperands(args))
 }
 
 func localBytes(m *mesh.Mesh, in *plan.Instr) int64 {

@@ -145,7 +145,7 @@ func simClock(p *lower.Plan, c *common, mode string) *rt.SimClock {
 	for _, prog := range p.Exec.Programs {
 		for _, in := range prog.Instrs {
 			if in.Kind == plan.Compute && in.Act != nil {
-				cost[*in.Act] += ops.KernelFLOPs(in.Kernel.Op, in.Kernel.Shape, in.Kernel.ArgShapes) / lower.ModelFLOPS / float64(perStage)
+				cost[*in.Act] += ops.KernelFLOPs(in.Kernel.Op, in.Kernel.Shape, in.Kernel.AsOperands(in.Kernel.ArgShapes)) / lower.ModelFLOPS / float64(perStage)
 			}
 		}
 	}
