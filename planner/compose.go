@@ -363,12 +363,22 @@ func (f *folded) composePipeline(c *Candidate, opts Options, dataAxis string) (*
 		// first unit's input gradient
 		first, last := px.stageOf[units[us[0]]], px.stageOf[units[us[len(us)-1]]]
 		pf, pl := px.plan.Pipe.Schedule.StageRank[first], px.plan.Pipe.Schedule.StageRank[last]
+		// (nothing to send where the next stage is on the same rank, as
+		// at the turn of a V-shaped schedule)
+		local := func(to int) bool { return to >= 0 && to < sched.Stages && sched.StageRank[to] == sched.StageRank[st] }
 		for m := range c.Micro {
-			r.sent[actKey{st, m, pipeline.F}] = px.ranks[pl].sent[actKey{last, pm(m), pipeline.F}]
-			r.sent[actKey{st, m, pipeline.I}] = px.ranks[pf].sent[actKey{first, pm(m), pipeline.I}]
+			if !local(st + 1) {
+				r.sent[actKey{st, m, pipeline.F}] = px.ranks[pl].sent[actKey{last, pm(m), pipeline.F}]
+			}
+			if !local(st - 1) {
+				r.sent[actKey{st, m, pipeline.I}] = px.ranks[pf].sent[actKey{first, pm(m), pipeline.I}]
+			}
 		}
 	}
 	link, _ := opts.Links.Axis(c.fullSizes(), c.PPPos)
+	if debugRanks != nil {
+		debugRanks(ranks)
+	}
 	cost, err := simulatePipeline(ranks, sched, link)
 	if err != nil {
 		return nil, err
@@ -566,3 +576,5 @@ func analyseFolded(p *Program, s Space, f *folded) (*base, error) {
 	out.grads = two.grads + int(n)*(three.grads-two.grads)
 	return &out, nil
 }
+
+var debugRanks func([]*rankTime)
