@@ -376,9 +376,6 @@ func (f *folded) composePipeline(c *Candidate, opts Options, dataAxis string) (*
 		}
 	}
 	link, _ := opts.Links.Axis(c.fullSizes(), c.PPPos)
-	if debugRanks != nil {
-		debugRanks(ranks)
-	}
 	cost, err := simulatePipeline(ranks, sched, link)
 	if err != nil {
 		return nil, err
@@ -576,5 +573,3 @@ func analyseFolded(p *Program, s Space, f *folded) (*base, error) {
 	out.grads = two.grads + int(n)*(three.grads-two.grads)
 	return &out, nil
 }
-
-var debugRanks func([]*rankTime)
