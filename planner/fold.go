@@ -18,7 +18,11 @@ import (
 // placed differently from the rest: the embedding's output, not a
 // block's) and drops the others with the declarations of the parameters
 // only they use. A program with a for loop, `stage =` marks or no run is
-// not folded.
+// not folded. (A loop's layers share stacked parameters, [L, …], which
+// live on the first stage that reads them: under a pipeline every
+// layer's gradient slice travels back to that stage, a cost that grows
+// with L and that no folded copy shows — the six-layer version of the
+// shipped GPT composes 18% low on 8 pipeline stages.)
 
 // trainStmt is a statement of the train block.
 type trainStmt struct {

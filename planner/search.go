@@ -127,6 +127,10 @@ func Search(p *Program, opts Options) (*Result, error) {
 	}
 	f := foldFor(p, opts)
 	b, err := analyseFolded(p, space, f)
+	if err != nil && f != nil {
+		f = nil // the folded programs do not check (a wrong guess at a loop's stacked parameters): price in full
+		b, err = analyse(p, space)
+	}
 	if err != nil {
 		return nil, err
 	}
