@@ -91,9 +91,11 @@ func (f *folded) lowered() int {
 
 // proxy is a lowered folded program, walked per pipeline rank.
 type proxy struct {
-	plan  *lower.Plan
-	ranks []*rankTime
-	tails []*rankTime // per rank, the actions of its micro-batch 1 (a middle one)
+	// stageRank is the proxy schedule's (the lowered plan itself is not
+	// kept: a search holds hundreds of proxies)
+	stageRank []int
+	ranks     []*rankTime
+	tails     []*rankTime // per rank, the actions of its micro-batch 1 (a middle one)
 	// stageOf: each folded unit's stage in the proxy; owner: the unit
 	// the stage's costs are counted for (the one with most compute)
 	stageOf, owner    []int
@@ -200,7 +202,7 @@ func (f *folded) buildProxy(c *Candidate, opts Options, dataAxis string) (*proxy
 	if lp.Pipe == nil || len(lp.Pipe.Stages.UnitStage) != f.plan.Units {
 		return nil, fmt.Errorf("the folded program's units do not match the fold")
 	}
-	px := &proxy{plan: lp, stageOf: lp.Pipe.Stages.UnitStage, micros: pc.Micro}
+	px := &proxy{stageRank: lp.Pipe.Schedule.StageRank, stageOf: lp.Pipe.Stages.UnitStage, micros: pc.Micro}
 	px.unitCompute, px.sent = lower.UnitCosts(lp.Graph)
 	px.owner = make([]int, lp.Pipe.Schedule.Stages)
 	for st := range px.owner {
@@ -340,7 +342,7 @@ func (f *folded) composePipeline(c *Candidate, opts Options, dataAxis string) (*
 			if px.owner[pst] != fu {
 				continue // its stage's costs are counted for another unit
 			}
-			pr := px.plan.Pipe.Schedule.StageRank[pst]
+			pr := px.stageRank[pst]
 			q := px.ranks[pr]
 			r.addTotals(q, 1)
 			if c.Micro > px.micros {
@@ -362,7 +364,7 @@ func (f *folded) composePipeline(c *Candidate, opts Options, dataAxis string) (*
 		// what the stage sends: its last unit's forward output, its
 		// first unit's input gradient
 		first, last := px.stageOf[units[us[0]]], px.stageOf[units[us[len(us)-1]]]
-		pf, pl := px.plan.Pipe.Schedule.StageRank[first], px.plan.Pipe.Schedule.StageRank[last]
+		pf, pl := px.stageRank[first], px.stageRank[last]
 		// (nothing to send where the next stage is on the same rank, as
 		// at the turn of a V-shaped schedule)
 		local := func(to int) bool { return to >= 0 && to < sched.Stages && sched.StageRank[to] == sched.StageRank[st] }
