@@ -58,16 +58,39 @@
 // limit (Options.TimeLimit) leaves, with the gap to the lowest bound not
 // priced.
 //
+// Composition, for deep programs. When the train block repeats a
+// statement (a transformer's layers, fold.go), candidates are first
+// priced by composition (compose.go), as Alpa and PipeDream compose a
+// pipeline from per-layer profiles: a folded copy of the program keeping
+// two of the repeats is lowered on the candidate's inner mesh and links
+// with a pipeline stage per unit (a proxy, shared by every candidate with
+// the same inner mesh, links, micro-batch size, ZeRO stage, offload and
+// checkpointing), and each candidate's step is rebuilt from it — its
+// stage cut by the pipeline pass's own balance, each action the sum of
+// its units', the schedule simulated — and its memory by replaying its
+// units' memory profiles in its schedule's order. Candidates without a
+// pipeline are extrapolated from the folded programs with two and three
+// repeats (every figure affine in the run's length). The branch and
+// bound then runs on composed steps (bounds compared with the tolerance
+// the tests establish), and the best composed candidates are priced
+// exactly, fastest first, until the top K fit and the next is further
+// than the tolerance above the K-th: what plan prints is always the
+// candidate's own lowering. Tests: every candidate of a six-layer GPT on
+// 16 devices composed within 2% of its exact step (1.2% at worst) and
+// 25% of its exact peak; the search's answer equals the exhaustive exact
+// search's (search_composed.go).
+//
 // Scaling. The enumeration grows as the ordered factorisations of N into
 // the axes (for N = 2^k and three axes, (k+1)(k+2)/2) times the
 // positions, micro-batch counts, schedules, ZeRO stages and checkpoint
 // subsets; meshes that split a declared tensor unevenly and pipelines
-// with more stages than units are dropped before pricing. Each priced
-// candidate costs one check and one lowering, linear in the program's
-// values (layers × micro-batches): a few milliseconds for the tests'
-// programs, about 2.5 CPU-seconds for the 96-layer GPT of bench/gptsrc
-// with 8 micro-batches. How many are priced depends on how close the
-// bounds are; before a group is priced they know nothing of
-// tensor-parallel traffic, so a program whose best strategy spends much
-// of its step in it prices more.
+// with more stages than units are dropped before pricing. Priced by its
+// own lowering, a candidate costs one check and one lowering, linear in
+// the program's values (layers × micro-batches): about 2.5 CPU-seconds
+// for the 96-layer GPT of bench/gptgen with 8 micro-batches. Composed, it
+// costs a proxy lowering of a few units and three micro-batches (tens of
+// milliseconds, shared by about ten candidates) and a schedule
+// simulation: the 96-layer GPT on 4096 devices (3724 candidates) plans
+// in 20–40 s on this 2-core machine, independent of the layer count but
+// for the exact pricing of the few best (see bench/README.md).
 package planner

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -143,5 +144,12 @@ func TestWriteGPTForManualRuns(t *testing.T) {
 	if os.Getenv("PLANNER_GPT_OUT") == "" {
 		t.Skip("set PLANNER_GPT_OUT to write the test GPT")
 	}
-	require.NoError(t, os.WriteFile(os.Getenv("PLANNER_GPT_OUT"), []byte(gptSource(4, 4)), 0o644))
+	layers, batch := 4, 4
+	if n, err := strconv.Atoi(os.Getenv("PLANNER_GPT_LAYERS")); err == nil {
+		layers = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("PLANNER_GPT_BATCH")); err == nil {
+		batch = n
+	}
+	require.NoError(t, os.WriteFile(os.Getenv("PLANNER_GPT_OUT"), []byte(gptSource(layers, batch)), 0o644))
 }

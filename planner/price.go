@@ -124,30 +124,46 @@ func (r *rankTime) busy() float64 {
 
 // walk times a program's instructions on its first device.
 func walk(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string) *rankTime {
-	r := &rankTime{comm: map[string]float64{}, bytes: map[string]float64{}, axis: map[string]float64{}, action: map[actKey]float64{}, sent: map[actKey]float64{}}
+	r, _ := walkTail(p, prog, rate, dataAxis, -1)
+	return r
+}
+
+// walkTail is walk that also sums, into tail, the instructions of the
+// actions of micro-batch last (compose.go scales a proxy's last
+// micro-batch to the candidate's count).
+func walkTail(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string, last int) (r, tail *rankTime) {
+	r, tail = newRankTime(), newRankTime()
 	started := false
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
 		var t float64
+		into := []*rankTime{r}
+		if in.Act != nil && in.Act.Micro == last {
+			into = append(into, tail)
+		}
 		switch in.Kind {
 		case plan.Compute:
 			t = kernelFLOPs(p.Exec.Mesh, in) / rate
-			r.compute += t
+			for _, r := range into {
+				r.compute += t
+			}
 		case plan.Collective:
 			t = in.Step.Time
-			r.comm[string(in.Step.Kind)] += t
-			r.bytes[string(in.Step.Kind)] += in.Step.Bytes
 			name := p.Exec.Mesh.Axes[in.Step.Axis].Name
-			r.axis[string(in.Step.Kind)+" over "+name] += t
-			if name != dataAxis {
-				r.model += t
+			for _, r := range into {
+				r.addComm(string(in.Step.Kind), t, in.Step.Bytes)
+				r.axis[string(in.Step.Kind)+" over "+name] += t
+				if name != dataAxis {
+					r.model += t
+				}
 			}
 		case plan.Offload, plan.Fetch:
 			// ZeRO-Offload's copies over the host link (PCIe)
 			b := float64(localBytes(p.Exec.Mesh, in))
 			t = HostLink.Alpha + b*HostLink.Beta
-			r.comm["host copy"] += t
-			r.bytes["host copy"] += b
+			for _, r := range into {
+				r.addComm("host copy", t, b)
+			}
 		case plan.Send:
 			if in.Act != nil {
 				k := actKey{in.Act.Stage, in.Act.Micro, in.Act.Kind}
@@ -167,7 +183,12 @@ func walk(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string) *ran
 			r.pre += t
 		}
 	}
-	return r
+	return r, tail
+}
+
+func (r *rankTime) addComm(kind string, t, bytes float64) {
+	r.comm[kind] += t
+	r.bytes[kind] += bytes
 }
 
 // kernelFLOPs is a kernel's arithmetic on the local blocks of device 0.
@@ -201,7 +222,14 @@ func pricePipeline(p *lower.Plan, c *Candidate, links *Links, rate float64, data
 		ranks[r] = walk(p, p.Exec.ProgramOf(full.Device(coord)), rate, dataAxis)
 	}
 	link, _ := links.Axis(c.fullSizes(), p.Pipe.Axis)
-	sched := p.Pipe.Schedule
+	return simulatePipeline(ranks, p.Pipe.Schedule, link)
+}
+
+// simulatePipeline runs the schedule with each action's time on the rank
+// that holds its stage (sends on link); the step is the longest rank's
+// work before the actions, the simulated span, and the longest rank's
+// work after them.
+func simulatePipeline(ranks []*rankTime, sched *pipeline.Schedule, link mesh.Link) (*Cost, error) {
 	fn := func(a pipeline.Action) float64 {
 		r := ranks[sched.StageRank[a.Stage]]
 		if a.Kind.IsComm() {

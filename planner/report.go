@@ -31,8 +31,15 @@ func (r *Result) Text() string {
 	if r.FewUnits > 0 {
 		fmt.Fprintf(&b, "%d candidates left out: more pipeline stages than the train block has units (%d)\n", r.FewUnits, r.Prog.Units)
 	}
-	fmt.Fprintf(&b, "searched %d candidates in %.1f s (%.1f s checking the program per micro-batch count): %d priced (checked, lowered, simulated), %d skipped by the time bound (%d of them by a priced sibling's), %d by the memory bound; %d rejected by the checker or lowering\n\n",
-		r.Candidates, r.Elapsed.Seconds(), r.Analysis.Seconds(), r.Priced, r.PrunedTime, r.PrunedSibling, r.PrunedMemory, rejected)
+	if f := r.Folded; f != nil {
+		fmt.Fprintf(&b, "folded the train block's %d units to %d (a run of %d repeated statements kept as 2) and lowered the folded program %d times\n",
+			len(f.Unit), f.Units, f.Runs[0].Count+1, r.Proxies)
+		fmt.Fprintf(&b, "searched %d candidates in %.1f s (%.1f s checking the program per micro-batch count): %d modelled by composition, %d priced exactly (checked, lowered, simulated), %d skipped by the time bound, %d by the memory bound; %d rejected by the checker or lowering\n\n",
+			r.Candidates, r.Elapsed.Seconds(), r.Analysis.Seconds(), r.Composed, r.Priced, r.PrunedTime, r.PrunedMemory, rejected)
+	} else {
+		fmt.Fprintf(&b, "searched %d candidates in %.1f s (%.1f s checking the program per micro-batch count): %d priced (checked, lowered, simulated), %d skipped by the time bound (%d of them by a priced sibling's), %d by the memory bound; %d rejected by the checker or lowering\n\n",
+			r.Candidates, r.Elapsed.Seconds(), r.Analysis.Seconds(), r.Priced, r.PrunedTime, r.PrunedSibling, r.PrunedMemory, rejected)
+	}
 	if r.Stopped {
 		fmt.Fprintf(&b, "stopped at the time limit with %d candidates left unpriced; none of them can be faster than %s", r.Left, seconds(r.Unpriced))
 		if len(r.Ranked) > 0 {
@@ -142,7 +149,11 @@ func (r *Result) why() []string {
 			continue
 		}
 		seen[k] = true
-		out = append(out, e.Label+": "+r.reason(best, e))
+		line := e.Label + ": " + r.reason(best, e)
+		if e.Composed {
+			line += " (modelled)"
+		}
+		out = append(out, line)
 		if len(out) == r.Opts.Top {
 			break
 		}

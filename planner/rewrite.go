@@ -37,6 +37,13 @@ type Program struct {
 	Defs       []Def           // the functions the train block calls directly
 	loads      []span          // string literals of load("…")
 	params     []paramDecl     // parameters with positional placements
+
+	// for folding (fold.go)
+	stmts            []trainStmt
+	paramDecl        map[string]span   // each parameter's declaration, to its line's end
+	paramSig         map[string]string // the declaration without the name
+	usedOutsideTrain map[string]int    // identifier uses outside the train block and declarations
+	noFold           bool              // a for loop or stage marks in the train block
 }
 
 // Def is a function the train block calls directly: a block whose
@@ -63,12 +70,19 @@ func Load(path string) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
+	return loadSource(path, src)
+}
+
+// loadSource parses a program's text (path names it in messages and
+// anchors its load paths).
+func loadSource(path string, src []byte) (*Program, error) {
 	f, err := lang.Parse(path, src)
 	if err != nil {
 		return nil, err
 	}
 	p := &Program{Path: path, Src: src, PipePos: -1, PipeName: "pp", settings: map[string]span{}}
 	defs := map[string]*lang.FuncDef{}
+	p.declarations(f)
 	for _, s := range f.Stmts {
 		switch {
 		case s.Mesh != nil:
@@ -133,18 +147,29 @@ func (p *Program) train(t *lang.TrainBlock, defs map[string]*lang.FuncDef) {
 		if i+1 < len(t.Body) {
 			end = t.Body[i+1].Pos.Offset
 		}
-		if s.Assign != nil && slices.Contains(settingNames, s.Assign.Name) {
+		if s.Assign != nil && (slices.Contains(settingNames, s.Assign.Name) || s.Assign.Name == "batch") {
 			p.settings[s.Assign.Name] = span{s.Pos.Offset, lineEnd(p.Src, s.Pos.Offset, end)}
 		}
+		unit := false
 		switch {
 		case s.For != nil && s.For.Count != nil:
 			p.Units += *s.For.Count
+			p.noFold = true
 		case s.For != nil:
 			p.Units++ // a count named by a variable: at least one
+			p.noFold = true
 		case s.Assign != nil && !blockSettings[s.Assign.Name]:
 			p.Units++
+			unit = true
+		case s.Assign != nil && s.Assign.Name == "stage":
+			p.noFold = true
 		}
-		calls(p.Src[s.Pos.Offset:end], called)
+		text := p.Src[s.Pos.Offset:end]
+		p.stmts = append(p.stmts, trainStmt{span: span{s.Pos.Offset, end}, unit: unit, ids: identifiers(text)})
+		for _, id := range identifiers(text) {
+			p.usedOutsideTrain[id]-- // declarations counted every use; the train block's are not outside
+		}
+		calls(text, called)
 	}
 	for name := range called {
 		if d := defs[name]; d != nil {
@@ -152,6 +177,29 @@ func (p *Program) train(t *lang.TrainBlock, defs map[string]*lang.FuncDef) {
 		}
 	}
 	slices.SortFunc(p.Defs, func(a, b Def) int { return a.off - b.off })
+}
+
+// declarations records each parameter's declaration and signature, and
+// counts every identifier's uses outside the declarations (train() takes
+// the train block's back out).
+func (p *Program) declarations(f *lang.File) {
+	p.paramDecl, p.paramSig, p.usedOutsideTrain = map[string]span{}, map[string]string{}, map[string]int{}
+	for i, s := range f.Stmts {
+		end := len(p.Src)
+		if i+1 < len(f.Stmts) {
+			end = f.Stmts[i+1].Pos.Offset
+		}
+		if t := s.Tensor; t != nil && t.Kind == "param" {
+			p.paramDecl[t.Name] = span{s.Pos.Offset, end}
+			text := string(p.Src[s.Pos.Offset:lineEnd(p.Src, s.Pos.Offset, end)])
+			_, sig, _ := strings.Cut(text, ":") // "param NAME : TYPE …"
+			p.paramSig[t.Name] = sig
+			continue
+		}
+		for _, id := range identifiers(p.Src[s.Pos.Offset:end]) {
+			p.usedOutsideTrain[id]++
+		}
+	}
 }
 
 // calls adds the names written as NAME( in a statement's text.
@@ -242,6 +290,13 @@ func (p *Program) Source(c *Candidate, dir string) []byte {
 		want["accumulate"] = strconv.Itoa(c.Micro)
 	}
 	var add []string
+	if c.batch > 0 { // a proxy's (compose.go)
+		if sp, had := p.settings["batch"]; had {
+			eds = append(eds, edit{sp, "batch = " + strconv.Itoa(c.batch)})
+		} else {
+			add = append(add, "    batch = "+strconv.Itoa(c.batch)+"\n")
+		}
+	}
 	for _, name := range settingNames {
 		v, ok := want[name]
 		sp, had := p.settings[name]

@@ -31,6 +31,10 @@ type Options struct {
 	// Exhaustive prices every candidate (no pruning): the reference the
 	// tests compare the pruned search with.
 	Exhaustive bool
+	// Exact prices every candidate it does not prune by its own lowering,
+	// never by composition (compose.go): the search of programs that do
+	// not fold, and the tests' reference.
+	Exact bool
 	// Workers price candidates concurrently; 0: GOMAXPROCS.
 	Workers int
 	// TimeLimit stops starting new candidates after this long (0: none);
@@ -44,6 +48,9 @@ type Evaluated struct {
 	Cost  *Cost
 	Label string
 	Fits  bool
+	// Composed: Cost is the composed model's (search_composed.go), not
+	// the candidate's own lowering; Fits then means it may fit.
+	Composed bool
 }
 
 // Result is a search's outcome.
@@ -57,6 +64,8 @@ type Result struct {
 	Uneven         int            // split a declared tensor unevenly
 	FewUnits       int            // more pipeline stages than the train block has units
 	Priced         int            // checked, lowered and simulated
+	Composed       int            // priced by composition from folded programs
+	Proxies        int            // folded programs lowered for it
 	PrunedTime     int            // skipped: lower bound no better than the Top-th best
 	PrunedSibling  int            // of those, by a bound from a priced sibling
 	PrunedMemory   int            // skipped: lower bound on memory over the budget
@@ -68,8 +77,19 @@ type Result struct {
 	Unpriced float64
 	Elapsed  time.Duration
 	Analysis time.Duration // of Elapsed, checking the program once per micro-batch count
-	bound    map[*Candidate]float64
-	base     *base
+	// Folded is the fold composition used (nil: every candidate priced by
+	// its own lowering).
+	Folded *foldPlan
+	bound  map[*Candidate]float64
+	base   *base
+}
+
+// foldFor is the folded program composition prices from, or nil.
+func foldFor(p *Program, opts Options) *folded {
+	if opts.Exhaustive || opts.Exact || !p.HasTrain {
+		return nil
+	}
+	return newFolded(p)
 }
 
 // base is what the search knows of the program before pricing: per
@@ -83,6 +103,7 @@ type base struct {
 	grads    int             // how many gradients gradB counts
 	splits   []split         // the dims the declared placements split
 	rejected map[int]string  // micro-batch counts that do not check
+	rows     int             // rows per step (batchRows)
 }
 
 // Search finds the fastest strategies for p on opts.Devices devices.
@@ -104,11 +125,19 @@ func Search(p *Program, opts Options) (*Result, error) {
 	if opts.Memory > 0 && p.HasTrain && len(opts.Space.Offload) == 0 {
 		space.Offload = []bool{false, true} // a budget: device memory may bind
 	}
-	b, err := analyse(p, space)
+	f := foldFor(p, opts)
+	b, err := analyseFolded(p, space, f)
+	if err != nil && f != nil {
+		f = nil // the folded programs do not check (a wrong guess at a loop's stacked parameters): price in full
+		b, err = analyse(p, space)
+	}
 	if err != nil {
 		return nil, err
 	}
 	analysed := time.Since(start)
+	if f != nil {
+		f.rows = b.rows
+	}
 	var micro []int
 	for m := range b.flops {
 		micro = append(micro, m)
@@ -143,7 +172,13 @@ func Search(p *Program, opts Options) (*Result, error) {
 		key[c] = res.bound[c] + b.modelGuess(c, p, opts)
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return key[cands[i]] < key[cands[j]] })
-	fit := res.run(cands, b, p, opts, start)
+	var fit []*Evaluated
+	if f != nil {
+		res.Folded = f.plan
+		fit = res.runComposed(cands, b, p, f, opts, start)
+	} else {
+		fit = res.run(cands, b, p, opts, start)
+	}
 	if len(fit) > opts.Top {
 		res.Losers = append(res.Losers, fit[opts.Top:]...)
 		fit = fit[:opts.Top]
@@ -294,8 +329,9 @@ func analyse(p *Program, s Space) (*base, error) {
 		return nil, err
 	}
 	counts := []int{1}
+	b.rows = batchRows(g)
 	if g.Train != nil {
-		counts = micros(batchRows(g), s.MaxMicro)
+		counts = micros(b.rows, s.MaxMicro)
 	}
 	var first error
 	for _, m := range counts {

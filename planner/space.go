@@ -24,6 +24,9 @@ type Candidate struct {
 	// Place overrides declared placements by parameter role or name
 	// (Refine), e.g. "Wout" → "{B, B}".
 	Place map[string]string
+	// batch, when set, rewrites the train block's batch (rows per step):
+	// a proxy's fewer micro-batches of the same size (compose.go).
+	batch int
 }
 
 // Label is the candidate in one line, e.g.

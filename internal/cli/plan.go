@@ -26,6 +26,7 @@ type planFlags struct {
 	tflops     float64
 	out        string
 	exhaustive bool
+	exact      bool
 	noPipeline bool
 	timeLimit  time.Duration
 	refine     bool
@@ -41,6 +42,7 @@ func (e *env) plan(args []string) int {
 	fs.Float64Var(&f.tflops, "tflops", 400, "device compute rate in TFLOP/s (the cost model's)")
 	fs.StringVar(&f.out, "o", "", "write the best strategy as a .mesh file")
 	fs.BoolVar(&f.exhaustive, "exhaustive", false, "price every candidate instead of pruning with lower bounds (slow; the reference)")
+	fs.BoolVar(&f.exact, "exact", false, "price every candidate by its own lowering, not by composition from the folded program (slower on deep programs)")
 	fs.DurationVar(&f.timeLimit, "time-limit", 0, "stop pricing after this long and say how far from optimal the best found can be (0: search to the end)")
 	fs.BoolVar(&f.refine, "placements", false, "then try other placements of each parameter role on the best strategy (coordinate descent)")
 	fs.BoolVar(&f.noPipeline, "no-pipeline", false, "do not add a pipeline axis the program does not declare")
@@ -64,7 +66,7 @@ func (e *env) plan(args []string) int {
 		return ExitUsage
 	}
 	res, err := planner.Search(prog, planner.Options{Devices: f.devices, Memory: f.memory.bytes, Links: links, Rate: f.tflops * 1e12,
-		Top: f.top, Exhaustive: f.exhaustive, TimeLimit: f.timeLimit, Space: planner.Space{NoPipeline: f.noPipeline}})
+		Top: f.top, Exhaustive: f.exhaustive, Exact: f.exact, TimeLimit: f.timeLimit, Space: planner.Space{NoPipeline: f.noPipeline}})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "meshrun plan:", err)
 		return ExitFailure

@@ -1,0 +1,577 @@
+package planner
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/pipeline"
+)
+
+// Composed pricing: a candidate's cost built from a folded program's
+// (fold.go), as Alpa and PipeDream build a pipeline's from per-layer
+// profiles — except that each unit's profile here is the exact lowering
+// of the unit on the candidate's own inner mesh and links.
+//
+// A pipelined candidate is priced from a proxy: the folded program on
+// the candidate's mesh with the pipeline axis resized to give each
+// folded unit a stage of its own, the same micro-batches, ZeRO stage,
+// offload, checkpointing and placements, and a schedule with the same
+// kinds of action (1F1B, or ZB-1P for the zero-bubble schedules, whose
+// backward is split in two). From the proxy's ranks the composition
+// takes, per unit: its time in each action of each micro-batch, the
+// bytes it sends at its end, its work before and after the actions (the
+// optimizer step), its collectives, and its memory. The candidate's own
+// cut is the pipeline pass's balance over the program's units, with
+// each unit's model cost its folded unit's; each stage's action then
+// costs the sum of its units', and the schedule simulator times the
+// step as pricePipeline does. Memory per pipeline rank is its units'
+// parameters, optimizer states and gradients, plus their activations
+// scaled from the proxy's micro-batches in flight to the candidate's.
+//
+// Proxies are shared by every candidate with the same inner mesh and
+// links, micro-batches, ZeRO stage, offload, checkpointing, placements
+// and action kinds: for the 96-layer GPT on 4096 devices, 684 proxies
+// stand for 3724 candidates, each a five-unit program instead of 98.
+//
+// A candidate without a pipeline is extrapolated instead: the folded
+// programs keeping two and three of the run are priced exactly, and
+// every figure is taken as affine in the run's length (exact for sums of
+// identical units; the tests compare).
+//
+// Composed costs rank the candidates; the best are then priced exactly
+// (search.go), so the figures plan prints are the lowering's own.
+
+// folded is what the search keeps of a folded program.
+type folded struct {
+	plan      *foldPlan
+	rows      int      // rows per step (set by Search from the analysis)
+	prog      *Program // the folded program keeping two of the run
+	three     *Program // keeping three (extrapolation), nil with several runs
+	mu        sync.Mutex
+	proxies   map[string]*proxyEntry
+	extrapols map[string]*proxyEntry
+}
+
+type proxyEntry struct {
+	once sync.Once
+	px   *proxy
+	err  error
+}
+
+func newFolded(p *Program) *folded {
+	fp := p.fold(2)
+	if fp == nil {
+		return nil
+	}
+	prog, err := loadSource(p.Path, fp.Source)
+	if err != nil || prog.Units != fp.Units {
+		return nil
+	}
+	f := &folded{plan: fp, prog: prog, proxies: map[string]*proxyEntry{}, extrapols: map[string]*proxyEntry{}}
+	if len(fp.Runs) == 1 {
+		if fp3 := p.fold(3); fp3 != nil {
+			if three, err := loadSource(p.Path, fp3.Source); err == nil {
+				f.three = three
+			}
+		}
+	}
+	return f
+}
+
+// lowered counts the folded programs lowered so far.
+func (f *folded) lowered() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.proxies) + 2*len(f.extrapols)
+}
+
+// proxy is a lowered folded program, walked per pipeline rank.
+type proxy struct {
+	// stageRank is the proxy schedule's (the lowered plan itself is not
+	// kept: a search holds hundreds of proxies)
+	stageRank []int
+	ranks     []*rankTime
+	tails     []*rankTime // per rank, the actions of its micro-batch 1 (a middle one)
+	// stageOf: each folded unit's stage in the proxy; owner: the unit
+	// the stage's costs are counted for (the one with most compute)
+	stageOf, owner    []int
+	micros            int       // the proxy's micro-batches (2, or the candidate's)
+	unitCompute, sent []float64 // per folded unit, for the real cut
+	// per proxy rank, on its device of highest peak: what explain
+	// counts as held, and the memory profile of its actions
+	param, optim, grad []int64
+	mem                []*memProfile
+	flat               *Cost // composeFlat's extrapolation
+}
+
+// microFor maps a candidate's micro-batch (of micro) to the proxy's
+// that stands for it: the first, a middle one, the last.
+func (px *proxy) microFor(micro int) func(int) int {
+	if micro <= px.micros {
+		return func(m int) int { return m }
+	}
+	return func(m int) int {
+		switch m {
+		case 0:
+			return 0
+		case micro - 1:
+			return px.micros - 1
+		}
+		return 1
+	}
+}
+
+// zeroBubble says whether a schedule splits the backward (I and W).
+func zeroBubble(schedule string) bool {
+	return schedule == "zb1p" || schedule == "zbv"
+}
+
+func (f *folded) key(c *Candidate, links *Links, extrapolate bool) string {
+	var b strings.Builder
+	full := c.fullSizes()
+	for i := range c.Sizes {
+		a := i
+		if c.PP > 1 && i >= c.PPPos {
+			a++
+		}
+		l, _ := links.Axis(full, a)
+		fmt.Fprintf(&b, "%d:%g:%g,", c.Sizes[i], l.Alpha, l.Beta)
+	}
+	fmt.Fprintf(&b, "|%d|%d|%v|%v|%v", c.Micro, c.Zero, c.Offload, c.Checkpoint, c.Place)
+	if extrapolate {
+		return "x" + b.String()
+	}
+	return b.String()
+}
+
+// compileSource checks and lowers a program text for candidate c's
+// topology (the real candidate's, whatever mesh the text declares).
+func compileSource(path string, src []byte, c *Candidate, n int, links *Links) (*lower.Plan, error) {
+	g, err := lang.CheckSource(path, src, lang.CheckOptions{Devices: n, Dir: filepath.Dir(path)})
+	if err != nil {
+		return nil, err
+	}
+	return lower.Lower(g, lower.Options{Topo: topology(g, c, links)})
+}
+
+// proxyFor lowers (once per key) the proxy of pipelined candidate c.
+func (f *folded) proxyFor(c *Candidate, opts Options, dataAxis string) (*proxy, error) {
+	k := f.key(c, opts.Links, false)
+	f.mu.Lock()
+	e := f.proxies[k]
+	if e == nil {
+		e = &proxyEntry{}
+		f.proxies[k] = e
+	}
+	f.mu.Unlock()
+	e.once.Do(func() { e.px, e.err = f.buildProxy(c, opts, dataAxis) })
+	return e.px, e.err
+}
+
+// buildProxy lowers the proxy: the folded program on c's inner mesh and
+// links, a stage per unit under ZB-1P (whose I and W sum to any other
+// schedule's B), and three micro-batches of c's size (the batch
+// rewritten): the first and the last differ from the others (the first
+// backward makes the gradients, the last forward and backward free what
+// the step kept for all), and every middle one costs what the second
+// does — or all of c's micro-batches where they are three or fewer, or
+// the program's shapes refuse a smaller batch.
+func (f *folded) buildProxy(c *Candidate, opts Options, dataAxis string) (*proxy, error) {
+	pc := *c
+	pc.PP, pc.Schedule = f.plan.Units, "zb1p"
+	n := 1
+	for _, s := range pc.fullSizes() {
+		n *= s
+	}
+	var lp *lower.Plan
+	var err error
+	if k := 3; k < c.Micro && f.rows > 0 && f.rows%c.Micro == 0 {
+		pc.Micro, pc.batch = k, f.rows/c.Micro*k
+		lp, err = compileSource(f.prog.Path, f.prog.Source(&pc, ""), c, n, opts.Links)
+	}
+	if lp == nil {
+		pc.Micro, pc.batch = c.Micro, 0
+		if lp, err = compileSource(f.prog.Path, f.prog.Source(&pc, ""), c, n, opts.Links); err != nil {
+			return nil, err
+		}
+	}
+	if lp.Pipe == nil || len(lp.Pipe.Stages.UnitStage) != f.plan.Units {
+		return nil, fmt.Errorf("the folded program's units do not match the fold")
+	}
+	px := &proxy{stageRank: lp.Pipe.Schedule.StageRank, stageOf: lp.Pipe.Stages.UnitStage, micros: pc.Micro}
+	px.unitCompute, px.sent = lower.UnitCosts(lp.Graph)
+	px.owner = make([]int, lp.Pipe.Schedule.Stages)
+	for st := range px.owner {
+		px.owner[st] = -1
+	}
+	for u, st := range px.stageOf {
+		if o := px.owner[st]; o < 0 || px.unitCompute[u] > px.unitCompute[o] {
+			px.owner[st] = u
+		}
+	}
+	full := lp.Exec.Mesh
+	sched := lp.Pipe.Schedule
+	px.ranks, px.tails = make([]*rankTime, sched.Ranks), make([]*rankTime, sched.Ranks)
+	for _, p := range []*[]int64{&px.param, &px.optim, &px.grad} {
+		*p = make([]int64, sched.Ranks)
+	}
+	px.mem = make([]*memProfile, sched.Ranks)
+	for r := range px.ranks {
+		coord := make([]int, full.NumAxes())
+		coord[lp.Pipe.Axis] = r
+		px.ranks[r], px.tails[r] = walkTail(lp, lp.Exec.ProgramOf(full.Device(coord)), opts.Rate, dataAxis, 1)
+	}
+	peakDev := make([]int, sched.Ranks)
+	for d := range full.Size() {
+		r := full.Coord(d)[lp.Pipe.Axis]
+		if lp.Peak[d] > lp.Peak[peakDev[r]] || full.Coord(peakDev[r])[lp.Pipe.Axis] != r {
+			peakDev[r] = d
+		}
+	}
+	for r, d := range peakDev {
+		px.param[r], px.optim[r], px.grad[r] = lower.HeldBytes(lp, d)
+		px.mem[r] = profile(lp, d)
+	}
+	return px, nil
+}
+
+// memProfile is a rank's device memory by phase: base, held before its
+// first action, and the largest held then (pre); per action of its stage,
+// what it leaves held (delta) and its peak above what it found (top);
+// the same for the work after the actions (the optimizer step).
+type memProfile struct {
+	base, pre int64
+	acts      map[[2]int]memStep // (micro, kind)
+	post      memStep
+}
+
+type memStep struct{ delta, top int64 }
+
+// step is the profile of an action; a B (schedules that do not split
+// the backward) is the ZB-1P proxy's I then W.
+func (m *memProfile) step(micro int, k pipeline.Kind) memStep {
+	if k != pipeline.B {
+		return m.acts[[2]int{micro, int(k)}]
+	}
+	i, w := m.step(micro, pipeline.I), m.step(micro, pipeline.W)
+	return memStep{delta: i.delta + w.delta, top: max(i.top, i.delta+w.top)}
+}
+
+// profile reads device d's memory profile from its replay (a proxy rank
+// holds one stage, so its actions are that stage's).
+func profile(lp *lower.Plan, d int) *memProfile {
+	prog := lp.Exec.ProgramOf(d)
+	top, after := lp.Exec.Held(d)
+	m := &memProfile{acts: map[[2]int]memStep{}}
+	held := func(i int) int64 { // before instruction i
+		if i == 0 {
+			return 0
+		}
+		return after[i-1]
+	}
+	start := -1 // first instruction of the current action or phase
+	var cur *pipeline.Action
+	flush := func(end int) { // [start, end) was one action (cur) or the pre/post phase
+		if start < 0 || end <= start {
+			return
+		}
+		s := memStep{delta: after[end-1] - held(start)}
+		for i := start; i < end; i++ {
+			s.top = max(s.top, top[i]-held(start))
+		}
+		switch {
+		case cur != nil:
+			k := [2]int{cur.Micro, int(cur.Kind)}
+			e := m.acts[k]
+			m.acts[k] = memStep{delta: e.delta + s.delta, top: max(e.top, e.delta+s.top)}
+		case len(m.acts) == 0:
+			m.base, m.pre = after[end-1], held(start)+s.top
+		default:
+			m.post = s
+		}
+	}
+	for i := range prog.Instrs {
+		a := prog.Instrs[i].Act
+		if i == 0 || (a == nil) != (cur == nil) || a != nil && *a != *cur {
+			flush(i)
+			start, cur = i, a
+		}
+	}
+	flush(len(prog.Instrs))
+	return m
+}
+
+// composePipeline prices pipelined candidate c from its proxy.
+func (f *folded) composePipeline(c *Candidate, opts Options, dataAxis string) (*Cost, error) {
+	px, err := f.proxyFor(c, opts, dataAxis)
+	if err != nil {
+		return nil, err
+	}
+	sched, err := pipeline.FromSpec(c.Schedule, c.PP, c.Micro)
+	if err != nil {
+		return nil, err
+	}
+	units := f.plan.Unit // program unit → folded unit
+	compute, sent := make([]float64, len(units)), make([]float64, len(units))
+	for u, fu := range units {
+		compute[u], sent[u] = px.unitCompute[fu], px.sent[fu]
+	}
+	cut := lower.BalanceUnits(compute, sent, sched.Stages)
+	// each real stage's units, in order
+	stageUnits := make([][]int, sched.Stages)
+	for u, st := range cut {
+		stageUnits[st] = append(stageUnits[st], u)
+	}
+	ranks := make([]*rankTime, sched.Ranks)
+	for r := range ranks {
+		ranks[r] = newRankTime()
+	}
+	mem := make([]rankMemory, sched.Ranks)
+	proxyRanks := make([][]int, sched.Stages) // per stage, its units' proxy ranks
+	pm := px.microFor(c.Micro)
+	zb := zeroBubble(c.Schedule)
+	for st, us := range stageUnits {
+		r := ranks[sched.StageRank[st]]
+		for _, u := range us {
+			fu := units[u]
+			pst := px.stageOf[fu]
+			if px.owner[pst] != fu {
+				continue // its stage's costs are counted for another unit
+			}
+			pr := px.stageRank[pst]
+			q := px.ranks[pr]
+			r.addTotals(q, 1)
+			if c.Micro > px.micros {
+				r.addTotals(px.tails[pr], float64(c.Micro-px.micros))
+			}
+			for m := range c.Micro {
+				t := func(k pipeline.Kind) float64 { return q.action[actKey{pst, pm(m), k}] }
+				r.action[actKey{st, m, pipeline.F}] += t(pipeline.F)
+				if zb {
+					r.action[actKey{st, m, pipeline.I}] += t(pipeline.I)
+					r.action[actKey{st, m, pipeline.W}] += t(pipeline.W)
+				} else {
+					r.action[actKey{st, m, pipeline.B}] += t(pipeline.I) + t(pipeline.W)
+				}
+			}
+			mem[sched.StageRank[st]].addUnit(px, pr)
+			proxyRanks[st] = append(proxyRanks[st], pr)
+		}
+		// what the stage sends: its last unit's forward output, its
+		// first unit's input gradient
+		first, last := px.stageOf[units[us[0]]], px.stageOf[units[us[len(us)-1]]]
+		pf, pl := px.stageRank[first], px.stageRank[last]
+		// (nothing to send where the next stage is on the same rank, as
+		// at the turn of a V-shaped schedule)
+		local := func(to int) bool { return to >= 0 && to < sched.Stages && sched.StageRank[to] == sched.StageRank[st] }
+		for m := range c.Micro {
+			if !local(st + 1) {
+				r.sent[actKey{st, m, pipeline.F}] = px.ranks[pl].sent[actKey{last, pm(m), pipeline.F}]
+			}
+			if !local(st - 1) {
+				r.sent[actKey{st, m, pipeline.I}] = px.ranks[pf].sent[actKey{first, pm(m), pipeline.I}]
+			}
+		}
+	}
+	link, _ := opts.Links.Axis(c.fullSizes(), c.PPPos)
+	cost, err := simulatePipeline(ranks, sched, link)
+	if err != nil {
+		return nil, err
+	}
+	for r, m := range mem {
+		if peak := rankPeak(px, sched, r, proxyRanks); peak > cost.Peak {
+			cost.Peak, cost.Params, cost.Optimizer, cost.Gradients = peak, m.param, m.optim, m.grad
+			cost.Activations = cost.Peak - cost.Params - cost.Optimizer
+		}
+	}
+	return cost, nil
+}
+
+func newRankTime() *rankTime {
+	return &rankTime{comm: map[string]float64{}, bytes: map[string]float64{}, axis: map[string]float64{},
+		action: map[actKey]float64{}, sent: map[actKey]float64{}}
+}
+
+// addTotals adds scale times q's totals (not its actions) to r.
+func (r *rankTime) addTotals(q *rankTime, scale float64) {
+	r.compute += scale * q.compute
+	r.pre += scale * q.pre
+	r.post += scale * q.post
+	r.model += scale * q.model
+	for _, m := range [][2]map[string]float64{{r.comm, q.comm}, {r.bytes, q.bytes}, {r.axis, q.axis}} {
+		for k, v := range m[1] {
+			m[0][k] += scale * v
+		}
+	}
+}
+
+// rankMemory replays a pipeline rank's memory: its units' profiles, each
+// unit's actions in the candidate's schedule order, then their optimizer
+// steps; the peak is the most held at any step, counting every unit's
+// held bytes and the working memory of the one that runs.
+type rankMemory struct {
+	param, optim, grad int64
+}
+
+func (m *rankMemory) addUnit(px *proxy, pr int) {
+	m.param += px.param[pr]
+	m.optim += px.optim[pr]
+	m.grad += px.grad[pr]
+}
+
+// rankPeak is rank r's peak: units[st] are the proxy ranks of stage st's
+// units.
+func rankPeak(px *proxy, sched *pipeline.Schedule, r int, units [][]int) int64 {
+	var held, pre, peak int64
+	pm := px.microFor(sched.Micro)
+	for _, st := range sched.StagesOf(r) {
+		for _, pr := range units[st] {
+			held += px.mem[pr].base
+			pre = max(pre, px.mem[pr].pre-px.mem[pr].base)
+		}
+	}
+	peak = held + pre
+	for _, a := range sched.Actions[r] {
+		if !a.Kind.IsCompute() {
+			continue
+		}
+		us := units[a.Stage]
+		for i := range us {
+			pr := us[i]
+			if a.Kind != pipeline.F {
+				pr = us[len(us)-1-i] // a backward runs through the units in reverse
+			}
+			s := px.mem[pr].step(pm(a.Micro), a.Kind)
+			peak = max(peak, held+s.top)
+			held += s.delta
+		}
+	}
+	for _, st := range sched.StagesOf(r) {
+		for _, pr := range units[st] {
+			s := px.mem[pr].post
+			peak = max(peak, held+s.top)
+			held += s.delta
+		}
+	}
+	return peak
+}
+
+// composeFlat prices a candidate without a pipeline from the folded
+// programs keeping two and three of the run: every figure affine in the
+// run's length.
+func (f *folded) composeFlat(c *Candidate, opts Options, dataAxis string) (*Cost, error) {
+	k := f.key(c, opts.Links, true)
+	f.mu.Lock()
+	e := f.extrapols[k]
+	if e == nil {
+		e = &proxyEntry{}
+		f.extrapols[k] = e
+	}
+	f.mu.Unlock()
+	var two, three *Cost
+	e.once.Do(func() {
+		price := func(p *Program) (*Cost, error) {
+			lp, err := compileSource(p.Path, p.Source(c, ""), c, opts.Devices, opts.Links)
+			if err != nil {
+				return nil, err
+			}
+			return price(lp, c, opts.Links, opts.Rate, dataAxis)
+		}
+		if two, e.err = price(f.prog); e.err != nil {
+			return
+		}
+		if three, e.err = price(f.three); e.err != nil {
+			return
+		}
+		e.px = &proxy{}
+		e.px.flat = extrapolate(two, three, float64(f.plan.Runs[0].Count-1))
+	})
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.px.flat.clone(), nil
+}
+
+// extrapolate is two + n·(three − two), figure by figure.
+func extrapolate(two, three *Cost, n float64) *Cost {
+	lin := func(a, b float64) float64 { return a + n*(b-a) }
+	lin64 := func(a, b int64) int64 { return a + int64(n)*(b-a) }
+	maps := func(a, b map[string]float64) map[string]float64 {
+		out := map[string]float64{}
+		for k, v := range a {
+			out[k] = lin(v, b[k])
+		}
+		for k, v := range b {
+			if _, ok := a[k]; !ok {
+				out[k] = lin(0, v)
+			}
+		}
+		return out
+	}
+	return &Cost{Step: lin(two.Step, three.Step), Compute: lin(two.Compute, three.Compute),
+		Comm: maps(two.Comm, three.Comm), Bytes: maps(two.Bytes, three.Bytes), ByAxis: maps(two.ByAxis, three.ByAxis),
+		ModelAxes: lin(two.ModelAxes, three.ModelAxes), Bubble: lin(two.Bubble, three.Bubble),
+		Peak: lin64(two.Peak, three.Peak), Params: lin64(two.Params, three.Params), Optimizer: lin64(two.Optimizer, three.Optimizer),
+		Gradients: lin64(two.Gradients, three.Gradients), Activations: lin64(two.Activations, three.Activations)}
+}
+
+func (c *Cost) clone() *Cost {
+	out := *c
+	cp := func(m map[string]float64) map[string]float64 {
+		o := make(map[string]float64, len(m))
+		for k, v := range m {
+			o[k] = v
+		}
+		return o
+	}
+	out.Comm, out.Bytes, out.ByAxis = cp(c.Comm), cp(c.Bytes), cp(c.ByAxis)
+	return &out
+}
+
+// compose prices c from the folded program; ok is false where it cannot
+// (no fold, or a candidate the fold does not model).
+func (f *folded) compose(c *Candidate, opts Options, dataAxis string) (*Cost, error) {
+	if c.PP > 1 {
+		return f.composePipeline(c, opts, dataAxis)
+	}
+	if f.three == nil {
+		return nil, errNoCompose
+	}
+	return f.composeFlat(c, opts, dataAxis)
+}
+
+var errNoCompose = fmt.Errorf("no composed model for this candidate")
+
+// analyseFolded is analyse (search.go) of p, from the folded programs
+// when p folds with one run: the arithmetic and parameter bytes are
+// affine in the run's length, so two checks of a few units stand for
+// one of the whole program per micro-batch count.
+func analyseFolded(p *Program, s Space, f *folded) (*base, error) {
+	if f == nil || f.three == nil {
+		return analyse(p, s)
+	}
+	two, err := analyse(f.prog, s)
+	if err != nil {
+		return nil, err
+	}
+	three, err := analyse(f.three, s)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(f.plan.Runs[0].Count - 1)
+	lin := func(a, b float64) float64 { return a + n*(b-a) }
+	out := *two
+	out.flops = map[int]float64{}
+	for m, v := range two.flops {
+		if w, ok := three.flops[m]; ok {
+			out.flops[m] = lin(v, w)
+		}
+	}
+	out.paramB, out.gradB = lin(two.paramB, three.paramB), lin(two.gradB, three.gradB)
+	out.grads = two.grads + int(n)*(three.grads-two.grads)
+	return &out, nil
+}

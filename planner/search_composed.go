@@ -1,0 +1,202 @@
+package planner
+
+import (
+	"errors"
+	"math"
+	"sort"
+	"sync"
+	"time"
+)
+
+// The search with composed pricing (compose.go), for programs that fold.
+//
+// Phase 1 models: candidates in the order of their guess, each priced by
+// composition (a few proxy lowerings shared by many candidates), skipping
+// one whose bound is above the Top-th best modelled step by more than
+// the model's tolerance. Phase 2 prices exactly: the modelled candidates
+// that may fit, fastest first, until Top of them fit and the next one's
+// modelled step is more than the tolerance above the Top-th exact step;
+// then those the model could not price, while their bound is below it.
+// What plan prints for its strategies are always exact prices.
+
+// composeTolerance is how far a composed step may be from the exact one
+// for the search to stay exact: TestComposedMatchesExact holds every
+// candidate of its programs to 2%; the search allows 5%.
+const composeTolerance = 0.05
+
+// composeMemorySlack: a modelled peak up to this factor over the budget
+// may still fit (composed memory is within 25% of the exact peak on the
+// tests' programs); phase 2 decides.
+const composeMemorySlack = 1.3
+
+// runComposed is run (search.go) with composed pricing first.
+func (res *Result) runComposed(cands []*Candidate, b *base, p *Program, f *folded, opts Options, start time.Time) []*Evaluated {
+	modelled, unmodelled := res.model(cands, b, p, f, opts, start)
+	// phase 2: exact prices, the likeliest first
+	sort.SliceStable(modelled, func(i, j int) bool { return better(modelled[i], modelled[j]) })
+	var (
+		mu   sync.Mutex
+		fit  []*Evaluated
+		next int
+		wg   sync.WaitGroup
+	)
+	kth := func() float64 {
+		if len(fit) < opts.Top {
+			return math.Inf(1)
+		}
+		return fit[opts.Top-1].Cost.Step
+	}
+	queue := make([]*Candidate, 0, len(modelled)+len(unmodelled))
+	guess := map[*Candidate]float64{}
+	for _, e := range modelled {
+		if e.Fits {
+			queue = append(queue, e.Cand)
+			guess[e.Cand] = e.Cost.Step
+		}
+	}
+	for _, c := range unmodelled {
+		queue = append(queue, c)
+		guess[c] = res.bound[c]
+	}
+	exact := map[*Candidate]bool{}
+	take := func() *Candidate {
+		mu.Lock()
+		defer mu.Unlock()
+		for next < len(queue) {
+			c := queue[next]
+			next++
+			if guess[c] > kth()*(1+composeTolerance) {
+				continue // modelled well above the Top-th: stays modelled
+			}
+			// past the time limit, only until one strategy fits (the
+			// answer needs one priced exactly)
+			if opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit && len(fit) > 0 {
+				if !res.Stopped {
+					res.Stopped, res.Unpriced = true, math.Inf(1)
+				}
+				for _, c := range queue[next-1:] {
+					if guess[c] <= kth()*(1+composeTolerance) {
+						res.Left++
+						res.Unpriced = min(res.Unpriced, res.bound[c])
+					}
+				}
+				next = len(queue)
+				return nil
+			}
+			res.Priced++
+			return c
+		}
+		return nil
+	}
+	for range max(1, opts.Workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := take(); c != nil; c = take() {
+				e, err := evaluate(p, c, opts, b.dataName(p))
+				mu.Lock()
+				exact[c] = true
+				switch {
+				case err != nil:
+					res.Rejected[firstLine(err)]++
+				case e.Fits:
+					fit = insertRanked(fit, e)
+				default:
+					res.Losers = append(res.Losers, e)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	// the modelled ones not priced exactly lose with their modelled cost
+	for _, e := range modelled {
+		if !exact[e.Cand] {
+			res.Losers = append(res.Losers, e)
+		}
+	}
+	return fit
+}
+
+// model is phase 1: the composed cost of every candidate the bounds do
+// not rule out, and the candidates the model cannot price.
+func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opts Options, start time.Time) (modelled []*Evaluated, unmodelled []*Candidate) {
+	var (
+		mu    sync.Mutex
+		top   []*Evaluated // modelled, may fit, fastest first
+		next  int
+		wg    sync.WaitGroup
+		model = map[groupKey]float64{} // least modelled time off the data axis per group (bound.go)
+	)
+	kth := func() float64 {
+		if len(top) < opts.Top {
+			return math.Inf(1)
+		}
+		return top[opts.Top-1].Cost.Step
+	}
+	take := func() *Candidate {
+		mu.Lock()
+		defer mu.Unlock()
+		for next < len(cands) {
+			c := cands[next]
+			next++
+			switch {
+			case opts.Memory > 0 && b.memoryBound(c, opts.Devices) > float64(opts.Memory):
+				res.PrunedMemory++
+				continue
+			case res.bound[c] > kth()*(1+composeTolerance):
+				res.PrunedTime++
+				continue
+			case b.siblingBound(c, opts, model)*(1-composeTolerance) > kth()*(1+composeTolerance):
+				res.PrunedTime++
+				res.PrunedSibling++
+				continue
+			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
+				res.Stopped, res.Unpriced = true, math.Inf(1)
+				for _, c := range cands[next-1:] {
+					if res.bound[c] <= kth()*(1+composeTolerance) {
+						res.Left++
+						res.Unpriced = min(res.Unpriced, res.bound[c])
+					}
+				}
+				next = len(cands)
+				return nil
+			}
+			return c
+		}
+		return nil
+	}
+	for range max(1, opts.Workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := take(); c != nil; c = take() {
+				cost, err := f.compose(c, opts, b.dataName(p))
+				mu.Lock()
+				switch {
+				case errors.Is(err, errNoCompose):
+					unmodelled = append(unmodelled, c)
+				case err != nil:
+					// the proxy did not lower: the candidate itself says why
+					unmodelled = append(unmodelled, c)
+				default:
+					res.Composed++
+					e := &Evaluated{Cand: c, Cost: cost, Label: c.Label(p), Composed: true,
+						Fits: opts.Memory == 0 || float64(cost.Peak) <= composeMemorySlack*float64(opts.Memory)}
+					modelled = append(modelled, e)
+					if e.Fits {
+						top = insertRanked(top, e)
+					}
+					if m, ok := model[group(c)]; !ok || cost.ModelAxes < m {
+						model[group(c)] = cost.ModelAxes
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	res.Proxies = f.lowered()
+	sort.SliceStable(unmodelled, func(i, j int) bool { return res.bound[unmodelled[i]] < res.bound[unmodelled[j]] })
+	return modelled, unmodelled
+}
