@@ -45,9 +45,28 @@ type shmWorld struct {
 // shmShared is what the members of one group share.
 type shmShared struct {
 	bar barrier
-	in  []*Tensor // per member: its input to the current collective
+	// post is what members post for a collective, two sets used in turn
+	// by the parity of the barrier's generation at the collective's
+	// first barrier (see posted): a member that leaves a one-barrier
+	// collective (comm_shm_small.go) and posts for the next one must not
+	// overwrite what a slower peer still reads of this one. A set is
+	// reused two generations later, when every member has passed the
+	// barrier in between and so finished reading it.
+	post [2]posting
+	// small is the most bytes a member's input times the group's size
+	// may be for the one-barrier algorithms (shmSmallBytes; tests set it
+	// to check both).
+	small int64
+}
+
+// posting is one set of what the members post.
+type posting struct {
+	in  []*Tensor // per member: its input to the collective
 	sig []call    // per member: the collective it is in
 	out []*Tensor // per member: a result peers write into (a shared one on member 0, a reduce's on its root)
+	// stage is per member its own copy of its input for the one-barrier
+	// algorithms, reused from one collective to the next
+	stage []*Tensor
 }
 
 // shmMember is one member's side of a shared-memory group.
@@ -58,18 +77,19 @@ type shmMember struct {
 	wide []float32     // a tile of f32 scratch for half precision
 	// steps is scratch for the ring steps a collective reports
 	steps []ringStep
+	par   int // the posting set of the current collective (shmShared.post)
 }
 
 // group finds (or makes) the shared table of the group with plan id and
 // members; every member of the group calls it once at start-up.
 func (w *shmWorld) group(id int, members []int) *shmShared {
 	key := strconv.Itoa(id) + fmt.Sprint(members)
-	s, _ := w.groups.LoadOrStore(key, &shmShared{
-		bar: barrier{n: len(members), ch: make(chan struct{}), spin: len(members) <= runtime.GOMAXPROCS(0)},
-		in:  make([]*Tensor, len(members)),
-		sig: make([]call, len(members)),
-		out: make([]*Tensor, len(members)),
-	})
+	n := len(members)
+	fresh := &shmShared{bar: barrier{n: n, ch: make(chan struct{}), spin: n <= runtime.GOMAXPROCS(0)}, small: shmSmallBytes}
+	for i := range fresh.post {
+		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*Tensor, n)}
+	}
+	s, _ := w.groups.LoadOrStore(key, fresh)
 	return s.(*shmShared)
 }
 
@@ -100,9 +120,11 @@ func (b *barrier) wait(ctx context.Context) error {
 	b.mu.Lock()
 	b.count++
 	if b.count == b.n {
+		// the generation first: a member woken by the channel reads it
+		// at once for its next collective's postings (meet)
+		b.gen.Add(1)
 		close(b.ch)
 		b.ch, b.count = make(chan struct{}), 0
-		b.gen.Add(1)
 		b.mu.Unlock()
 		return nil
 	}
@@ -132,8 +154,9 @@ func (b *barrier) wait(ctx context.Context) error {
 
 // call names a collective and the arguments every member must agree on.
 type call struct {
-	kind string
-	arg  int // the root, the dim or the reduction
+	kind  string
+	arg   int  // the root, the dim or the reduction
+	small bool // the one-barrier algorithm (comm_shm_small.go)
 }
 
 // meet posts x (and out) as this member's input to collective c and waits
@@ -142,11 +165,18 @@ type call struct {
 // reading each other's buffers wrongly.
 func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	s := g.shm.s
-	s.in[g.Rank], s.out[g.Rank], s.sig[g.Rank] = x, out, c
+	// no generation completes before this member arrives, so the parity
+	// read here is the one every member reads for this collective
+	g.shm.par = int(s.bar.gen.Load() & 1)
+	post := g.posted()
+	post.in[g.Rank], post.out[g.Rank], post.sig[g.Rank] = x, out, c
 	if err := s.bar.wait(ctx); err != nil {
 		return err
 	}
-	for m, o := range s.sig {
+	for m, o := range post.sig {
+		if o.kind == c.kind && o.arg == c.arg && o.small != c.small {
+			return fmt.Errorf("%s: member %d's tensor and member %d's differ in size", c.kind, m, g.Rank)
+		}
 		if o != c {
 			return fmt.Errorf("collectives out of step: member %d is in %s(%d), member %d in %s(%d)", m, o.kind, o.arg, g.Rank, c.kind, c.arg)
 		}
@@ -158,9 +188,13 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 // buffers, and forgets what this member posted.
 func (g *Ring) part(ctx context.Context) error {
 	err := g.shm.s.bar.wait(ctx)
-	g.shm.s.in[g.Rank], g.shm.s.out[g.Rank] = nil, nil
+	post := g.posted()
+	post.in[g.Rank], post.out[g.Rank] = nil, nil
 	return err
 }
+
+// posted is the set of postings of the collective this member is in.
+func (g *Ring) posted() *posting { return &g.shm.s.post[g.shm.par] }
 
 // finish waits at the second barrier and, when the collective succeeded,
 // reports its simulated ring steps and returns out.
@@ -233,12 +267,15 @@ func (c *InProc) DrawResultsFrom(be Backend) {
 // shmAllReduce: member r reduces chunk r of the flattened tensor (the
 // ring's balanced chunks) into the group's one result.
 func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer, error) {
+	if g.isSmall(t.Bytes()) {
+		return g.smallAllReduce(ctx, t, op)
+	}
 	start := time.Now()
 	p, n := g.Size(), t.Numel()
-	if err := g.meet(ctx, call{"all_reduce", int(op)}, t, g.shared(t.DType, t.Shape)); err != nil {
+	if err := g.meet(ctx, call{kind: "all_reduce", arg: int(op)}, t, g.shared(t.DType, t.Shape)); err != nil {
 		return nil, err
 	}
-	out := g.shm.s.out[0]
+	out := g.posted().out[0]
 	err := g.sameInputs("all_reduce", func(x *Tensor) bool { return x.Numel() == n })
 	if err == nil {
 		lens := balanced(n, p)
@@ -262,10 +299,13 @@ func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []
 	if err := g.checkLens(t, dim, lens); err != nil {
 		return nil, err
 	}
+	if g.isSmall(t.Bytes()) {
+		return g.smallReduceScatter(ctx, t, dim, lens, op)
+	}
 	shape := slices.Clone(t.Shape)
 	shape[dim] = lens[g.Rank]
 	out := g.result(t.DType, shape)
-	if err := g.meet(ctx, call{"reduce_scatter", dim<<1 | int(op)}, t, nil); err != nil {
+	if err := g.meet(ctx, call{kind: "reduce_scatter", arg: dim<<1 | int(op)}, t, nil); err != nil {
 		return nil, err
 	}
 	err := g.sameInputs("reduce_scatter", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) })
@@ -294,10 +334,13 @@ func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int)
 	for _, l := range lens {
 		shape[dim] += l
 	}
-	if err := g.meet(ctx, call{"all_gather", dim}, t, g.shared(t.DType, shape)); err != nil {
+	if g.isSmall(int64(numel(shape) * t.DType.Size())) {
+		return g.smallAllGather(ctx, t, dim, lens, shape)
+	}
+	if err := g.meet(ctx, call{kind: "all_gather", arg: dim}, t, g.shared(t.DType, shape)); err != nil {
 		return nil, err
 	}
-	out := g.shm.s.out[0]
+	out := g.posted().out[0]
 	err := g.checkBlocks(dim, lens)
 	if err == nil {
 		outer, inner := around(shape, dim)
@@ -316,8 +359,9 @@ func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int)
 // member's: the same dtype and shape but for the gathered dim, whose
 // length is the member's entry of lens. Every member finds the same.
 func (g *Ring) checkBlocks(dim int, lens []int) error {
-	mine := g.shm.s.in[g.Rank]
-	for m, x := range g.shm.s.in {
+	in := g.posted().in
+	mine := in[g.Rank]
+	for m, x := range in {
 		ok := x.DType == mine.DType && len(x.Shape) == len(mine.Shape)
 		for d := 0; ok && d < len(x.Shape); d++ {
 			ok = d == dim || x.Shape[d] == mine.Shape[d]
@@ -334,8 +378,9 @@ func (g *Ring) checkBlocks(dim int, lens []int) error {
 // sameInputs checks that every member posted the same dtype and a shape
 // ok accepts.
 func (g *Ring) sameInputs(what string, ok func(*Tensor) bool) error {
-	mine := g.shm.s.in[g.Rank]
-	for m, x := range g.shm.s.in {
+	in := g.posted().in
+	mine := in[g.Rank]
+	for m, x := range in {
 		if x.DType != mine.DType || !ok(x) {
 			return fmt.Errorf("%s: member %d holds %s%v, member %d %s%v", what, m, x.DType, x.Shape, g.Rank, mine.DType, mine.Shape)
 		}

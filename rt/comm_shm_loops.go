@@ -52,7 +52,13 @@ func copyRowsOf[T Num](d, s []T, span rows) {
 // ring's order for this member's chunk (see the file comment of
 // comm_shm.go).
 func (g *Ring) reduceRows(out *Tensor, span rows, op ReduceOp) error {
-	in, first := g.shm.s.in, g.Rank+1
+	return g.reduceRowsFrom(out, span, op, g.Rank+1)
+}
+
+// reduceRowsFrom is reduceRows in the ring's order for chunk first−1:
+// the running sum starts from member first.
+func (g *Ring) reduceRowsFrom(out *Tensor, span rows, op ReduceOp, first int) error {
+	in := g.posted().in
 	switch d := out.Data.(type) {
 	case []float32:
 		reduceRowsOf(d, in, first, span, op)

@@ -34,10 +34,10 @@ func (g *Ring) shmAllToAll(ctx context.Context, t *Tensor, splitDim int, lens []
 	for m := range p {
 		shape[catDim] += pieceLen(m)
 	}
-	if err := g.meet(ctx, call{"all_to_all", splitDim<<8 | catDim}, t, nil); err != nil {
+	if err := g.meet(ctx, call{kind: "all_to_all", arg: splitDim<<8 | catDim}, t, nil); err != nil {
 		return nil, err
 	}
-	s := g.shm.s
+	s := g.posted()
 	var out *Tensor
 	err := g.checkPieces(splitDim, catDim, pieceLen)
 	if err == nil {
@@ -63,8 +63,9 @@ func (g *Ring) shmAllToAll(ctx context.Context, t *Tensor, splitDim int, lens []
 // member's: same dtype, same rank, the same split length, and along
 // catDim the length this member expects of that member's piece.
 func (g *Ring) checkPieces(splitDim, catDim int, pieceLen func(int) int) error {
-	mine := g.shm.s.in[g.Rank]
-	for m, x := range g.shm.s.in {
+	in := g.posted().in
+	mine := in[g.Rank]
+	for m, x := range in {
 		ok := x.DType == mine.DType && len(x.Shape) == len(mine.Shape)
 		for d := 0; ok && d < len(x.Shape); d++ {
 			ok = d == catDim && d != splitDim || x.Shape[d] == mine.Shape[d]
@@ -90,13 +91,16 @@ func (g *Ring) shmBroadcast(ctx context.Context, t *Tensor, root int, dt ir.DTyp
 	if root < 0 || root >= p {
 		return nil, fmt.Errorf("broadcast: root %d in a group of %d", root, p)
 	}
+	if g.isSmall(int64(numel(shape) * dt.Size())) {
+		return g.smallBroadcast(ctx, t, root, dt, shape)
+	}
 	if g.Rank != root {
 		t = nil
 	}
-	if err := g.meet(ctx, call{"broadcast", root}, t, g.shared(dt, shape)); err != nil {
+	if err := g.meet(ctx, call{kind: "broadcast", arg: root}, t, g.shared(dt, shape)); err != nil {
 		return nil, err
 	}
-	x, out := g.shm.s.in[root], g.shm.s.out[0]
+	x, out := g.posted().in[root], g.posted().out[0]
 	var err error
 	if x == nil {
 		err = fmt.Errorf("broadcast: the root has no tensor")
@@ -143,7 +147,7 @@ func (g *Ring) shmReduce(ctx context.Context, t *Tensor, root int) (Buffer, erro
 	if g.Rank != root {
 		clearData(out.Data)
 	}
-	if err := g.meet(ctx, call{"reduce", root}, t, out); err != nil {
+	if err := g.meet(ctx, call{kind: "reduce", arg: root}, t, out); err != nil {
 		return nil, err
 	}
 	err := g.sameInputs("reduce", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) })
@@ -153,7 +157,7 @@ func (g *Ring) shmReduce(ctx context.Context, t *Tensor, root int) (Buffer, erro
 		for _, l := range lens[:g.Rank] {
 			lo += l
 		}
-		err = g.treeReduce(g.shm.s.out[root], root, lo, lo+lens[g.Rank])
+		err = g.treeReduce(g.posted().out[root], root, lo, lo+lens[g.Rank])
 	}
 	if err == nil && g.Rank != root {
 		g.sendBytes(int64(n * wideDType(t.DType).Size()))
@@ -163,7 +167,7 @@ func (g *Ring) shmReduce(ctx context.Context, t *Tensor, root int) (Buffer, erro
 
 // treeReduce writes elements [lo, hi) of the sum into out.
 func (g *Ring) treeReduce(out *Tensor, root, lo, hi int) error {
-	in, p := g.shm.s.in, g.Size()
+	in, p := g.posted().in, g.Size()
 	member := func(vr int) *Tensor { return in[(vr+root)%p] }
 	switch d := out.Data.(type) {
 	case []float32:

@@ -153,18 +153,32 @@ func randomOf(r *rand.Rand, dt ir.DType, shape []int, special bool) *Tensor {
 	return t
 }
 
-// sameBothWays runs f through shared memory and by message passing on the
+// smallLimits are the one-barrier thresholds the shared-memory side runs
+// with: never (every collective meets twice), always, and the default.
+var smallLimits = []int64{-1, 1 << 62, shmSmallBytes}
+
+// withSmall sets the one-barrier threshold of the world's group.
+func (w *world) withSmall(limit int64) *world {
+	w.groups[0].shm.s.small = limit
+	return w
+}
+
+// sameBothWays runs f through shared memory (with the one-barrier
+// algorithms never, always and by default) and by message passing on the
 // same inputs and requires identical results, bytes and steps.
 func sameBothWays(t *testing.T, p int, what string, f func(ctx context.Context, g *Ring) (Buffer, error)) {
 	t.Helper()
-	a, asent, asteps := newWorld(t, p, true).run(t, f)
 	b, bsent, bsteps := newWorld(t, p, false).run(t, f)
-	for i := range p {
-		require.Equal(t, b[i].DType, a[i].DType, "%s member %d", what, i)
-		require.Equal(t, b[i].Shape, a[i].Shape, "%s member %d", what, i)
-		require.Equal(t, bitsOf(b[i]), bitsOf(a[i]), "%s member %d", what, i)
-		require.Equal(t, bsent[i], asent[i], "%s member %d: bytes sent", what, i)
-		require.Equal(t, bsteps[i], asteps[i], "%s member %d: ring steps", what, i)
+	for _, limit := range smallLimits {
+		a, asent, asteps := newWorld(t, p, true).withSmall(limit).run(t, f)
+		for i := range p {
+			w := fmt.Sprintf("%s (one-barrier limit %d) member %d", what, limit, i)
+			require.Equal(t, b[i].DType, a[i].DType, w)
+			require.Equal(t, b[i].Shape, a[i].Shape, w)
+			require.Equal(t, bitsOf(b[i]), bitsOf(a[i]), w)
+			require.Equal(t, bsent[i], asent[i], "%s: bytes sent", w)
+			require.Equal(t, bsteps[i], asteps[i], "%s: ring steps", w)
+		}
 	}
 }
 
@@ -266,7 +280,10 @@ func TestSharedMemoryMovesMatchRing(t *testing.T) {
 // Many collectives in a row on the same groups, each member's results
 // drawn from and freed to its arena as the local launcher does: a member
 // that races ahead to the next collective must not disturb a slow one
-// still reading this one's buffers.
+// still reading this one's buffers (with the one-barrier algorithms, a
+// member that has left posts the next collective while its peers still
+// read this one's postings). sameBothWays runs it with every collective
+// meeting twice, once, and mixed.
 func TestSharedMemoryBackToBack(t *testing.T) {
 	const p, rounds = 4, 200
 	r := rand.New(rand.NewSource(13))
@@ -437,10 +454,11 @@ func TestRingReduceDTypes(t *testing.T) {
 	}
 }
 
-// A member's own results (reduce-scatter here) come from the arena of the
-// backend the communicator draws from, so a result the worker frees is
-// handed out again by the next collective of its size; a group's shared
-// result (all-reduce) never is, since peers hold it.
+// A member's own results (reduce-scatter here, and a small all-reduce)
+// come from the arena of the backend the communicator draws from, so a
+// result the worker frees is handed out again by the next collective of
+// its size; a group's shared result (a large all-reduce) never is, since
+// peers hold it.
 func TestSharedMemoryResultsFromTheArena(t *testing.T) {
 	comms := NewInProc(2)
 	bes := []*CPU{{arena: newArena(0)}, {arena: newArena(0)}}
@@ -464,6 +482,17 @@ func TestSharedMemoryResultsFromTheArena(t *testing.T) {
 		require.Equal(t, dataPtr(first[r].Data), dataPtr(again[r].Data), "member %d: its freed result is reused", r)
 	}
 	reduce := func(ctx context.Context, g *Ring) (Buffer, error) { return g.AllReduce(ctx, x, OpSum) }
+	own, _, _ := w.run(t, reduce) // 48 bytes: the one-barrier path
+	require.NotEqual(t, dataPtr(own[0].Data), dataPtr(own[1].Data), "a result per member")
+	for r, o := range own {
+		require.NotNil(t, o.home, "member %d", r)
+		bes[r].Free(o)
+	}
+	ownAgain, _, _ := w.run(t, reduce)
+	for r := range ownAgain {
+		require.Equal(t, dataPtr(own[r].Data), dataPtr(ownAgain[r].Data), "member %d: its freed result is reused", r)
+	}
+	w.withSmall(-1)
 	shared, _, _ := w.run(t, reduce)
 	require.Equal(t, dataPtr(shared[0].Data), dataPtr(shared[1].Data), "one result for the group")
 	for r, o := range shared {
@@ -472,4 +501,41 @@ func TestSharedMemoryResultsFromTheArena(t *testing.T) {
 	}
 	next, _, _ := w.run(t, reduce)
 	require.NotEqual(t, dataPtr(shared[0].Data), dataPtr(next[0].Data))
+}
+
+// A member leaving a barrier reads the barrier's generation at once to
+// pick the postings of its next collective (meet), so the generation must
+// count the completed barrier before any sleeping member wakes: every
+// member, woken by the channel or by spinning, sees it already counted.
+func TestBarrierCountsBeforeWaking(t *testing.T) {
+	for _, spin := range []bool{false, true} {
+		const n, rounds = 3, 3000
+		b := &barrier{n: n, ch: make(chan struct{}), spin: spin}
+		errs := make(chan error, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range rounds {
+					if err := b.wait(ctx); err != nil {
+						errs <- err
+						return
+					}
+					if g := b.gen.Load(); g < uint64(k+1) {
+						errs <- fmt.Errorf("spin %v: left barrier %d and read generation %d", spin, k+1, g)
+						cancel() // the others stop waiting for this member
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
 }

@@ -388,11 +388,10 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	defer cancel()
 	switch in.Kind {
 	case plan.Collective:
-		if len(b.Members) > 1 && in.Step.Kind == sbp.AllGather {
-			// only the ring all-gather hands peers this rank's input
-			// itself; the others send copies or running sums (Ring)
-			lend(args[0])
-		}
+		// every collective is done with its input when it returns (the
+		// shared-memory ones meet after their last read of a peer's
+		// buffers, or read only staged copies; MPI's copy), so the input
+		// may be recycled at once
 		if x.clk != nil {
 			x.clk.arrive(in.Group, b.Members)
 		}
@@ -424,15 +423,6 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 func escape(b Buffer) {
 	if t, ok := b.(*Tensor); ok {
 		t.home = nil
-	}
-}
-
-// lend marks a buffer a collective reads: peers of the in-process ring
-// read (and forward) it until their own part is done, which may be after
-// this rank's, so the backend recycles it only after the execution.
-func lend(b Buffer) {
-	if t, ok := b.(*Tensor); ok {
-		t.lent = true
 	}
 }
 

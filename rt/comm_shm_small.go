@@ -1,0 +1,191 @@
+package rt
+
+// One-barrier shared-memory collectives for small tensors.
+//
+// The algorithms of comm_shm.go meet twice: once when every input is
+// posted, once when every member has done its part, since until then a
+// member may still read a peer's input and write the group's shared
+// result. For the small tensors of tensor-parallel steps (a few KiB:
+// activations of one micro-batch, norms, losses) the second meeting costs
+// more than the work: with more ranks than cores a member that reaches a
+// barrier waits until every peer has been scheduled, twice per
+// collective. Here each member instead copies its input into a staging
+// buffer of its own in the group's table (reused from call to call), the
+// members meet once, and each member computes its whole result into
+// memory of its own (its rank's arena): an all-reduce member reduces
+// every chunk, in the ring's order for that chunk, so the result is
+// bitwise the ring's on every member; an all-gather member copies every
+// block. Nobody reads a peer's own buffers, so a member may free or
+// reuse its input at once, and it leaves without waiting for the others:
+// what it read stays put because the table has two sets of postings used
+// in turn (shmShared.post), and a member can overwrite a set only after
+// every peer has passed the next barrier.
+//
+// The reported bytes and ring steps are the ring's, as for the large
+// path. Small means a member's input times the group's size within
+// shmSmallBytes: the redundant reduction reads p times the input on each
+// member, which at this size costs less than a barrier.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/meshrun/meshrun/ir"
+)
+
+// shmSmallBytes bounds a one-barrier collective's bytes times the group
+// size (see the file comment): 64 KiB, so that an f32 all-reduce of up to
+// 8K values on two members, or 2K on eight, reads what fits in the first
+// two levels of cache.
+const shmSmallBytes = 64 << 10
+
+// isSmall says whether a collective of bytes per member takes the
+// one-barrier path. Every member computes it from what they agree on
+// (the result's or the input's declared size), so all take the same path.
+func (g *Ring) isSmall(bytes int64) bool {
+	return bytes*int64(g.Size()) <= g.shm.s.small
+}
+
+// stage copies t into this member's staging tensor of the collective it
+// is about to meet in, and returns that tensor to post.
+func (g *Ring) stage(t *Tensor) *Tensor {
+	if t == nil {
+		return nil
+	}
+	g.shm.par = int(g.shm.s.bar.gen.Load() & 1) // as meet will find it
+	st := &g.posted().stage[g.Rank]
+	if *st == nil {
+		*st = &Tensor{}
+	}
+	s := *st
+	n := t.Numel()
+	s.DType, s.Shape = t.DType, append(s.Shape[:0], t.Shape...)
+	switch d := t.Data.(type) {
+	case []float32:
+		s.Data = append(reuse[float32](s.Data, n), d...)
+	case []float64:
+		s.Data = append(reuse[float64](s.Data, n), d...)
+	case []int32:
+		s.Data = append(reuse[int32](s.Data, n), d...)
+	case []int64:
+		s.Data = append(reuse[int64](s.Data, n), d...)
+	case []uint16:
+		s.Data = append(reuse[uint16](s.Data, n), d...)
+	}
+	return s
+}
+
+// reuse is d emptied, when it is a []T with room for n, else a new slice.
+func reuse[T Num](d any, n int) []T {
+	if s, ok := d.([]T); ok && cap(s) >= n {
+		return s[:0]
+	}
+	return make([]T, 0, n)
+}
+
+// done reports a one-barrier collective's ring steps and returns out.
+func (g *Ring) done(start time.Time, out *Tensor) (Buffer, error) {
+	g.account(start)
+	return out, nil
+}
+
+// smallAllReduce: every member reduces every chunk into its own result.
+func (g *Ring) smallAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer, error) {
+	start := time.Now()
+	p, n := g.Size(), t.Numel()
+	if err := g.meet(ctx, call{kind: "all_reduce", arg: int(op), small: true}, g.stage(t), nil); err != nil {
+		return nil, err
+	}
+	if err := g.sameInputs("all_reduce", func(x *Tensor) bool { return x.Numel() == n }); err != nil {
+		return nil, err
+	}
+	out := g.result(t.DType, t.Shape)
+	lens := balanced(n, p)
+	lo := 0
+	for c, l := range lens {
+		span := rows{count: 1, len: l, src: lo, srcStride: n, dst: lo, dstStride: n}
+		if err := g.reduceRowsFrom(out, span, op, c+1); err != nil {
+			return nil, err
+		}
+		lo += l
+	}
+	sz := int64(t.DType.Size())
+	chunk := func(i int) int64 { return int64(lens[i]) * sz }
+	g.reduceScatterSteps(chunk, isHalf(t.DType) && op == OpSum)
+	g.allGatherSteps(chunk)
+	return g.done(start, out)
+}
+
+// smallReduceScatter: each member reduces its own chunk of the staged
+// inputs.
+func (g *Ring) smallReduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (Buffer, error) {
+	start := time.Now()
+	if err := g.meet(ctx, call{kind: "reduce_scatter", arg: dim<<1 | int(op), small: true}, g.stage(t), nil); err != nil {
+		return nil, err
+	}
+	if err := g.sameInputs("reduce_scatter", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) }); err != nil {
+		return nil, err
+	}
+	shape := slices.Clone(t.Shape)
+	shape[dim] = lens[g.Rank]
+	out := g.result(t.DType, shape)
+	outer, inner := around(t.Shape, dim)
+	lo := 0
+	for _, l := range lens[:g.Rank] {
+		lo += l
+	}
+	span := rows{count: outer, len: lens[g.Rank] * inner, src: lo * inner, srcStride: t.Shape[dim] * inner, dstStride: lens[g.Rank] * inner}
+	if err := g.reduceRows(out, span, op); err != nil {
+		return nil, err
+	}
+	sz := int64(outer * inner * t.DType.Size())
+	g.reduceScatterSteps(func(i int) int64 { return int64(lens[i]) * sz }, isHalf(t.DType) && op == OpSum)
+	return g.done(start, out)
+}
+
+// smallAllGather: every member copies every staged block into its own
+// result.
+func (g *Ring) smallAllGather(ctx context.Context, t *Tensor, dim int, lens []int, shape []int) (Buffer, error) {
+	start := time.Now()
+	if err := g.meet(ctx, call{kind: "all_gather", arg: dim, small: true}, g.stage(t), nil); err != nil {
+		return nil, err
+	}
+	if err := g.checkBlocks(dim, lens); err != nil {
+		return nil, err
+	}
+	out := g.result(t.DType, shape)
+	outer, inner := around(shape, dim)
+	at := 0
+	for m, x := range g.posted().in {
+		copyRows(out, x, rows{count: outer, len: lens[m] * inner, srcStride: lens[m] * inner, dst: at * inner, dstStride: shape[dim] * inner})
+		at += lens[m]
+	}
+	sz := int64(outer * inner * t.DType.Size())
+	g.allGatherSteps(func(i int) int64 { return int64(lens[i]) * sz })
+	return g.done(start, out)
+}
+
+// smallBroadcast: the root stages its tensor, every member copies it.
+func (g *Ring) smallBroadcast(ctx context.Context, t *Tensor, root int, dt ir.DType, shape []int) (Buffer, error) {
+	start := time.Now()
+	p := g.Size()
+	if g.Rank != root {
+		t = nil
+	}
+	if err := g.meet(ctx, call{kind: "broadcast", arg: root, small: true}, g.stage(t), nil); err != nil {
+		return nil, err
+	}
+	x := g.posted().in[root]
+	if x == nil {
+		return nil, fmt.Errorf("broadcast: the root has no tensor")
+	}
+	if x.DType != dt || !sameShape(x.Shape, shape) {
+		return nil, fmt.Errorf("broadcast: got %s%v from the root, expected %s%v", x.DType, x.Shape, dt, shape)
+	}
+	out := g.result(dt, shape)
+	copyRows(out, x, rows{count: 1, len: x.Numel()})
+	g.sendBytes(int64(treeChildren(mod(g.Rank-root, p), p)) * x.Bytes())
+	return g.done(start, out)
+}
