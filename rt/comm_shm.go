@@ -66,7 +66,7 @@ type posting struct {
 	out []*Tensor // per member: a result peers write into (a shared one on member 0, a reduce's on its root)
 	// stage is per member its own copy of its input for the one-barrier
 	// algorithms, reused from one collective to the next
-	stage []*Tensor
+	stage []*staging
 }
 
 // shmMember is one member's side of a shared-memory group.
@@ -78,6 +78,20 @@ type shmMember struct {
 	// steps is scratch for the ring steps a collective reports
 	steps []ringStep
 	par   int // the posting set of the current collective (shmShared.post)
+	// timeout, if positive, bounds each wait at a barrier besides the
+	// context (SetTimeout)
+	timeout time.Duration
+}
+
+// SetTimeout makes each of this group's waits at a barrier fail with
+// ErrPeerTimeout after d (0: only the context bounds them), and says
+// whether the group can: only an in-process shared-memory group can.
+func (g *Ring) SetTimeout(d time.Duration) bool {
+	if g.shm == nil {
+		return false
+	}
+	g.shm.timeout = d
+	return true
 }
 
 // group finds (or makes) the shared table of the group with plan id and
@@ -87,7 +101,7 @@ func (w *shmWorld) group(id int, members []int) *shmShared {
 	n := len(members)
 	fresh := &shmShared{bar: barrier{n: n, ch: make(chan struct{}), spin: n <= runtime.GOMAXPROCS(0)}, small: shmSmallBytes}
 	for i := range fresh.post {
-		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*Tensor, n)}
+		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*staging, n)}
 	}
 	s, _ := w.groups.LoadOrStore(key, fresh)
 	return s.(*shmShared)
@@ -116,7 +130,13 @@ type barrier struct {
 // the machine's noise.)
 const spins = 50
 
-func (b *barrier) wait(ctx context.Context) error {
+// wait returns when every member has arrived, or fails when ctx ends or,
+// if timeout is positive, when this member has slept that long: a timer
+// made only when the member must sleep, so that a collective that finds
+// its peers on time costs no timer (the worker's in-process groups pass
+// their timeout here instead of a context with a deadline per
+// collective; see Worker.exec).
+func (b *barrier) wait(ctx context.Context, timeout time.Duration) error {
 	b.mu.Lock()
 	b.count++
 	if b.count == b.n {
@@ -138,18 +158,27 @@ func (b *barrier) wait(ctx context.Context) error {
 			runtime.Gosched()
 		}
 	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	err := ErrPeerTimeout
 	select {
 	case <-ch:
 		return nil
 	case <-ctx.Done():
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.gen.Load() != gen {
-			return nil // completed as the context ended
-		}
-		b.count--
-		return ctxErr(ctx)
+		err = ctxErr(ctx)
+	case <-expired:
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gen.Load() != gen {
+		return nil // completed as the wait ended
+	}
+	b.count--
+	return err
 }
 
 // call names a collective and the arguments every member must agree on.
@@ -170,7 +199,7 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	g.shm.par = int(s.bar.gen.Load() & 1)
 	post := g.posted()
 	post.in[g.Rank], post.out[g.Rank], post.sig[g.Rank] = x, out, c
-	if err := s.bar.wait(ctx); err != nil {
+	if err := s.bar.wait(ctx, g.shm.timeout); err != nil {
 		return err
 	}
 	for m, o := range post.sig {
@@ -187,7 +216,7 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 // part waits at the second barrier, after which no member reads another's
 // buffers, and forgets what this member posted.
 func (g *Ring) part(ctx context.Context) error {
-	err := g.shm.s.bar.wait(ctx)
+	err := g.shm.s.bar.wait(ctx, g.shm.timeout)
 	post := g.posted()
 	post.in[g.Rank], post.out[g.Rank] = nil, nil
 	return err

@@ -48,8 +48,8 @@ func (g *Ring) isSmall(bytes int64) bool {
 	return bytes*int64(g.Size()) <= g.shm.s.small
 }
 
-// stage copies t into this member's staging tensor of the collective it
-// is about to meet in, and returns that tensor to post.
+// stage copies t into this member's staging buffer of the collective it
+// is about to meet in, and returns the tensor to post.
 func (g *Ring) stage(t *Tensor) *Tensor {
 	if t == nil {
 		return nil
@@ -57,32 +57,65 @@ func (g *Ring) stage(t *Tensor) *Tensor {
 	g.shm.par = int(g.shm.s.bar.gen.Load() & 1) // as meet will find it
 	st := &g.posted().stage[g.Rank]
 	if *st == nil {
-		*st = &Tensor{}
+		*st = &staging{}
 	}
 	s := *st
 	n := t.Numel()
-	s.DType, s.Shape = t.DType, append(s.Shape[:0], t.Shape...)
-	switch d := t.Data.(type) {
-	case []float32:
-		s.Data = append(reuse[float32](s.Data, n), d...)
-	case []float64:
-		s.Data = append(reuse[float64](s.Data, n), d...)
-	case []int32:
-		s.Data = append(reuse[int32](s.Data, n), d...)
-	case []int64:
-		s.Data = append(reuse[int64](s.Data, n), d...)
-	case []uint16:
-		s.Data = append(reuse[uint16](s.Data, n), d...)
+	if s.back == nil || s.dt != t.DType || lenOf(s.back) < n {
+		s.back, s.dt, s.views = NewTensor(t.DType, []int{n}).Data, t.DType, map[int]any{}
 	}
-	return s
+	v, ok := s.views[n]
+	if !ok {
+		v = prefix(s.back, n)
+		s.views[n] = v
+	}
+	s.t.DType, s.t.Shape, s.t.Data = t.DType, append(s.t.Shape[:0], t.Shape...), v
+	copyRows(&s.t, t, rows{count: 1, len: n})
+	return &s.t
 }
 
-// reuse is d emptied, when it is a []T with room for n, else a new slice.
-func reuse[T Num](d any, n int) []T {
-	if s, ok := d.([]T); ok && cap(s) >= n {
-		return s[:0]
+// staging is a member's staging buffer: back, and the prefixes of it
+// that collectives of each length posted, kept so that posting one does
+// not box a new slice header for the collector every call.
+type staging struct {
+	t     Tensor
+	dt    ir.DType
+	back  any
+	views map[int]any
+}
+
+// lenOf is a storage slice's length.
+func lenOf(d any) int {
+	switch x := d.(type) {
+	case []float32:
+		return len(x)
+	case []float64:
+		return len(x)
+	case []int32:
+		return len(x)
+	case []int64:
+		return len(x)
+	case []uint16:
+		return len(x)
 	}
-	return make([]T, 0, n)
+	return 0
+}
+
+// prefix is the first n elements of a storage slice.
+func prefix(d any, n int) any {
+	switch x := d.(type) {
+	case []float32:
+		return x[:n]
+	case []float64:
+		return x[:n]
+	case []int32:
+		return x[:n]
+	case []int64:
+		return x[:n]
+	case []uint16:
+		return x[:n]
+	}
+	return nil
 }
 
 // done reports a one-barrier collective's ring steps and returns out.

@@ -330,28 +330,38 @@ func TestSharedMemoryBackToBack(t *testing.T) {
 }
 
 // A member that never comes makes the others time out rather than wait
-// forever, and the group works again afterwards.
+// forever, and the group works again afterwards: timed by the context's
+// deadline, or by the group's own timeout (SetTimeout, as the worker sets
+// it) under a context without one; each with one and two barriers.
 func TestSharedMemoryTimesOutAndRecovers(t *testing.T) {
-	w := newWorld(t, 3, true)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-			defer cancel()
-			_, errs[i] = w.groups[i].AllReduce(ctx, NewTensor(ir.F32, []int{4}), OpSum)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.True(t, errors.Is(err, ErrPeerTimeout), "%v", err)
-	}
-	x := FromSlice([]int{2}, []float32{1, 2})
-	out, _, _ := w.run(t, func(ctx context.Context, g *Ring) (Buffer, error) { return g.AllReduce(ctx, x, OpSum) })
-	for _, o := range out {
-		require.Equal(t, []float32{3, 6}, o.Data)
+	for _, own := range []bool{false, true} {
+		for _, limit := range []int64{-1, shmSmallBytes} {
+			w := newWorld(t, 3, true).withSmall(limit)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+					if own {
+						ctx = context.Background()
+						require.True(t, w.groups[i].SetTimeout(50*time.Millisecond))
+					}
+					defer cancel()
+					_, errs[i] = w.groups[i].AllReduce(ctx, NewTensor(ir.F32, []int{4}), OpSum)
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				require.True(t, errors.Is(err, ErrPeerTimeout), "own timeout %v: %v", own, err)
+			}
+			x := FromSlice([]int{2}, []float32{1, 2})
+			out, _, _ := w.run(t, func(ctx context.Context, g *Ring) (Buffer, error) { return g.AllReduce(ctx, x, OpSum) })
+			for _, o := range out {
+				require.Equal(t, []float32{3, 6}, o.Data)
+			}
+		}
 	}
 }
 
@@ -520,7 +530,7 @@ func TestBarrierCountsBeforeWaking(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for k := range rounds {
-					if err := b.wait(ctx); err != nil {
+					if err := b.wait(ctx, 0); err != nil {
 						errs <- err
 						return
 					}

@@ -33,18 +33,20 @@ type Worker struct {
 	files   *npyCache
 	labels  []eventLabel // per instruction, formatted once
 	onHost  []bool       // per slot: written by a host-tier instruction
-	// rings names the ring steps on the timeline, formatted once per
-	// worker: the same steps recur in every execution.
-	rings map[ringKey]string
+	// rings names the ring steps on the timeline, per phase (reduce-
+	// scatter, all-gather) and step, formatted once per worker: the same
+	// steps recur in every execution (a map keyed by the phase's name
+	// was 5% of a Megatron MLP mesh step, hashing the string).
+	rings [2][]string
+	// selfTimed is, per group, whether its collectives time themselves
+	// out (Ring.SetTimeout): those need no context with a deadline.
+	selfTimed []bool
+	// last is the last execution's state, reused by the next (reuse)
+	last *execution
 	// events is how many timeline events the last execution recorded
 	// (instructions and ring steps): the next one's list is made that
 	// long at once instead of grown by doubling.
 	events int
-}
-
-type ringKey struct {
-	phase string
-	k     int
 }
 
 // NewWorker binds rank's program and creates its groups (every rank of
@@ -64,7 +66,7 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	if w.files == nil {
 		w.files = &npyCache{}
 	}
-	w.labels, w.rings = labelsOf(rp.Prog), map[ringKey]string{}
+	w.labels = labelsOf(rp.Prog)
 	w.onHost = make([]bool, rp.Prog.NumSlots())
 	for i := range rp.Prog.Instrs {
 		if in := &rp.Prog.Instrs[i]; in.Out >= 0 && in.Host {
@@ -79,6 +81,8 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 			return nil, fmt.Errorf("rank %d: creating group g%d: %w", rank, gi, err)
 		}
 		w.Groups = append(w.Groups, grp)
+		r, ok := grp.(*Ring)
+		w.selfTimed = append(w.selfTimed, ok && opts.Clock == nil && r.SetTimeout(w.Timeout))
 	}
 	return w, nil
 }
@@ -143,8 +147,8 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	prog := w.Prog.Prog
 	// the timeline sized once, not grown by doubling (issue 10: the growth
 	// was a fifth of the bytes a tiny-GPT step allocated)
-	x := &execution{w: w, feed: feed, start: start, slots: make([]Buffer, prog.NumSlots()), refs: map[Buffer]int{},
-		events: make([]Event, 0, max(len(prog.Instrs), w.events))}
+	x := w.reuse()
+	x.feed, x.start, x.events = feed, start, make([]Event, 0, max(len(prog.Instrs), w.events))
 	if w.clock != nil {
 		x.clk = newClockState(w.clock, w.Prog.Rank)
 	}
@@ -221,6 +225,23 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	return res, nil
 }
 
+// reuse is the worker's execution state, emptied for another run: its
+// slot table, reference counts and argument list are the last run's
+// memory (made afresh each step, the counts' map grew through every
+// step of a Megatron MLP mesh step again), everything else zero.
+func (w *Worker) reuse() *execution {
+	x := w.last
+	if x == nil {
+		x = &execution{slots: make([]Buffer, w.Prog.Prog.NumSlots()), refs: map[Buffer]int{}}
+		w.last = x
+	}
+	clear(x.slots)
+	clear(x.refs)
+	clear(x.sent)
+	*x = execution{w: w, slots: x.slots, refs: x.refs, sent: x.sent[:0], args: x.args[:0]}
+	return x
+}
+
 // record adds an instruction's event to the timeline; a copy between the
 // tiers also records the bytes it moved.
 func (x *execution) record(in *plan.Instr, ev Event, out Buffer) {
@@ -254,11 +275,14 @@ func (x *execution) hold(in *plan.Instr, out Buffer) {
 
 // ringStep records one step of a ring collective on the timeline.
 func (x *execution) ringStep(phase string, k int, bytes int64, start, end time.Time) {
-	name, ok := x.w.rings[ringKey{phase, k}]
-	if !ok {
-		name = fmt.Sprintf("%s step %d", phase, k+1)
-		x.w.rings[ringKey{phase, k}] = name
+	names := &x.w.rings[0]
+	if phase != "reduce_scatter" {
+		names = &x.w.rings[1]
 	}
+	for len(*names) <= k {
+		*names = append(*names, fmt.Sprintf("%s step %d", phase, len(*names)+1))
+	}
+	name := (*names)[k]
 	x.events = append(x.events, Event{Name: name, Kind: "ring", Start: start.Sub(x.start),
 		Dur: end.Sub(start), Bytes: bytes})
 }
@@ -380,8 +404,9 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 		}
 		return nil, nil
 	}
-	if in.Kind == plan.Collective && len(b.Members) == 1 && x.clk == nil {
-		// the identity (collectiveStep): nothing to wait for, so no timer
+	if in.Kind == plan.Collective && (len(b.Members) == 1 || w.selfTimed[in.Group]) && x.clk == nil {
+		// the identity (collectiveStep): nothing to wait for, so no
+		// timer; or a group that times its own waits out
 		return collectiveStep(ctx, w.Groups[in.Group], in, b, args[0])
 	}
 	cctx, cancel := context.WithTimeout(ctx, w.Timeout)
