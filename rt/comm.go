@@ -146,6 +146,9 @@ type InProc struct {
 	size   int
 	shared *shmWorld
 	pool   *hostPool // collective results' arena (DrawResultsFrom)
+	// held is this rank's tensors of shared results, each with its
+	// count of holders (comm_shm_pool.go)
+	held map[*Tensor]*sharedResult
 }
 
 // NewInProc returns the n communicators of an in-process world.
@@ -153,7 +156,7 @@ func NewInProc(n int) []*InProc {
 	t, w := NewChanTransport(n), &shmWorld{}
 	out := make([]*InProc, n)
 	for r := range out {
-		out[r] = &InProc{T: t, rank: r, size: n, shared: w}
+		out[r] = &InProc{T: t, rank: r, size: n, shared: w, held: map[*Tensor]*sharedResult{}}
 	}
 	return out
 }
@@ -181,7 +184,7 @@ func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, erro
 	if idx < 0 {
 		return nil, fmt.Errorf("rank %d is not in group %v", c.rank, members)
 	}
-	shm := &shmMember{s: c.shared.group(id, members), sent: &c.T.sent[c.rank], pool: c.pool}
+	shm := &shmMember{s: c.shared.group(id, members), sent: &c.T.sent[c.rank], pool: c.pool, held: c.held}
 	return &Ring{T: c.T, Devices: members, Rank: idx, Tag: collectiveTag(id), shm: shm}, nil
 }
 

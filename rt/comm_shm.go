@@ -57,6 +57,7 @@ type shmShared struct {
 	// may be for the one-barrier algorithms (shmSmallBytes; tests set it
 	// to check both).
 	small int64
+	free  sharedFree // memory of shared results every member let go
 }
 
 // posting is one set of what the members post.
@@ -67,6 +68,9 @@ type posting struct {
 	// stage is per member its own copy of its input for the one-barrier
 	// algorithms, reused from one collective to the next
 	stage []*staging
+	// owner counts the holders of the shared result the first member
+	// posted in out (comm_shm_pool.go)
+	owner *sharedResult
 }
 
 // shmMember is one member's side of a shared-memory group.
@@ -81,6 +85,9 @@ type shmMember struct {
 	// timeout, if positive, bounds each wait at a barrier besides the
 	// context (SetTimeout)
 	timeout time.Duration
+	// held is the rank's table of its tensors of shared results
+	// (InProc.held; nil: not counted)
+	held map[*Tensor]*sharedResult
 }
 
 // SetTimeout makes each of this group's waits at a barrier fail with
@@ -194,9 +201,7 @@ type call struct {
 // reading each other's buffers wrongly.
 func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	s := g.shm.s
-	// no generation completes before this member arrives, so the parity
-	// read here is the one every member reads for this collective
-	g.shm.par = int(s.bar.gen.Load() & 1)
+	g.begin()
 	post := g.posted()
 	post.in[g.Rank], post.out[g.Rank], post.sig[g.Rank] = x, out, c
 	if err := s.bar.wait(ctx, g.shm.timeout); err != nil {
@@ -222,6 +227,11 @@ func (g *Ring) part(ctx context.Context) error {
 	return err
 }
 
+// begin picks the posting set of the collective this member is about to
+// meet in: no generation completes before this member arrives, so the
+// parity read here is the one every member reads for this collective.
+func (g *Ring) begin() { g.shm.par = int(g.shm.s.bar.gen.Load() & 1) }
+
 // posted is the set of postings of the collective this member is in.
 func (g *Ring) posted() *posting { return &g.shm.s.post[g.shm.par] }
 
@@ -237,31 +247,6 @@ func (g *Ring) finish(ctx context.Context, start time.Time, out *Tensor, err err
 	}
 	g.account(start)
 	return out, nil
-}
-
-// shared is, on the group's first member, the group's one result of a
-// collective whose result every member holds alike (all-reduce,
-// all-gather, broadcast): each member writes its part into it, and each
-// gets a view of it (view), p times fewer bytes written than a copy per
-// member. Its memory is fresh, never a rank's arena's: no rank may
-// recycle a buffer its peers hold, and tensors are immutable once made
-// (the same rule the in-process transport's messages follow), so the
-// collector frees it when the last member lets go.
-func (g *Ring) shared(dt ir.DType, shape []int) *Tensor {
-	if g.Rank != 0 {
-		return nil
-	}
-	return NewTensor(dt, shape)
-}
-
-// view is this member's tensor of the shared result out, with shape.
-func (g *Ring) view(out *Tensor, shape []int) *Tensor {
-	if out == nil || g.Rank == 0 {
-		return out
-	}
-	v := header(out.DType, shape)
-	v.Data = out.Data
-	return v
 }
 
 // result is a buffer for a member's own result (reduce-scatter,
@@ -304,7 +289,7 @@ func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer
 	if err := g.meet(ctx, call{kind: "all_reduce", arg: int(op)}, t, g.shared(t.DType, t.Shape)); err != nil {
 		return nil, err
 	}
-	out := g.posted().out[0]
+	out, owner := g.posted().out[0], g.posted().owner
 	err := g.sameInputs("all_reduce", func(x *Tensor) bool { return x.Numel() == n })
 	if err == nil {
 		lens := balanced(n, p)
@@ -319,7 +304,7 @@ func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer
 		g.reduceScatterSteps(chunk, isHalf(t.DType) && op == OpSum)
 		g.allGatherSteps(chunk)
 	}
-	return g.finish(ctx, start, g.view(out, t.Shape), err)
+	return g.finishShared(ctx, start, out, owner, t.Shape, err)
 }
 
 // shmReduceScatter: member r reduces its own chunk into its result.
@@ -369,7 +354,7 @@ func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int)
 	if err := g.meet(ctx, call{kind: "all_gather", arg: dim}, t, g.shared(t.DType, shape)); err != nil {
 		return nil, err
 	}
-	out := g.posted().out[0]
+	out, owner := g.posted().out[0], g.posted().owner
 	err := g.checkBlocks(dim, lens)
 	if err == nil {
 		outer, inner := around(shape, dim)
@@ -381,7 +366,7 @@ func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int)
 		sz := int64(outer * inner * t.DType.Size())
 		g.allGatherSteps(func(i int) int64 { return int64(lens[i]) * sz })
 	}
-	return g.finish(ctx, start, g.view(out, shape), err)
+	return g.finishShared(ctx, start, out, owner, shape, err)
 }
 
 // checkBlocks checks every posted block of an all-gather against this

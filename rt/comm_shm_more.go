@@ -100,7 +100,7 @@ func (g *Ring) shmBroadcast(ctx context.Context, t *Tensor, root int, dt ir.DTyp
 	if err := g.meet(ctx, call{kind: "broadcast", arg: root}, t, g.shared(dt, shape)); err != nil {
 		return nil, err
 	}
-	x, out := g.posted().in[root], g.posted().out[0]
+	x, out, owner := g.posted().in[root], g.posted().out[0], g.posted().owner
 	var err error
 	if x == nil {
 		err = fmt.Errorf("broadcast: the root has no tensor")
@@ -112,7 +112,7 @@ func (g *Ring) shmBroadcast(ctx context.Context, t *Tensor, root int, dt ir.DTyp
 		}
 		g.sendBytes(int64(treeChildren(mod(g.Rank-root, p), p)) * x.Bytes())
 	}
-	return g.finish(ctx, start, g.view(out, shape), err)
+	return g.finishShared(ctx, start, out, owner, shape, err)
 }
 
 // treeChildren is how many members virtual rank vr sends to in the

@@ -54,7 +54,7 @@ func (g *Ring) stage(t *Tensor) *Tensor {
 	if t == nil {
 		return nil
 	}
-	g.shm.par = int(g.shm.s.bar.gen.Load() & 1) // as meet will find it
+	g.begin() // as meet will find it
 	st := &g.posted().stage[g.Rank]
 	if *st == nil {
 		*st = &staging{}

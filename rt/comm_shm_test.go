@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/stretchr/testify/require"
@@ -317,7 +318,12 @@ func TestSharedMemoryBackToBack(t *testing.T) {
 			o := out.(*Tensor)
 			acc.Data.([]float32)[0] += o.Data.([]float32)[k%o.Numel()]
 			// the worker frees the result after its last use, and the
-			// next kernel may get its buffer back and write all of it
+			// next kernel may get its buffer back and write all of it;
+			// a shared result goes back to the group once every member
+			// has let go, and the next one of its size overwrites it
+			if g.shm != nil {
+				(&InProc{held: g.shm.held}).Release(o)
+			}
 			be.Free(o)
 			reuse, _ := be.Alloc(o.DType, o.Shape)
 			for i := range reuse.(*Tensor).Data.([]float32) {
@@ -511,6 +517,23 @@ func TestSharedMemoryResultsFromTheArena(t *testing.T) {
 	}
 	next, _, _ := w.run(t, reduce)
 	require.NotEqual(t, dataPtr(shared[0].Data), dataPtr(next[0].Data))
+	// released by one member only, it is still the other's
+	comms[0].Release(next[0])
+	again, _, _ = w.run(t, reduce)
+	require.NotEqual(t, dataPtr(next[0].Data), dataPtr(again[0].Data), "member 1 still holds it")
+	// released by both, the group's next result of its size reuses it
+	comms[1].Release(next[1])
+	comms[0].Release(again[0])
+	comms[1].Release(again[1])
+	y, want := NewTensor(ir.F32, []int{4, 3}), make([]float32, 12)
+	for i := range want {
+		y.Data.([]float32)[i], want[i] = float32(i+1), float32(2*(i+1))
+	}
+	last, _, _ := w.run(t, func(ctx context.Context, g *Ring) (Buffer, error) { return g.AllReduce(ctx, y, OpSum) })
+	require.Contains(t, []unsafe.Pointer{dataPtr(next[0].Data), dataPtr(again[0].Data)}, dataPtr(last[0].Data))
+	for r := range last {
+		require.Equal(t, want, last[r].Data, "member %d: every element written", r)
+	}
 }
 
 // A member leaving a barrier reads the barrier's generation at once to

@@ -43,6 +43,9 @@ type Worker struct {
 	selfTimed []bool
 	// last is the last execution's state, reused by the next (reuse)
 	last *execution
+	// inProc is Comm when it is the in-process launcher's: the rank's
+	// count of shared collective results it holds (comm_shm_pool.go)
+	inProc *InProc
 	// events is how many timeline events the last execution recorded
 	// (instructions and ring steps): the next one's list is made that
 	// long at once instead of grown by doubling.
@@ -63,6 +66,7 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	if w.Timeout == 0 {
 		w.Timeout = 60 * time.Second
 	}
+	w.inProc, _ = c.(*InProc)
 	if w.files == nil {
 		w.files = &npyCache{}
 	}
@@ -204,6 +208,9 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	for _, b := range x.sent {
 		x.drop(b, w.Backend)
 	}
+	if w.inProc != nil {
+		w.inProc.forgetAll() // what is still held outlives the execution
+	}
 	w.events = len(x.events)
 	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
 		BytesSent: w.Comm.BytesSent() - sent0, HostPeak: x.hostPeak, HostFinal: x.hostCur, ToHost: x.toHost, ToDevice: x.toDevice}}
@@ -237,6 +244,9 @@ func (w *Worker) reuse() *execution {
 	}
 	clear(x.slots)
 	clear(x.refs)
+	if w.inProc != nil {
+		w.inProc.forgetAll() // a failed execution's leftovers
+	}
 	clear(x.sent)
 	*x = execution{w: w, slots: x.slots, refs: x.refs, sent: x.sent[:0], args: x.args[:0]}
 	return x
@@ -309,6 +319,9 @@ func (x *execution) release(s int) {
 func (x *execution) drop(b Buffer, be Backend) {
 	if x.refs[b]--; x.refs[b] == 0 {
 		delete(x.refs, b)
+		if x.w.inProc != nil {
+			x.w.inProc.Release(b) // a shared collective result: one holder fewer
+		}
 		be.Free(b)
 	}
 }
@@ -429,6 +442,9 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 		}
 		// the communicator may read the buffer until Flush: hold it
 		escape(args[0])
+		if w.inProc != nil {
+			w.inProc.forget(args[0]) // the peer may read it after this rank lets go
+		}
 		if err = w.Comm.Send(cctx, b.Peer, in.Tag, args[0]); err == nil {
 			x.refs[args[0]]++
 			x.sent = append(x.sent, args[0])
