@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Before/after of the mesh benchmarks: two test binaries of ./bench (go
+# test -c -o OLD.test ./bench on the old tree, and on the new one), run
+# alternately — the order flips every round — and each benchmark line
+# summarised as min / median / max over the runs:
+#   TrainStep: each binary's mesh/single (a run's median over its rounds)
+#     and new/old of the median mesh step of the two runs of a round;
+#   DPStepSplit: each binary's "comm alone/ideal" and mesh/1 device (a
+#     run's medians; the benchmark's warm-up run of one round left out).
+#   bench/abmesh.sh OLD.test NEW.test [ROUNDS=5] [BENCH=TrainStep] [BENCHTIME=3x]
+# GOMAXPROCS and DP_MAX pass through.
+set -euo pipefail
+old=$(realpath "$1") new=$(realpath "$2")
+rounds=${3:-5} bench=${4:-TrainStep} bt=${5:-3x}
+cd "$(dirname "$0")"
+rows=$(mktemp)
+trap 'rm -f "$rows"' EXIT
+for i in $(seq "$rounds"); do
+    order=(old new)
+    if (( i % 2 == 0 )); then order=(new old); fi
+    for w in "${order[@]}"; do
+        bin=$old
+        if [[ $w == new ]]; then bin=$new; fi
+        "$bin" -test.run '^$' -test.bench "$bench" -test.benchtime "$bt" -test.v 2>&1 |
+            grep -E 'median step mesh|comm alone/ideal' | grep -v '(1 rounds' | sed "s/^/$w $i /" >>"$rows" || true
+    done
+done
+/usr/bin/python3 - "$rows" <<'PY'
+import collections, re, statistics as st, sys
+train = collections.defaultdict(lambda: collections.defaultdict(dict))
+dp = collections.defaultdict(lambda: collections.defaultdict(list))
+def us(s):
+    m = re.match(r'([\d.]+)(ns|µs|ms|s)$', s)
+    return float(m.group(1)) * {'ns': 1e-3, 'µs': 1, 'ms': 1e3, 's': 1e6}[m.group(2)]
+for line in open(sys.argv[1]):
+    w, i = line.split()[:2]
+    m = re.search(r': (\S+) on (\[.*?\]) .*median step mesh (\S+) / 1 device (\S+); mesh/single per round min [\d.]+ median ([\d.]+)', line)
+    if m:
+        train[m.group(1) + ' ' + m.group(2)][w][i] = (us(m.group(3)), float(m.group(5)))
+        continue
+    m = re.search(r'\[dp=(\d+)\].*mesh/1 device min [\d.]+ median ([\d.]+).*comm alone/ideal min [\d.]+ median ([\d.]+)', line)
+    if m:
+        dp[int(m.group(1))][w].append((float(m.group(2)), float(m.group(3))))
+f = lambda x: '%.2f / %.2f / %.2f' % (min(x), st.median(x), max(x)) if x else '-'
+for k, d in train.items():
+    both = sorted(set(d['old']) & set(d['new']))
+    r = [d['new'][i][0] / d['old'][i][0] for i in both]
+    print(f"{k}: mesh/single old {f([d['old'][i][1] for i in both])}, new {f([d['new'][i][1] for i in both])}; "
+          f"new/old mesh step {f(r)} ({len(both)} runs each)")
+for n in sorted(dp):
+    d = dp[n]
+    print(f"[dp={n}]: comm alone/ideal old {f([x[1] for x in d['old']])}, new {f([x[1] for x in d['new']])}; "
+          f"mesh/1 device old {f([x[0] for x in d['old']])}, new {f([x[0] for x in d['new']])} ({len(d['old'])} runs each)")
+PY
