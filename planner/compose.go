@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/pipeline"
 )
 
@@ -349,13 +350,15 @@ func (f *folded) composePipeline(c *Candidate, opts Options, dataAxis string) (*
 				r.addTotals(px.tails[pr], float64(c.Micro-px.micros))
 			}
 			for m := range c.Micro {
-				t := func(k pipeline.Kind) float64 { return q.action[actKey{pst, pm(m), k}] }
-				r.action[actKey{st, m, pipeline.F}] += t(pipeline.F)
-				if zb {
-					r.action[actKey{st, m, pipeline.I}] += t(pipeline.I)
-					r.action[actKey{st, m, pipeline.W}] += t(pipeline.W)
-				} else {
-					r.action[actKey{st, m, pipeline.B}] += t(pipeline.I) + t(pipeline.W)
+				for _, tm := range [][2]map[actKey]float64{{r.action, q.action}, {r.data, q.data}} {
+					t := func(k pipeline.Kind) float64 { return tm[1][actKey{pst, pm(m), k}] }
+					tm[0][actKey{st, m, pipeline.F}] += t(pipeline.F)
+					if zb {
+						tm[0][actKey{st, m, pipeline.I}] += t(pipeline.I)
+						tm[0][actKey{st, m, pipeline.W}] += t(pipeline.W)
+					} else {
+						tm[0][actKey{st, m, pipeline.B}] += t(pipeline.I) + t(pipeline.W)
+					}
 				}
 			}
 			mem[sched.StageRank[st]].addUnit(px, pr)
@@ -382,6 +385,9 @@ func (f *folded) composePipeline(c *Candidate, opts Options, dataAxis string) (*
 	if err != nil {
 		return nil, err
 	}
+	if cost.floor, err = floorPipeline(ranks, sched, link); err != nil {
+		return nil, err
+	}
 	for r, m := range mem {
 		if peak := rankPeak(px, sched, r, proxyRanks); peak > cost.Peak {
 			cost.Peak, cost.Params, cost.Optimizer, cost.Gradients = peak, m.param, m.optim, m.grad
@@ -393,7 +399,7 @@ func (f *folded) composePipeline(c *Candidate, opts Options, dataAxis string) (*
 
 func newRankTime() *rankTime {
 	return &rankTime{comm: map[string]float64{}, bytes: map[string]float64{}, axis: map[string]float64{},
-		action: map[actKey]float64{}, sent: map[actKey]float64{}}
+		action: map[actKey]float64{}, sent: map[actKey]float64{}, data: map[actKey]float64{}}
 }
 
 // addTotals adds scale times q's totals (not its actions) to r.
@@ -401,12 +407,36 @@ func (r *rankTime) addTotals(q *rankTime, scale float64) {
 	r.compute += scale * q.compute
 	r.pre += scale * q.pre
 	r.post += scale * q.post
+	r.preData += scale * q.preData
+	r.postData += scale * q.postData
 	r.model += scale * q.model
 	for _, m := range [][2]map[string]float64{{r.comm, q.comm}, {r.bytes, q.bytes}, {r.axis, q.axis}} {
 		for k, v := range m[1] {
 			m[0][k] += scale * v
 		}
 	}
+}
+
+// floorPipeline is the composed step without the time the ZeRO stage and
+// offload change (collectives over the data axis, host copies): what no
+// candidate of the same group, whatever its ZeRO stage or offload, can
+// beat — the same actions and sends, each no longer.
+func floorPipeline(ranks []*rankTime, sched *pipeline.Schedule, link mesh.Link) (float64, error) {
+	less := make([]*rankTime, len(ranks))
+	for i, r := range ranks {
+		l := *r
+		l.action = make(map[actKey]float64, len(r.action))
+		for k, v := range r.action {
+			l.action[k] = v - r.data[k]
+		}
+		l.pre, l.post = r.pre-r.preData, r.post-r.postData
+		less[i] = &l
+	}
+	c, err := simulatePipeline(less, sched, link)
+	if err != nil {
+		return 0, err
+	}
+	return c.Step, nil
 }
 
 // rankMemory replays a pipeline rank's memory: its units' profiles, each
@@ -493,7 +523,14 @@ func (f *folded) composeFlat(c *Candidate, opts Options, dataAxis string) (*Cost
 	if e.err != nil {
 		return nil, e.err
 	}
-	return e.px.flat.clone(), nil
+	cost := e.px.flat.clone()
+	cost.floor = cost.Step - cost.Comm["host copy"]
+	for k, t := range cost.ByAxis {
+		if strings.HasSuffix(k, " over "+dataAxis) {
+			cost.floor -= t
+		}
+	}
+	return cost, nil
 }
 
 // extrapolate is two + n·(three − two), figure by figure.

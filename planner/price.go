@@ -31,6 +31,10 @@ type Cost struct {
 	Bubble    float64
 	// Memory of the device with the highest peak.
 	Peak, Params, Optimizer, Gradients, Activations int64
+	// floor (composed costs only): the step without the time the ZeRO
+	// stage and offload change, which bounds the candidate's group
+	// (search_composed.go)
+	floor float64
 }
 
 // CommTime is the time in all collectives.
@@ -107,6 +111,10 @@ type rankTime struct {
 	model              float64            // seconds in collectives off the data axis
 	action             map[actKey]float64 // pipelined: busy seconds per action
 	sent               map[actKey]float64 // pipelined: bytes sent after each action
+	// data: of action, pre and post, the seconds in what the ZeRO stage
+	// and offload change (collectives over the data axis, host copies)
+	data              map[actKey]float64
+	preData, postData float64
 }
 
 type actKey struct {
@@ -137,6 +145,7 @@ func walkTail(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string, 
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
 		var t float64
+		data := false // a collective over the data axis or a host copy
 		into := []*rankTime{r}
 		if in.Act != nil && in.Act.Micro == last {
 			into = append(into, tail)
@@ -157,6 +166,7 @@ func walkTail(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string, 
 					r.model += t
 				}
 			}
+			data = name == dataAxis
 		case plan.Offload, plan.Fetch:
 			// ZeRO-Offload's copies over the host link (PCIe)
 			b := float64(localBytes(p.Exec.Mesh, in))
@@ -164,6 +174,7 @@ func walkTail(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string, 
 			for _, r := range into {
 				r.addComm("host copy", t, b)
 			}
+			data = true
 		case plan.Send:
 			if in.Act != nil {
 				k := actKey{in.Act.Stage, in.Act.Micro, in.Act.Kind}
@@ -173,14 +184,22 @@ func walkTail(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string, 
 		default:
 			continue
 		}
+		d := 0.0
+		if data {
+			d = t
+		}
 		switch {
 		case in.Act != nil:
 			started = true
-			r.action[actKey{in.Act.Stage, in.Act.Micro, in.Act.Kind}] += t
+			k := actKey{in.Act.Stage, in.Act.Micro, in.Act.Kind}
+			r.action[k] += t
+			r.data[k] += d
 		case started:
 			r.post += t
+			r.postData += d
 		default:
 			r.pre += t
+			r.preData += d
 		}
 	}
 	return r, tail

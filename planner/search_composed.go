@@ -13,7 +13,14 @@ import (
 // Phase 1 models: candidates in the order of their guess, each priced by
 // composition (a few proxy lowerings shared by many candidates), skipping
 // one whose bound is above the Top-th best modelled step by more than
-// the model's tolerance. Phase 2 prices exactly: the modelled candidates
+// the model's tolerance — its own bound (bound.go), or its group's
+// (candidates that differ only in ZeRO stage, offload and schedules with
+// the same stages per rank): the least time off the data axis a member
+// spent, and, per schedule, the least modelled step of a member without
+// the time ZeRO and offload change (Cost.floor: the same actions, each
+// shorter by its collectives over the data axis and its host copies,
+// simulated again), which a sibling with another ZeRO stage or offload
+// cannot beat. Phase 2 prices exactly: the modelled candidates
 // that may fit, fastest first, until Top of them fit and the next one's
 // modelled step is more than the tolerance above the Top-th exact step;
 // then those the model could not price, while their bound is below it.
@@ -25,8 +32,10 @@ import (
 const composeTolerance = 0.05
 
 // composeMemorySlack: a modelled peak up to this factor over the budget
-// may still fit (composed memory is within 25% of the exact peak on the
-// tests' programs); phase 2 decides.
+// may still fit, and only one this factor under it surely fits (composed
+// memory is within 25% of the exact peak on the tests' programs): phase
+// 1 prunes only against candidates sure to fit, phase 2 prices exactly
+// those that may.
 const composeMemorySlack = 1.3
 
 // runComposed is run (search.go) with composed pricing first.
@@ -123,10 +132,11 @@ func (res *Result) runComposed(cands []*Candidate, b *base, p *Program, f *folde
 func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opts Options, start time.Time) (modelled []*Evaluated, unmodelled []*Candidate) {
 	var (
 		mu    sync.Mutex
-		top   []*Evaluated // modelled, may fit, fastest first
+		top   []*Evaluated // modelled, sure to fit, fastest first
 		next  int
 		wg    sync.WaitGroup
 		model = map[groupKey]float64{} // least modelled time off the data axis per group (bound.go)
+		floor = map[floorKey]float64{} // least modelled step without ZeRO's and offload's time per group and schedule
 	)
 	kth := func() float64 {
 		if len(top) < opts.Top {
@@ -147,7 +157,8 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 			case res.bound[c] > kth()*(1+composeTolerance):
 				res.PrunedTime++
 				continue
-			case b.siblingBound(c, opts, model)*(1-composeTolerance) > kth()*(1+composeTolerance):
+			case b.siblingBound(c, opts, model)*(1-composeTolerance) > kth()*(1+composeTolerance),
+				floor[floorKey{group(c), c.Schedule}]*(1-composeTolerance) > kth()*(1+composeTolerance):
 				res.PrunedTime++
 				res.PrunedSibling++
 				continue
@@ -184,11 +195,16 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 					e := &Evaluated{Cand: c, Cost: cost, Label: c.Label(p), Composed: true,
 						Fits: opts.Memory == 0 || float64(cost.Peak) <= composeMemorySlack*float64(opts.Memory)}
 					modelled = append(modelled, e)
-					if e.Fits {
+					// only a candidate that fits whatever the model's error
+					// may set the bar others are pruned against
+					if opts.Memory == 0 || composeMemorySlack*float64(cost.Peak) <= float64(opts.Memory) {
 						top = insertRanked(top, e)
 					}
 					if m, ok := model[group(c)]; !ok || cost.ModelAxes < m {
 						model[group(c)] = cost.ModelAxes
+					}
+					if f, ok := floor[floorKey{group(c), c.Schedule}]; !ok || cost.floor < f {
+						floor[floorKey{group(c), c.Schedule}] = cost.floor
 					}
 				}
 				mu.Unlock()
@@ -199,4 +215,11 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 	res.Proxies = f.lowered()
 	sort.SliceStable(unmodelled, func(i, j int) bool { return res.bound[unmodelled[i]] < res.bound[unmodelled[j]] })
 	return modelled, unmodelled
+}
+
+// floorKey is a group and a schedule: the candidates whose Cost.floor is
+// the same but for placements inference may choose differently.
+type floorKey struct {
+	g        groupKey
+	schedule string
 }
