@@ -502,23 +502,23 @@ func (f *folded) composeFlat(c *Candidate, opts Options, dataAxis string) (*Cost
 		f.extrapols[k] = e
 	}
 	f.mu.Unlock()
-	var two, three *Cost
 	e.once.Do(func() {
-		price := func(p *Program) (*Cost, error) {
-			lp, err := compileSource(p.Path, p.Source(c, ""), c, opts.Devices, opts.Links)
-			if err != nil {
-				return nil, err
+		var flat *Cost
+		if flat, e.err = f.extrapolateLayers(c, c.Micro, opts, dataAxis); e.err != nil {
+			return
+		}
+		// many micro-batches: extrapolated in their count too, from three
+		// and four (the first and last differ from the middle ones; every
+		// middle one adds the same), with the batch rewritten as a
+		// proxy's; in full where the shapes refuse it
+		if m := c.Micro; m > 4 && f.rows > 0 && f.rows%m == 0 {
+			three, err1 := f.extrapolateLayers(c, 3, opts, dataAxis)
+			four, err2 := f.extrapolateLayers(c, 4, opts, dataAxis)
+			if err1 == nil && err2 == nil {
+				flat = extrapolate(three, four, float64(m-3))
 			}
-			return price(lp, c, opts.Links, opts.Rate, dataAxis)
 		}
-		if two, e.err = price(f.prog); e.err != nil {
-			return
-		}
-		if three, e.err = price(f.three); e.err != nil {
-			return
-		}
-		e.px = &proxy{}
-		e.px.flat = extrapolate(two, three, float64(f.plan.Runs[0].Count-1))
+		e.px = &proxy{flat: flat}
 	})
 	if e.err != nil {
 		return nil, e.err
@@ -531,6 +531,32 @@ func (f *folded) composeFlat(c *Candidate, opts Options, dataAxis string) (*Cost
 		}
 	}
 	return cost, nil
+}
+
+// extrapolateLayers prices c without a pipeline from the folded programs
+// keeping two and three of the run, with micro micro-batches of c's size
+// (the batch rewritten when micro is not c's), affine in the run's length.
+func (f *folded) extrapolateLayers(c *Candidate, micro int, opts Options, dataAxis string) (*Cost, error) {
+	pc := *c
+	if micro != c.Micro {
+		pc.Micro, pc.batch = micro, f.rows/c.Micro*micro
+	}
+	price := func(p *Program) (*Cost, error) {
+		lp, err := compileSource(p.Path, p.Source(&pc, ""), c, opts.Devices, opts.Links)
+		if err != nil {
+			return nil, err
+		}
+		return price(lp, &pc, opts.Links, opts.Rate, dataAxis)
+	}
+	two, err := price(f.prog)
+	if err != nil {
+		return nil, err
+	}
+	three, err := price(f.three)
+	if err != nil {
+		return nil, err
+	}
+	return extrapolate(two, three, float64(f.plan.Runs[0].Count-1)), nil
 }
 
 // extrapolate is two + n·(three − two), figure by figure.
