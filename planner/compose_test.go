@@ -37,7 +37,7 @@ func TestComposedMatchesExact(t *testing.T) {
 		Space: Space{Schedules: []string{"gpipe", "1f1b", "interleaved(2)", "zb1p", "zbv"}, MaxMicro: 8}}
 	b, cands := feasible(t, p, opts)
 	f.rows = b.rows
-	sample := 8 // every eighth candidate (the pattern covers each schedule, ZeRO stage and mesh)
+	sample := 13 // every 13th pipelined candidate (the pattern covers each schedule, ZeRO stage and mesh)
 	var worstStep, worstPeak float64
 	flatMany := 0
 	var worstS, worstP string
@@ -67,7 +67,7 @@ func TestComposedMatchesExact(t *testing.T) {
 		require.Less(t, rs, 0.02, "%s: composed step %.4g, exact %.4g", c.Label(p), got.Step, e.Cost.Step)
 		require.Less(t, rp, 0.25, "%s: composed peak %d, exact %d", c.Label(p), got.Peak, e.Cost.Peak)
 	}
-	require.Greater(t, n, 150)
+	require.Greater(t, n, 100)
 	require.Positive(t, flatMany)
 	t.Logf("%d candidates; worst step %.3f%% (%s), worst peak %.3f%% (%s)", n, 100*worstStep, worstS, 100*worstPeak, worstP)
 }
