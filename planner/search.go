@@ -199,15 +199,9 @@ func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, st
 		mu   sync.Mutex
 		fit  []*Evaluated
 		next int
-		wg   sync.WaitGroup
 	)
 	model := map[groupKey]float64{} // the least model-axis time priced per group
-	kth := func() float64 {
-		if len(fit) < opts.Top {
-			return math.Inf(1)
-		}
-		return fit[opts.Top-1].Cost.Step
-	}
+	kth := func() float64 { return kthStep(fit, opts.Top) }
 	// take hands out the next candidate worth pricing, or nil
 	take := func() *Candidate {
 		mu.Lock()
@@ -228,15 +222,7 @@ func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, st
 				res.PrunedSibling++
 				continue
 			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
-				res.Stopped, res.Unpriced = true, math.Inf(1)
-				for _, c := range cands[next-1:] {
-					if res.bound[c] <= kth() {
-						res.Left++
-						res.Unpriced = min(res.Unpriced, res.bound[c])
-					} else {
-						res.PrunedTime++
-					}
-				}
+				res.stopAt(cands[next-1:], kth(), true)
 				next = len(cands)
 				return nil
 			}
@@ -245,32 +231,76 @@ func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, st
 		}
 		return nil
 	}
-	for range max(1, opts.Workers) {
+	workers(opts.Workers, take, func(c *Candidate) {
+		e, err := evaluate(p, c, opts, b.dataName(p))
+		mu.Lock()
+		defer mu.Unlock()
+		if res.record(e, err, &fit) {
+			k := group(c)
+			if m, ok := model[k]; !ok || e.Cost.ModelAxes < m {
+				model[k] = e.Cost.ModelAxes
+			}
+		}
+	})
+	return fit
+}
+
+// kthStep is the k-th best step of evs (ranked), +Inf while there are
+// fewer.
+func kthStep(evs []*Evaluated, k int) float64 {
+	if len(evs) < k {
+		return math.Inf(1)
+	}
+	return evs[k-1].Cost.Step
+}
+
+// stopAt ends a search at its time limit: of the candidates not taken,
+// those whose bound is at most bar are left unpriced (Unpriced the lowest
+// of their bounds), the others skipped by the time bound when pruned.
+func (res *Result) stopAt(left []*Candidate, bar float64, pruned bool) {
+	if !res.Stopped {
+		res.Stopped, res.Unpriced = true, math.Inf(1)
+	}
+	for _, c := range left {
+		switch {
+		case res.bound[c] <= bar:
+			res.Left++
+			res.Unpriced = min(res.Unpriced, res.bound[c])
+		case pruned:
+			res.PrunedTime++
+		}
+	}
+}
+
+// workers runs do on n goroutines (at least one) for each candidate take
+// hands out, until it hands out nil.
+func workers(n int, take func() *Candidate, do func(*Candidate)) {
+	var wg sync.WaitGroup
+	for range max(1, n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for c := take(); c != nil; c = take() {
-				e, err := evaluate(p, c, opts, b.dataName(p))
-				mu.Lock()
-				if err != nil {
-					res.Rejected[firstLine(err)]++
-				} else {
-					if e.Fits {
-						fit = insertRanked(fit, e)
-					} else {
-						res.Losers = append(res.Losers, e)
-					}
-					k := group(c)
-					if m, ok := model[k]; !ok || e.Cost.ModelAxes < m {
-						model[k] = e.Cost.ModelAxes
-					}
-				}
-				mu.Unlock()
+				do(c)
 			}
 		}()
 	}
 	wg.Wait()
-	return fit
+}
+
+// record files an exactly priced candidate: rejected with its error, in
+// fit (ranked) or among the losers. It says whether e was priced.
+func (res *Result) record(e *Evaluated, err error, fit *[]*Evaluated) bool {
+	switch {
+	case err != nil:
+		res.Rejected[firstLine(err)]++
+		return false
+	case e.Fits:
+		*fit = insertRanked(*fit, e)
+	default:
+		res.Losers = append(res.Losers, e)
+	}
+	return true
 }
 
 // insertRanked keeps evs sorted by step time, then by peak memory.

@@ -1,8 +1,6 @@
 package planner
 
 import (
-	"errors"
-	"math"
 	"sort"
 	"sync"
 	"time"
@@ -47,14 +45,8 @@ func (res *Result) runComposed(cands []*Candidate, b *base, p *Program, f *folde
 		mu   sync.Mutex
 		fit  []*Evaluated
 		next int
-		wg   sync.WaitGroup
 	)
-	kth := func() float64 {
-		if len(fit) < opts.Top {
-			return math.Inf(1)
-		}
-		return fit[opts.Top-1].Cost.Step
-	}
+	kth := func() float64 { return kthStep(fit, opts.Top) }
 	queue := make([]*Candidate, 0, len(modelled)+len(unmodelled))
 	guess := map[*Candidate]float64{}
 	for _, e := range modelled {
@@ -80,15 +72,7 @@ func (res *Result) runComposed(cands []*Candidate, b *base, p *Program, f *folde
 			// past the time limit, only until one strategy fits (the
 			// answer needs one priced exactly)
 			if opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit && len(fit) > 0 {
-				if !res.Stopped {
-					res.Stopped, res.Unpriced = true, math.Inf(1)
-				}
-				for _, c := range queue[next-1:] {
-					if guess[c] <= kth()*(1+composeTolerance) {
-						res.Left++
-						res.Unpriced = min(res.Unpriced, res.bound[c])
-					}
-				}
+				res.stopAt(queue[next-1:], kth()*(1+composeTolerance), false)
 				next = len(queue)
 				return nil
 			}
@@ -97,27 +81,13 @@ func (res *Result) runComposed(cands []*Candidate, b *base, p *Program, f *folde
 		}
 		return nil
 	}
-	for range max(1, opts.Workers) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := take(); c != nil; c = take() {
-				e, err := evaluate(p, c, opts, b.dataName(p))
-				mu.Lock()
-				exact[c] = true
-				switch {
-				case err != nil:
-					res.Rejected[firstLine(err)]++
-				case e.Fits:
-					fit = insertRanked(fit, e)
-				default:
-					res.Losers = append(res.Losers, e)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	workers(opts.Workers, take, func(c *Candidate) {
+		e, err := evaluate(p, c, opts, b.dataName(p))
+		mu.Lock()
+		defer mu.Unlock()
+		exact[c] = true
+		res.record(e, err, &fit)
+	})
 	// the modelled ones not priced exactly lose with their modelled cost
 	for _, e := range modelled {
 		if !exact[e.Cand] {
@@ -134,16 +104,10 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 		mu    sync.Mutex
 		top   []*Evaluated // modelled, sure to fit, fastest first
 		next  int
-		wg    sync.WaitGroup
 		model = map[groupKey]float64{} // least modelled time off the data axis per group (bound.go)
 		floor = map[floorKey]float64{} // least modelled step without ZeRO's and offload's time per group and schedule
 	)
-	kth := func() float64 {
-		if len(top) < opts.Top {
-			return math.Inf(1)
-		}
-		return top[opts.Top-1].Cost.Step
-	}
+	kth := func() float64 { return kthStep(top, opts.Top) }
 	take := func() *Candidate {
 		mu.Lock()
 		defer mu.Unlock()
@@ -163,13 +127,7 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 				res.PrunedSibling++
 				continue
 			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
-				res.Stopped, res.Unpriced = true, math.Inf(1)
-				for _, c := range cands[next-1:] {
-					if res.bound[c] <= kth()*(1+composeTolerance) {
-						res.Left++
-						res.Unpriced = min(res.Unpriced, res.bound[c])
-					}
-				}
+				res.stopAt(cands[next-1:], kth()*(1+composeTolerance), true)
 				next = len(cands)
 				return nil
 			}
@@ -177,41 +135,33 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 		}
 		return nil
 	}
-	for range max(1, opts.Workers) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := take(); c != nil; c = take() {
-				cost, err := f.compose(c, opts, b.dataName(p))
-				mu.Lock()
-				switch {
-				case errors.Is(err, errNoCompose):
-					unmodelled = append(unmodelled, c)
-				case err != nil:
-					// the proxy did not lower: the candidate itself says why
-					unmodelled = append(unmodelled, c)
-				default:
-					res.Composed++
-					e := &Evaluated{Cand: c, Cost: cost, Label: c.Label(p), Composed: true,
-						Fits: opts.Memory == 0 || float64(cost.Peak) <= composeMemorySlack*float64(opts.Memory)}
-					modelled = append(modelled, e)
-					// only a candidate that fits whatever the model's error
-					// may set the bar others are pruned against
-					if opts.Memory == 0 || composeMemorySlack*float64(cost.Peak) <= float64(opts.Memory) {
-						top = insertRanked(top, e)
-					}
-					if m, ok := model[group(c)]; !ok || cost.ModelAxes < m {
-						model[group(c)] = cost.ModelAxes
-					}
-					if f, ok := floor[floorKey{group(c), c.Schedule}]; !ok || cost.floor < f {
-						floor[floorKey{group(c), c.Schedule}] = cost.floor
-					}
-				}
-				mu.Unlock()
+	workers(opts.Workers, take, func(c *Candidate) {
+		cost, err := f.compose(c, opts, b.dataName(p))
+		mu.Lock()
+		switch {
+		case err != nil:
+			// no composed model (errNoCompose), or the proxy did not
+			// lower: priced exactly, the candidate itself says why
+			unmodelled = append(unmodelled, c)
+		default:
+			res.Composed++
+			e := &Evaluated{Cand: c, Cost: cost, Label: c.Label(p), Composed: true,
+				Fits: opts.Memory == 0 || float64(cost.Peak) <= composeMemorySlack*float64(opts.Memory)}
+			modelled = append(modelled, e)
+			// only a candidate that fits whatever the model's error
+			// may set the bar others are pruned against
+			if opts.Memory == 0 || composeMemorySlack*float64(cost.Peak) <= float64(opts.Memory) {
+				top = insertRanked(top, e)
 			}
-		}()
-	}
-	wg.Wait()
+			if m, ok := model[group(c)]; !ok || cost.ModelAxes < m {
+				model[group(c)] = cost.ModelAxes
+			}
+			if f, ok := floor[floorKey{group(c), c.Schedule}]; !ok || cost.floor < f {
+				floor[floorKey{group(c), c.Schedule}] = cost.floor
+			}
+		}
+		mu.Unlock()
+	})
 	res.Proxies = f.lowered()
 	sort.SliceStable(unmodelled, func(i, j int) bool { return res.bound[unmodelled[i]] < res.bound[unmodelled[j]] })
 	return modelled, unmodelled
