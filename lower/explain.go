@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -150,33 +151,43 @@ func Explain(p *Plan) *Report {
 		l := p.Planner.Topo.Link(i)
 		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: round6(l.Alpha * 1e6), GBPerSec: round6(1 / l.Beta / 1e9), ReduceGBps: round6(1 / l.Gamma / 1e9)})
 	}
-	r.Ops = make([]OpReport, 0, len(p.Values))
+	r.Ops = make([]OpReport, len(p.Values))
 	blocks := &blockMemo{p: p, local: map[string][]int{}, distinct: map[string][][]int{}}
-	for _, v := range p.Values {
+	memo := newReportMemo(len(p.Graph.Values))
+	dtypes := map[ir.DType]string{}
+	for k, v := range p.Values {
 		pl := p.Placement[v]
-		op := OpReport{ID: v.ID, Op: v.Op, Value: v.Label(), Where: ir.FormatPos(v.Pos), Line: v.Pos.Line, CalledFrom: callSites(v), Shape: v.Type.Shape, DType: v.Type.DType.String(),
-			Placement: pl.String(), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
+		dt, ok := dtypes[v.Type.DType]
+		if !ok {
+			dt = v.Type.DType.String()
+			dtypes[v.Type.DType] = dt
+		}
+		r.Ops[k] = OpReport{ID: v.ID, Op: v.Op, Value: memo.label(v), Where: memo.where(v.Pos), Line: v.Pos.Line, CalledFrom: memo.callSites(v.Calls), Shape: v.Type.Shape, DType: dt,
+			Placement: memo.placement(pl), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
+		op := &r.Ops[k]
 		if ch := p.Choice[v]; ch != nil {
 			op.Candidates = ch.Candidates
 			if v.Op != "to" {
-				op.Why = dedupe(ch.Sig.Why)
+				op.Why = memo.dedupe(ch.Sig.Why)
+			}
+			if len(v.Args) > 0 {
+				op.Inputs = make([]ArgReport, len(v.Args))
 			}
 			for i, a := range v.Args {
-				ar := ArgReport{Value: a.Label(), Placement: p.Placement[a].String(), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
+				ar := ArgReport{Value: memo.label(a), Placement: memo.placement(p.Placement[a]), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
 				if ch.ArgConv[i] != nil {
-					ar.Converted = ch.Sig.In[i].String()
+					ar.Converted = memo.placement(ch.Sig.In[i])
 				}
-				op.Inputs = append(op.Inputs, ar)
+				op.Inputs[i] = ar
 			}
 		}
-		r.Ops = append(r.Ops, op)
 	}
 	lines := newSourceLines(p.Graph.Sources)
 	for _, c := range p.Convs {
 		for _, st := range c.Path.Steps {
 			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,
-				Value: c.Value.Label(), From: st.From.String(), To: st.To.String(), Communicate: st.Kind.Communicates(),
-				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: ir.FormatPos(c.Pos), Line: c.Pos.Line, CalledFrom: formatAll(c.Calls),
+				Value: memo.label(c.Value), From: memo.placement(st.From), To: memo.placement(st.To), Communicate: st.Kind.Communicates(),
+				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: memo.where(c.Pos), Line: c.Pos.Line, CalledFrom: memo.callSites(c.Calls),
 				Source: lines.line(c.Pos.Filename, c.Pos.Line)}
 			r.Collectives = append(r.Collectives, cr)
 			if cr.Communicate {
@@ -492,21 +503,17 @@ func (r *Report) Text() string {
 	}
 	b.WriteString("\nops (placement per mesh axis; local shape on device 0)\n")
 	tw := newTable("where", "value", "op", "inputs", "output", "local")
-	for _, o := range r.Ops {
-		var ins []string
-		for _, a := range o.Inputs {
-			s := a.Value + a.Placement
-			if a.Converted != "" {
-				s += "→" + a.Converted
-			}
-			ins = append(ins, s)
-		}
-		local := ir.ShapeString(o.Local)
+	tw.rows = slices.Grow(tw.rows, len(r.Ops))
+	memo := newTextMemo()
+	var ins []byte
+	for k := range r.Ops {
+		o := &r.Ops[k]
+		ins = appendInputs(ins[:0], o)
+		local := memo.shape(o.Local)
 		if len(o.LocalShapes) > 1 {
 			local += fmt.Sprintf(" (+%d other shapes: uneven)", len(o.LocalShapes)-1)
 		}
-		where := shortWhere(o.Where) + via(o.CalledFrom)
-		tw.row(where, o.Value, o.Op, strings.Join(ins, " "), o.Placement, local)
+		tw.row(memo.where(o.Where, o.CalledFrom), o.Value, o.Op, string(ins), o.Placement, local)
 	}
 	tc := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
 	for _, c := range r.Collectives {
@@ -608,8 +615,14 @@ func rangeList(ds []int) string {
 	return strings.Join(parts, ",")
 }
 
-// table is a tiny column aligner.
-type table struct{ rows [][]string }
+// table is a tiny column aligner. Its cells are measured once (widths),
+// not once per use: explain's op table of a deep pipelined model has
+// hundreds of thousands of cells.
+type table struct {
+	rows  [][]string
+	w     []int   // widest cell per column, in runes; nil until measured
+	runes []int32 // each cell's runes, row by row
+}
 
 func newTable(head ...string) *table { return &table{rows: [][]string{head}} }
 
@@ -617,7 +630,7 @@ func newTable(head ...string) *table { return &table{rows: [][]string{head}} }
 // are aligned, so estimate's table reads like explain's.
 func FormatTable(rows [][]string) string { return (&table{rows: rows}).String() }
 
-func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }
+func (t *table) row(cells ...string) { t.rows, t.w = append(t.rows, cells), nil }
 
 func (t *table) String() string {
 	var b strings.Builder
@@ -627,27 +640,35 @@ func (t *table) String() string {
 
 // widths is the widest cell of each column, in runes.
 func (t *table) widths() []int {
-	w := make([]int, len(t.rows[0]))
+	if t.w != nil {
+		return t.w
+	}
+	t.w = make([]int, len(t.rows[0]))
+	t.runes = t.runes[:0]
 	for _, r := range t.rows {
 		for i, c := range r {
-			w[i] = max(w[i], utf8.RuneCountInString(c))
+			n := utf8.RuneCountInString(c)
+			t.runes = append(t.runes, int32(n))
+			t.w[i] = max(t.w[i], n)
 		}
 	}
-	return w
+	return t.w
 }
 
 // size bounds the bytes writeTo writes: each cell padded to its column's
 // width (the last is not), plus its bytes beyond one per rune.
 func (t *table) size() int {
-	n := 0
+	w := t.widths()
+	n, k := 0, 0
 	for _, r := range t.rows {
 		n += 2 + len(r) // the indent, a space per cell, the newline
 		for _, c := range r {
-			n += len(c) - utf8.RuneCountInString(c)
+			n += len(c) - int(t.runes[k])
+			k++
 		}
 	}
 	width := 0
-	for _, x := range t.widths() {
+	for _, x := range w {
 		width += x
 	}
 	return n + len(t.rows)*width
@@ -662,17 +683,21 @@ func (t *table) writeTo(b *strings.Builder) {
 		width += 1 + x
 	}
 	b.Grow(len(t.rows) * (width + 1))
+	k := 0
 	for _, r := range t.rows {
 		b.WriteByte(' ')
 		for i, c := range r {
 			b.WriteByte(' ')
 			b.WriteString(c)
 			if i < len(r)-1 {
-				for n := w[i] - utf8.RuneCountInString(c); n > 0; n-- {
-					b.WriteByte(' ')
+				for n := w[i] - int(t.runes[k]); n > 0; n -= len(spaces) {
+					b.WriteString(spaces[:min(n, len(spaces))])
 				}
 			}
+			k++
 		}
 		b.WriteByte('\n')
 	}
 }
+
+const spaces = "                                                                "

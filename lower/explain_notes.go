@@ -88,11 +88,16 @@ func convRanks(p *Plan) func(*Conversion) int {
 	for _, c := range p.Carry {
 		read(c.Conv, c.Next)
 	}
-	stage := p.Pipe.Stages.Stage
+	stage := func(v *ir.Value) int {
+		if v == nil { // a conversion nothing reads
+			return -1
+		}
+		return p.Pipe.Stages.Stage(v)
+	}
 	return func(c *Conversion) int {
-		st, ok := stage[reader[c]]
-		if !ok || st < 0 {
-			if st, ok = stage[c.Value]; !ok || st < 0 {
+		st := stage(reader[c])
+		if st < 0 {
+			if st = stage(c.Value); st < 0 {
 				return 0
 			}
 		}

@@ -70,7 +70,7 @@ func explainPipeline(p *Plan) *PipelineReport {
 			}
 		}
 		for _, v := range p.Values {
-			if v.Op == "param" && pp.Stages.Stage[v] == st {
+			if v.Op == "param" && pp.Stages.Stage(v) == st {
 				sr.Params += int64(sbp.Layout(p.Mesh, v.Type.Shape, p.Placement[v], 0).Numel() * v.Type.DType.Size())
 			}
 		}
@@ -197,8 +197,8 @@ func stageDevice(p *Plan, d int) (int, func(*ir.Value) bool) {
 	rank := c[p.Pipe.Axis]
 	sc := append(append([]int{}, c[:p.Pipe.Axis]...), c[p.Pipe.Axis+1:]...)
 	return p.Mesh.Device(sc), func(v *ir.Value) bool {
-		st, ok := p.Pipe.Stages.Stage[v]
-		return !ok || st < 0 || p.Pipe.Schedule.StageRank[st] == rank
+		st := p.Pipe.Stages.Stage(v)
+		return st < 0 || p.Pipe.Schedule.StageRank[st] == rank
 	}
 }
 

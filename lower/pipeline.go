@@ -89,7 +89,8 @@ func buildPipeline(p *Plan) error {
 		return &ir.Error{Pos: pipe.Pos, Msg: err.Error()}
 	}
 	link := mesh.DefaultLink
-	st, err := assignStages(g, sched.Stages, unitCosts(g, func(b float64) float64 { return link.Alpha + b*link.Beta }))
+	work := newUnitWork(g)
+	st, err := assignStages(g, sched.Stages, work.costs(func(b float64) float64 { return link.Alpha + b*link.Beta }))
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func buildPipeline(p *Plan) error {
 		ex.RankProgram[r] = full.Coord(r)[g.Pipeline.Axis]
 	}
 	p.Exec = ex
-	p.Pipe = &PipePlan{Axis: g.Pipeline.Axis, Schedule: sched, Stages: st, StageTime: b.stageTimes(g)}
+	p.Pipe = &PipePlan{Axis: g.Pipeline.Axis, Schedule: sched, Stages: st, StageTime: b.stageTimes(work)}
 	for _, t := range b.xfer {
 		p.Pipe.Transfers = append(p.Pipe.Transfers, *t)
 	}
@@ -145,7 +146,7 @@ func (b *pipeBuild) classify() {
 	first := b.p.Graph.Train.Pipe.Micro[0].Start
 	for i, in := range b.src.Instrs {
 		v := b.p.InstrValue[i]
-		b.stage[i] = b.st.Stage[v]
+		b.stage[i] = b.st.Stage(v)
 		if in.Out >= 0 {
 			b.prod[in.Out] = i
 		}
@@ -309,9 +310,9 @@ func (b *pipeBuild) transfer(j, slot, to int) *Transfer {
 
 // stageTimes is the modelled time of each stage's units per micro-batch
 // on one of its devices.
-func (b *pipeBuild) stageTimes(g *ir.Graph) []float64 {
+func (b *pipeBuild) stageTimes(work *unitWork) []float64 {
 	out := make([]float64, b.sched.Stages)
-	cost := unitCosts(g, func(float64) float64 { return 0 })
+	cost := work.costs(func(float64) float64 { return 0 })
 	for u, s := range b.st.UnitStage {
 		c, _ := cost(u)
 		out[s] += c / float64(b.p.Mesh.Size()) // the stage's devices share its work

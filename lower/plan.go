@@ -181,6 +181,20 @@ func init() {
 
 // Lower runs every pass over g.
 func Lower(g *ir.Graph, opts Options) (*Plan, error) {
+	p, err := newPlan(g, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, pass := range Passes {
+		if err := runPass(p, pass); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// newPlan is the plan of g before any pass.
+func newPlan(g *ir.Graph, opts Options) (*Plan, error) {
 	m := g.Mesh
 	if opts.Mesh != nil {
 		m = opts.Mesh
@@ -195,11 +209,6 @@ func Lower(g *ir.Graph, opts Options) (*Plan, error) {
 		Graph: g, Mesh: m, Planner: sbp.NewPlanner(m, opts.Topo), Opts: opts,
 		Placement: make(map[*ir.Value]sbp.NdSBP, len(g.Values)), Choice: make(map[*ir.Value]*Choice, len(g.Values)),
 		done: map[string]bool{},
-	}
-	for _, pass := range Passes {
-		if err := runPass(p, pass); err != nil {
-			return nil, err
-		}
 	}
 	return p, nil
 }

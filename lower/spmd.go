@@ -20,7 +20,7 @@ func buildPrograms(p *Plan) error {
 		n += len(c.Path.Steps)
 	}
 	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make(map[*ir.Value]int, len(p.Values)),
-		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}}
+		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner()}
 	p.SourceIndex = map[*ir.Value]int{}
 	p.InstrValue = make([]*ir.Value, 0, n)
 	for _, v := range p.Values {
@@ -62,6 +62,7 @@ type emitter struct {
 	convSlot map[*Conversion]int
 	groups   map[string]int // group axes → index in exec.Groups
 	cur      *ir.Value      // the value whose instructions are being emitted
+	intern   *interner      // shared Where texts and kernels
 }
 
 func (e *emitter) newSlot(dt ir.DType) int {
@@ -88,7 +89,7 @@ func (e *emitter) value(v *ir.Value) error {
 			Shape: slices.Clone(v.Type.Shape), Placement: p.Placement[v].Clone(), Init: init})
 		out := e.newSlot(v.Type.DType)
 		e.emit(plan.Instr{Kind: plan.Source, Label: v.Label(), Src: idx, DType: v.Type.DType, Shape: v.Type.Shape,
-			Placement: p.Placement[v], Out: out, Pos: v.Pos, Where: v.Where()})
+			Placement: p.Placement[v], Out: out, Pos: v.Pos, Where: e.intern.where(v)})
 		e.slotOf[v] = out
 		return nil
 	}
@@ -112,8 +113,8 @@ func (e *emitter) value(v *ir.Value) error {
 		return nil
 	}
 	out := e.newSlot(v.Type.DType)
-	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: KernelOf(v), DType: v.Type.DType, Shape: v.Type.Shape,
-		Placement: p.Placement[v], ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: v.Where()})
+	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: e.intern.kernel(v), DType: v.Type.DType, Shape: v.Type.Shape,
+		Placement: p.Placement[v], ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: e.intern.where(v)})
 	e.slotOf[v] = out
 	return nil
 }
@@ -125,10 +126,7 @@ func (e *emitter) convert(c *Conversion) int {
 	}
 	v := c.Value
 	cur := e.slotOf[v]
-	where := ir.FormatPos(c.Pos)
-	for _, cp := range c.Calls {
-		where += " (called from " + ir.FormatPos(cp) + ")"
-	}
+	where := e.intern.convWhere(c)
 	for i := range c.Path.Steps {
 		st := c.Path.Steps[i]
 		out := e.newSlot(v.Type.DType)

@@ -1,0 +1,117 @@
+package lower
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/meshrun/meshrun/bench/gptsrc"
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+	"github.com/stretchr/testify/require"
+)
+
+// spmdPlans lowers the examples, the uneven program and a pipelined GPT
+// through the spmd pass only, where InstrValue still maps each instruction
+// of the one program to its value.
+func spmdPlans(t *testing.T) map[string]*Plan {
+	srcs := map[string][]byte{"uneven.mesh": []byte(unevenSource)}
+	var gpt bytes.Buffer
+	gptsrc.Write(&gpt, 8, true)
+	srcs["gpt.mesh"] = gpt.Bytes()
+	graphs := map[string]*ir.Graph{}
+	for name, src := range srcs {
+		g, err := lang.CheckSource(name, src, lang.CheckOptions{})
+		require.NoError(t, err)
+		graphs[name] = g
+	}
+	for _, name := range examples(t) {
+		g, _, err := lang.CheckFile("../examples/"+name+".mesh", lang.CheckOptions{})
+		require.NoError(t, err)
+		graphs[name] = g
+	}
+	plans := map[string]*Plan{}
+	for name, g := range graphs {
+		p, err := newPlan(g, Options{})
+		require.NoError(t, err)
+		for _, pass := range Passes {
+			require.NoError(t, runPass(p, pass), name)
+			if pass.Name == "spmd" {
+				break
+			}
+		}
+		plans[name] = p
+	}
+	return plans
+}
+
+// Every compute instruction's shared kernel and position text equal what
+// KernelOf and Where build afresh for its value, and sharing happens
+// (the pipelined GPT repeats each kernel per layer and micro-batch).
+func TestInternedKernelsMatchFreshOnes(t *testing.T) {
+	for name, p := range spmdPlans(t) {
+		computes := 0
+		kernels := map[*plan.Kernel]bool{}
+		for i, in := range p.Exec.Programs[0].Instrs {
+			v := p.InstrValue[i]
+			if in.Kind == plan.Source {
+				require.Equal(t, v.Where(), in.Where, "%s %s", name, in.Label)
+			}
+			if in.Kind != plan.Compute || isLocalOp(v) {
+				continue
+			}
+			computes++
+			kernels[in.Kernel] = true
+			require.True(t, reflect.DeepEqual(KernelOf(v), in.Kernel), "%s %s: kernel %+v, fresh %+v", name, in.Label, *in.Kernel, *KernelOf(v))
+			require.Equal(t, v.Where(), in.Where, "%s %s", name, in.Label)
+		}
+		if name == "gpt.mesh" {
+			require.Less(t, len(kernels), computes/8, "the micro-batches and layers share kernels")
+		}
+	}
+}
+
+// kernelKey encodes every field KernelOf copies; a new field in
+// plan.Kernel or ir.Attrs must be added to it (and then here).
+func TestKernelKeyCoversKernel(t *testing.T) {
+	require.Equal(t, 6, reflect.TypeFor[plan.Kernel]().NumField(), "plan.Kernel changed: update kernelKey")
+	require.Equal(t, 13, reflect.TypeFor[ir.Attrs]().NumField(), "ir.Attrs changed: update kernelKey")
+	base := func() *ir.Value {
+		a := &ir.Value{Op: "x", Type: ir.Type{DType: ir.F32, Shape: []int{4}}}
+		return &ir.Value{Op: "sum", Type: ir.Type{DType: ir.F32, Shape: []int{4}}, Args: []*ir.Value{a}}
+	}
+	variants := []func(v *ir.Value){
+		func(v *ir.Value) {},
+		func(v *ir.Value) { v.Op = "max" },
+		func(v *ir.Value) { v.Type.DType = ir.F64 },
+		func(v *ir.Value) { v.Type.Shape = []int{2, 2} },
+		func(v *ir.Value) { v.Type.Shape = nil },
+		func(v *ir.Value) { v.Attrs.Axis = 1 },
+		func(v *ir.Value) { v.Attrs.Perm = []int{0} },
+		func(v *ir.Value) { v.Attrs.Perm = []int{} },
+		func(v *ir.Value) { v.Attrs.Start = 1 },
+		func(v *ir.Value) { v.Attrs.End = 1 },
+		func(v *ir.Value) { v.Attrs.Eps = 1e-5 },
+		func(v *ir.Value) { v.Attrs.Scalar = 2 },
+		func(v *ir.Value) { v.Attrs.Regather = true },
+		func(v *ir.Value) { v.Attrs.Axes = []int{0} },
+		func(v *ir.Value) { v.Attrs.Root = 1 },
+		func(v *ir.Value) { v.Attrs.Shift = []int{1} },
+		func(v *ir.Value) { v.Attrs.Dim2 = 1 },
+		func(v *ir.Value) { v.Attrs.Place = sbp.NdSBP{sbp.B} },
+		func(v *ir.Value) { v.Args[0].Type.DType = ir.F64 },
+		func(v *ir.Value) { v.Args[0].Type.Shape = []int{4, 1} },
+		func(v *ir.Value) { v.Args = append(v.Args, v.Args[0]) },
+	}
+	seen := map[string]int{}
+	for i, f := range variants {
+		v := base()
+		f(v)
+		k := string(kernelKey(nil, v))
+		j, dup := seen[k]
+		require.False(t, dup, "variants %d and %d share a key", j, i)
+		seen[k] = i
+	}
+}
