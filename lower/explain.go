@@ -644,7 +644,11 @@ func (t *table) widths() []int {
 		return t.w
 	}
 	t.w = make([]int, len(t.rows[0]))
-	t.runes = t.runes[:0]
+	cells := 0
+	for _, r := range t.rows {
+		cells += len(r)
+	}
+	t.runes = slices.Grow(t.runes[:0], cells)
 	for _, r := range t.rows {
 		for i, c := range r {
 			n := utf8.RuneCountInString(c)

@@ -155,15 +155,20 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 	// A deep or pipelined model repeats each layer's ops, per layer and
 	// per micro-batch, with the same shapes and argument placements:
 	// price each distinct case once.
-	d := Desc(v)
-	p.keyBuf = descKey(p.keyBuf[:0], d)
+	// The key is built from a scratch description (nearly every value hits
+	// the cache); pricing gets a fresh one, which the rules may keep.
+	p.desc = sbp.OpDesc{Op: v.Op, In: p.desc.In[:0], Out: v.Type.Shape, Axis: v.Attrs.Axis, Perm: v.Attrs.Perm, NumIn: len(v.Args)}
+	for _, a := range v.Args {
+		p.desc.In = append(p.desc.In, a.Type.Shape)
+	}
+	p.keyBuf = descKey(p.keyBuf[:0], &p.desc)
 	n := len(p.keyBuf)
 	p.keyBuf = p.choiceKey(p.keyBuf, v)
 	if c, ok := p.chosen[string(p.keyBuf)]; ok {
 		return &Choice{Sig: c.Sig, Time: c.Time, Candidates: c.Candidates}, nil
 	}
 	key := string(p.keyBuf)
-	sigs, err := p.ndSigs(rule, d, p.keyBuf[:n])
+	sigs, err := p.ndSigs(rule, Desc(v), p.keyBuf[:n])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", v.Op, err)
 	}

@@ -73,6 +73,7 @@ type pipeBuild struct {
 	groups map[pipeline.Action][]int
 	xfer   map[[3]int]*Transfer // (slot, from, to)
 	sends  map[int][]*Transfer  // producing instruction → its sends
+	acts   map[pipeline.Action]*pipeline.Action
 }
 
 func buildPipeline(p *Plan) error {
@@ -95,7 +96,7 @@ func buildPipeline(p *Plan) error {
 		return err
 	}
 	b := &pipeBuild{p: p, src: p.Exec.Programs[0], sched: sched, st: st, groups: map[pipeline.Action][]int{},
-		xfer: map[[3]int]*Transfer{}, sends: map[int][]*Transfer{}}
+		xfer: map[[3]int]*Transfer{}, sends: map[int][]*Transfer{}, acts: map[pipeline.Action]*pipeline.Action{}}
 	b.classify()
 	b.findTransfers()
 	if n := len(b.xfer); n > plan.MaxTag {
@@ -163,8 +164,7 @@ func (b *pipeBuild) classify() {
 		default:
 			continue
 		}
-		a := pipeline.Compute(b.stage[i], kind, b.st.microOf(v.ID))
-		b.act[i] = &a
+		b.act[i] = b.action(pipeline.Compute(b.stage[i], kind, b.st.microOf(v.ID)))
 	}
 	if b.splitsBackward() {
 		b.splitIW()
@@ -175,6 +175,18 @@ func (b *pipeBuild) classify() {
 			b.groups[k] = append(b.groups[k], i)
 		}
 	}
+}
+
+// action is the one copy of a that the instructions point at (nothing
+// writes through an instruction's Act): one per action, not per
+// instruction.
+func (b *pipeBuild) action(a pipeline.Action) *pipeline.Action {
+	p, ok := b.acts[a]
+	if !ok {
+		p = &a
+		b.acts[a] = p
+	}
+	return p
 }
 
 func (b *pipeBuild) splitsBackward() bool {
@@ -217,8 +229,7 @@ func (b *pipeBuild) splitIW() {
 			if needI[i] {
 				k = pipeline.I
 			}
-			c := pipeline.Compute(a.Stage, k, a.Micro)
-			b.act[i] = &c
+			b.act[i] = b.action(pipeline.Compute(a.Stage, k, a.Micro))
 		}
 	}
 }

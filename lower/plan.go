@@ -85,6 +85,7 @@ type Plan struct {
 	// keyBuf is the scratch buffer the keys are built in.
 	chosen map[string]Choice
 	keyBuf []byte
+	desc   sbp.OpDesc // choose's scratch description
 	Opts   Options
 
 	// Values are the graph's values that reach an output, in order (the

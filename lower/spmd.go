@@ -154,7 +154,8 @@ func (e *emitter) group(axes []int) int {
 }
 
 // freeAfterLastUse frees each slot after its last reader; outputs and
-// carried values live to the end.
+// carried values live to the end. It sets every instruction's Free list
+// (the callers' are empty).
 func freeAfterLastUse(prog *plan.Program) {
 	last := make([]int, prog.NumSlots())
 	for i := range last {
@@ -171,6 +172,25 @@ func freeAfterLastUse(prog *plan.Program) {
 	for _, s := range append(slices.Clone(prog.OutputSlots), prog.CarrySlots...) {
 		if s >= 0 { // -1: another pipeline rank's
 			last[s] = len(prog.Instrs)
+		}
+	}
+	// the lists share one array, sliced per instruction (capped: an append
+	// to one list cannot run into the next)
+	count := make([]int32, len(prog.Instrs))
+	n := 0
+	for _, i := range last {
+		if i >= 0 && i < len(prog.Instrs) {
+			count[i]++
+			n++
+		}
+	}
+	all := make([]int, n)
+	start := 0
+	for i, c := range count {
+		prog.Instrs[i].Free = nil
+		if c > 0 {
+			prog.Instrs[i].Free = all[start : start : start+int(c)]
+			start += int(c)
 		}
 	}
 	for s, i := range last {

@@ -611,7 +611,7 @@ func (e *env) explain(args []string) int {
 	if *asJSON {
 		return e.writeJSON(r)
 	}
-	fmt.Fprint(e.stdout, r.Text())
+	io.WriteString(e.stdout, r.Text()) // not fmt: it would copy tens of megabytes into its buffer
 	return ExitOK
 }
 
