@@ -586,6 +586,7 @@ func tolerances(dtype string, rtol, atol float64) (float64, float64) {
 }
 
 func (e *env) explain(args []string) int {
+	defer compilePacing()()
 	var c common
 	fs := newFlags(e, "explain", "explain FILE [--json] [--blocks]")
 	c.register(fs)
