@@ -19,7 +19,7 @@ func buildPrograms(p *Plan) error {
 	for _, c := range p.Convs {
 		n += len(c.Path.Steps)
 	}
-	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make(map[*ir.Value]int, len(p.Values)),
+	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make([]int, len(p.Graph.Values)),
 		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner()}
 	p.SourceIndex = map[*ir.Value]int{}
 	p.InstrValue = make([]*ir.Value, 0, n)
@@ -31,7 +31,7 @@ func buildPrograms(p *Plan) error {
 	}
 	for _, o := range p.Outputs {
 		e.cur = o.Output.Value
-		s := e.slotOf[o.Output.Value]
+		s := e.slotOf[o.Output.Value.ID]
 		if o.Conv != nil {
 			s = e.convert(o.Conv)
 		}
@@ -41,7 +41,7 @@ func buildPrograms(p *Plan) error {
 	}
 	for _, c := range p.Carry {
 		e.cur = c.Next
-		s := e.slotOf[c.Next]
+		s := e.slotOf[c.Next.ID]
 		if c.Conv != nil {
 			s = e.convert(c.Conv)
 		}
@@ -58,7 +58,7 @@ type emitter struct {
 	p        *Plan
 	exec     *plan.Plan
 	prog     *plan.Program
-	slotOf   map[*ir.Value]int
+	slotOf   []int // by value ID (a slice: read for every argument)
 	convSlot map[*Conversion]int
 	groups   map[string]int // group axes → index in exec.Groups
 	cur      *ir.Value      // the value whose instructions are being emitted
@@ -90,7 +90,7 @@ func (e *emitter) value(v *ir.Value) error {
 		out := e.newSlot(v.Type.DType)
 		e.emit(plan.Instr{Kind: plan.Source, Label: v.Label(), Src: idx, DType: v.Type.DType, Shape: v.Type.Shape,
 			Placement: p.Placement[v], Out: out, Pos: v.Pos, Where: e.intern.where(v)})
-		e.slotOf[v] = out
+		e.slotOf[v.ID] = out
 		return nil
 	}
 	ch := p.Choice[v]
@@ -102,11 +102,11 @@ func (e *emitter) value(v *ir.Value) error {
 		if c := ch.ArgConv[i]; c != nil {
 			args[i] = e.convert(c)
 		} else {
-			args[i] = e.slotOf[a]
+			args[i] = e.slotOf[a.ID]
 		}
 	}
 	if v.Op == "to" {
-		e.slotOf[v] = args[0] // a conversion, already emitted; the value aliases its result
+		e.slotOf[v.ID] = args[0] // a conversion, already emitted; the value aliases its result
 		return nil
 	}
 	if isLocalOp(v) && e.emitLocal(v, args) {
@@ -115,7 +115,7 @@ func (e *emitter) value(v *ir.Value) error {
 	out := e.newSlot(v.Type.DType)
 	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: e.intern.kernel(v), DType: v.Type.DType, Shape: v.Type.Shape,
 		Placement: p.Placement[v], ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: e.intern.where(v)})
-	e.slotOf[v] = out
+	e.slotOf[v.ID] = out
 	return nil
 }
 
@@ -125,7 +125,7 @@ func (e *emitter) convert(c *Conversion) int {
 		return s
 	}
 	v := c.Value
-	cur := e.slotOf[v]
+	cur := e.slotOf[v.ID]
 	where := e.intern.convWhere(c)
 	for i := range c.Path.Steps {
 		st := c.Path.Steps[i]
