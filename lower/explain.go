@@ -163,7 +163,7 @@ func Explain(p *Plan) *Report {
 			dtypes[v.Type.DType] = dt
 		}
 		r.Ops[k] = OpReport{ID: v.ID, Op: v.Op, Value: memo.label(v), Where: memo.where(v.Pos), Line: v.Pos.Line, CalledFrom: memo.callSites(v.Calls), Shape: v.Type.Shape, DType: dt,
-			Placement: memo.placement(pl), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
+			Placement: memo.placedAs(v, pl), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
 		op := &r.Ops[k]
 		if ch := p.Choice[v]; ch != nil {
 			op.Candidates = ch.Candidates
@@ -174,7 +174,7 @@ func Explain(p *Plan) *Report {
 				op.Inputs = make([]ArgReport, len(v.Args))
 			}
 			for i, a := range v.Args {
-				ar := ArgReport{Value: memo.label(a), Placement: memo.placement(p.Placement[a]), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
+				ar := ArgReport{Value: memo.label(a), Placement: memo.placedOf(p, a), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
 				if ch.ArgConv[i] != nil {
 					ar.Converted = memo.placement(ch.Sig.In[i])
 				}

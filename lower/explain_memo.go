@@ -22,13 +22,13 @@ type reportMemo struct {
 	calls      map[string][]string
 	placements map[string]string
 	why        map[whyID][]string
-
-	labels []string // by value ID
+	labels     []string // by value ID
+	placed     []string // by value ID: the text of its placement
 }
 
 func newReportMemo(values int) *reportMemo {
 	return &reportMemo{pos: map[ir.Pos]string{}, calls: map[string][]string{}, placements: map[string]string{},
-		why: map[whyID][]string{}, labels: make([]string, values)}
+		why: map[whyID][]string{}, labels: make([]string, values), placed: make([]string, values)}
 }
 
 // where is ir.FormatPos(p).
@@ -47,8 +47,9 @@ func (m *reportMemo) callSites(calls []ir.Pos) []string {
 		return nil
 	}
 	m.buf = m.buf[:0]
-	for _, c := range calls {
-		m.buf = append(ir.AppendPos(m.buf, c), 0)
+	for _, c := range calls { // FormatPos reads the file, line and column
+		m.buf = append(append(m.buf, c.Filename...), 0)
+		m.buf = binary.AppendVarint(binary.AppendVarint(m.buf, int64(c.Line)), int64(c.Column))
 	}
 	if out, ok := m.calls[string(m.buf)]; ok {
 		return out
@@ -91,6 +92,26 @@ func (m *reportMemo) dedupe(why []string) []string {
 		m.why[id] = out
 	}
 	return out
+}
+
+// placedAs is the text of v's placement pl (p.Placement[v]), kept by value
+// so that each argument's costs a slice read, not a map lookup.
+func (m *reportMemo) placedAs(v *ir.Value, pl sbp.NdSBP) string {
+	if v.ID < 0 || v.ID >= len(m.placed) {
+		return m.placement(pl)
+	}
+	if m.placed[v.ID] == "" {
+		m.placed[v.ID] = m.placement(pl)
+	}
+	return m.placed[v.ID]
+}
+
+// placedOf is p.Placement[v]'s text.
+func (m *reportMemo) placedOf(p *Plan, v *ir.Value) string {
+	if v.ID >= 0 && v.ID < len(m.placed) && m.placed[v.ID] != "" {
+		return m.placed[v.ID]
+	}
+	return m.placedAs(v, p.Placement[v])
 }
 
 // label is v.Label().
