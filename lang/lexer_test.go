@@ -64,7 +64,7 @@ func TestScanLexerMatchesTheRules(t *testing.T) {
 	var gpt bytes.Buffer
 	gptsrc.Write(&gpt, 4, true)
 	srcs = append(srcs, gpt.String(),
-		"", "#", "# c\nx", `"a\"b"`, `"a\`, "\"a\\\nb\"", `"ab`, `"a` + "\n", `"é\é"`, "\"\xff\\\xfe\"",
+		"", "#", "# c\nx", `"a\"b"`, `"a\`, "\"a\\\nb\"", `"ab`, `"a`+"\n", `"é\é"`, "\"\xff\\\xfe\"",
 		"mesh", "meshx", "mesh2", "mesh_", "mesh(", "for", "format", "checkpoint1", "input.x",
 		"1f1b", "1F1B", "1f1bx", "1f1b_", "1f1b.", "1f1", "21f1b",
 		"1.", "1.5", "1.5e3", "1.5e", "1.5e+", "1.5e-7", "1e5", "1e", "1e+", "1E-2x", ".5", ".5e2", ".", "..", "1..2",
