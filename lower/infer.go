@@ -281,14 +281,15 @@ func argTypes(v *ir.Value) string {
 // differs from what its consumer's signature needs, and for outputs.
 // Identical conversions of one value are shared.
 func insertBoxing(p *Plan) error {
-	byKey := map[string]*Conversion{}
+	byKey := map[string]*Conversion{} // by value ID and target placement
+	var key []byte
 	get := func(v *ir.Value, to sbp.NdSBP, pos ir.Pos, calls []ir.Pos, cause string, share bool) (*Conversion, error) {
 		from := p.Placement[v]
 		if from.Equal(to) {
 			return nil, nil
 		}
-		key := fmt.Sprintf("%d %s", v.ID, to)
-		if c, ok := byKey[key]; ok && share {
+		key = appendNd(binary.AppendVarint(key[:0], int64(v.ID)), to)
+		if c, ok := byKey[string(key)]; ok && share {
 			return c, nil
 		}
 		path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), from, to)
@@ -297,7 +298,7 @@ func insertBoxing(p *Plan) error {
 		}
 		c := &Conversion{ID: len(p.Convs), Value: v, Path: path, Pos: pos, Calls: calls, Cause: cause}
 		p.Convs = append(p.Convs, c)
-		byKey[key] = c
+		byKey[string(key)] = c
 		return c, nil
 	}
 	for _, v := range p.Values {

@@ -16,7 +16,8 @@ func HeldBytes(p *Plan, d int) (param, optimizer, gradient int64) {
 }
 
 // LiveValues are the values of g that some output or carried value needs:
-// those the check pass keeps, so the ones a plan executes.
+// those the check pass keeps, so the ones a plan executes. g's value IDs
+// are their indices, as lang.Check's are.
 func LiveValues(g *ir.Graph) []*ir.Value { return live(g, false) }
 
 // UnitCosts models each unit of g's train block (micro-batch 0) as the
