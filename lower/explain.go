@@ -156,7 +156,7 @@ func Explain(p *Plan) *Report {
 	memo := newReportMemo(len(p.Graph.Values))
 	dtypes := map[ir.DType]string{}
 	for k, v := range p.Values {
-		pl := p.Placement[v]
+		pl := p.placementOf(v)
 		dt, ok := dtypes[v.Type.DType]
 		if !ok {
 			dt = v.Type.DType.String()
@@ -165,7 +165,7 @@ func Explain(p *Plan) *Report {
 		r.Ops[k] = OpReport{ID: v.ID, Op: v.Op, Value: memo.label(v), Where: memo.where(v.Pos), Line: v.Pos.Line, CalledFrom: memo.callSites(v.Calls), Shape: v.Type.Shape, DType: dt,
 			Placement: memo.placedAs(v, pl), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
 		op := &r.Ops[k]
-		if ch := p.Choice[v]; ch != nil {
+		if ch := p.choiceOf(v); ch != nil {
 			op.Candidates = ch.Candidates
 			if v.Op != "to" {
 				op.Why = memo.dedupe(ch.Sig.Why)

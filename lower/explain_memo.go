@@ -111,7 +111,7 @@ func (m *reportMemo) placedOf(p *Plan, v *ir.Value) string {
 	if v.ID >= 0 && v.ID < len(m.placed) && m.placed[v.ID] != "" {
 		return m.placed[v.ID]
 	}
-	return m.placedAs(v, p.Placement[v])
+	return m.placedAs(v, p.placementOf(v))
 }
 
 // label is v.Label().

@@ -69,14 +69,14 @@ func convRanks(p *Plan) func(*Conversion) int {
 	if p.Pipe == nil {
 		return func(*Conversion) int { return 0 }
 	}
-	reader := map[*Conversion]*ir.Value{}
+	reader := make([]*ir.Value, len(p.Convs)) // by Conversion.ID
 	read := func(c *Conversion, v *ir.Value) {
-		if _, ok := reader[c]; c != nil && !ok {
-			reader[c] = v
+		if c != nil && reader[c.ID] == nil {
+			reader[c.ID] = v
 		}
 	}
 	for _, v := range p.Values {
-		if ch := p.Choice[v]; ch != nil {
+		if ch := p.choiceOf(v); ch != nil {
 			for _, c := range ch.ArgConv {
 				read(c, v)
 			}
@@ -95,7 +95,7 @@ func convRanks(p *Plan) func(*Conversion) int {
 		return p.Pipe.Stages.Stage(v)
 	}
 	return func(c *Conversion) int {
-		st := stage(reader[c])
+		st := stage(reader[c.ID])
 		if st < 0 {
 			if st = stage(c.Value); st < 0 {
 				return 0

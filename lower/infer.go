@@ -73,11 +73,11 @@ func (p *Plan) choiceKey(b []byte, v *ir.Value) []byte {
 	b = append(b, byte(v.Type.DType))
 	for _, a := range v.Args {
 		b = append(b, byte(a.Type.DType))
-		nd(p.Placement[a])
+		nd(p.placementOf(a))
 	}
 	if pv := v.Primal; pv != nil && slices.Equal(pv.Type.Shape, v.Type.Shape) {
 		b = append(b, 1)
-		nd(p.Placement[pv])
+		nd(p.placementOf(pv))
 	} else {
 		b = append(b, 0)
 	}
@@ -118,21 +118,19 @@ func inferPlacements(p *Plan) error {
 			if len(pl) != n {
 				pl = sbp.Broadcasts(n)
 			}
-			p.Placement[v] = pl
+			p.place(v, pl, nil)
 		case v.Op == "to":
-			p.Choice[v] = &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1}
-			p.Placement[v] = v.Declared
+			p.place(v, v.Declared, &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1})
 		case isLocalOp(v):
-			p.Choice[v] = p.localChoice(v)
-			p.Placement[v] = p.Choice[v].Sig.Out
+			ch := p.localChoice(v)
+			p.place(v, ch.Sig.Out, ch)
 		default:
 			c, err := p.choose(v)
 			if err != nil {
 				errs = append(errs, &ir.Error{Pos: v.Pos, Msg: err.Error()})
 				continue
 			}
-			p.Choice[v] = c
-			p.Placement[v] = c.Sig.Out
+			p.place(v, c.Sig.Out, c)
 		}
 	}
 	if len(errs) > 0 {
@@ -195,7 +193,7 @@ func (p *Plan) cheapest(v *ir.Value, sigs []sbp.NdSig) (*Choice, error) {
 		valid++
 		sc := sigScore{}
 		for i, a := range v.Args {
-			cur := p.Placement[a]
+			cur := p.placementOf(a)
 			if cur.Equal(s.In[i]) {
 				continue
 			}
@@ -284,7 +282,7 @@ func insertBoxing(p *Plan) error {
 	byKey := map[string]*Conversion{} // by value ID and target placement
 	var key []byte
 	get := func(v *ir.Value, to sbp.NdSBP, pos ir.Pos, calls []ir.Pos, cause string, share bool) (*Conversion, error) {
-		from := p.Placement[v]
+		from := p.placementOf(v)
 		if from.Equal(to) {
 			return nil, nil
 		}
@@ -302,7 +300,7 @@ func insertBoxing(p *Plan) error {
 		return c, nil
 	}
 	for _, v := range p.Values {
-		ch := p.Choice[v]
+		ch := p.choiceOf(v)
 		if ch == nil {
 			continue
 		}

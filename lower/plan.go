@@ -94,9 +94,15 @@ type Plan struct {
 
 	Placement map[*ir.Value]sbp.NdSBP
 	Choice    map[*ir.Value]*Choice
-	Convs     []*Conversion
-	Outputs   []*OutputPlan
-	Carry     []*CarryPlan // training: the values that replace sources each step
+	// placeByID and choiceByID hold the same by value ID (infer fills
+	// both): the later passes read them per value and per argument, and on
+	// a graph of a hundred thousand values a slice read costs a fraction
+	// of a map lookup. See placementOf and choiceOf.
+	placeByID  []sbp.NdSBP
+	choiceByID []*Choice
+	Convs      []*Conversion
+	Outputs    []*OutputPlan
+	Carry      []*CarryPlan // training: the values that replace sources each step
 	// Exec is the executable plan the spmd pass emits: self-contained
 	// per-rank programs (package plan); SourceIndex maps each source value
 	// to its index in Exec.Sources.
@@ -127,7 +133,7 @@ type Choice struct {
 
 // Conversion is one inserted boxing: Value converted along Path.
 type Conversion struct {
-	ID    int
+	ID    int // its index in Plan.Convs
 	Value *ir.Value
 	Path  *sbp.Path
 	Pos   ir.Pos   // the source position that needs it
@@ -281,4 +287,32 @@ func (p *Plan) Dump() string {
 		fmt.Fprintf(&b, "peak bytes per device: %v\n", p.Peak)
 	}
 	return b.String()
+}
+
+// placementOf is p.Placement[v].
+func (p *Plan) placementOf(v *ir.Value) sbp.NdSBP {
+	if v.ID >= 0 && v.ID < len(p.placeByID) && p.placeByID[v.ID] != nil {
+		return p.placeByID[v.ID]
+	}
+	return p.Placement[v]
+}
+
+// choiceOf is p.Choice[v].
+func (p *Plan) choiceOf(v *ir.Value) *Choice {
+	if v.ID >= 0 && v.ID < len(p.choiceByID) && p.choiceByID[v.ID] != nil {
+		return p.choiceByID[v.ID]
+	}
+	return p.Choice[v]
+}
+
+// place records v's placement and (when not nil) its choice.
+func (p *Plan) place(v *ir.Value, pl sbp.NdSBP, ch *Choice) {
+	if p.placeByID == nil {
+		p.placeByID = make([]sbp.NdSBP, len(p.Graph.Values))
+		p.choiceByID = make([]*Choice, len(p.Graph.Values))
+	}
+	p.Placement[v], p.placeByID[v.ID] = pl, pl
+	if ch != nil {
+		p.Choice[v], p.choiceByID[v.ID] = ch, ch
+	}
 }

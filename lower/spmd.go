@@ -20,7 +20,7 @@ func buildPrograms(p *Plan) error {
 		n += len(c.Path.Steps)
 	}
 	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make([]int, len(p.Graph.Values)),
-		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner()}
+		convSlot: make([]int, len(p.Convs)), groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner()}
 	p.SourceIndex = map[*ir.Value]int{}
 	p.InstrValue = make([]*ir.Value, 0, n)
 	for _, v := range p.Values {
@@ -58,8 +58,8 @@ type emitter struct {
 	p        *Plan
 	exec     *plan.Plan
 	prog     *plan.Program
-	slotOf   []int // by value ID (a slice: read for every argument)
-	convSlot map[*Conversion]int
+	slotOf   []int          // by value ID (a slice: read for every argument)
+	convSlot []int          // by Conversion.ID: its result's slot + 1 once emitted
 	groups   map[string]int // group axes → index in exec.Groups
 	cur      *ir.Value      // the value whose instructions are being emitted
 	intern   *interner      // shared Where texts and kernels
@@ -86,14 +86,14 @@ func (e *emitter) value(v *ir.Value) error {
 			init = &c
 		}
 		e.exec.Sources = append(e.exec.Sources, plan.Tensor{Name: v.Name, Role: v.Op, DType: v.Type.DType,
-			Shape: slices.Clone(v.Type.Shape), Placement: p.Placement[v].Clone(), Init: init})
+			Shape: slices.Clone(v.Type.Shape), Placement: p.placementOf(v).Clone(), Init: init})
 		out := e.newSlot(v.Type.DType)
 		e.emit(plan.Instr{Kind: plan.Source, Label: v.Label(), Src: idx, DType: v.Type.DType, Shape: v.Type.Shape,
-			Placement: p.Placement[v], Out: out, Pos: v.Pos, Where: e.intern.where(v)})
+			Placement: p.placementOf(v), Out: out, Pos: v.Pos, Where: e.intern.where(v)})
 		e.slotOf[v.ID] = out
 		return nil
 	}
-	ch := p.Choice[v]
+	ch := p.choiceOf(v)
 	if ch == nil {
 		return fmt.Errorf("%s: %s has no placement choice", v.Where(), v.Label())
 	}
@@ -114,15 +114,15 @@ func (e *emitter) value(v *ir.Value) error {
 	}
 	out := e.newSlot(v.Type.DType)
 	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: e.intern.kernel(v), DType: v.Type.DType, Shape: v.Type.Shape,
-		Placement: p.Placement[v], ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: e.intern.where(v)})
+		Placement: p.placementOf(v), ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: e.intern.where(v)})
 	e.slotOf[v.ID] = out
 	return nil
 }
 
 // convert emits the steps of c (once) and returns the slot holding the result.
 func (e *emitter) convert(c *Conversion) int {
-	if s, ok := e.convSlot[c]; ok {
-		return s
+	if s := e.convSlot[c.ID]; s > 0 {
+		return s - 1
 	}
 	v := c.Value
 	cur := e.slotOf[v.ID]
@@ -138,7 +138,7 @@ func (e *emitter) convert(c *Conversion) int {
 		e.emit(in)
 		cur = out
 	}
-	e.convSlot[c] = cur
+	e.convSlot[c.ID] = cur + 1
 	return cur
 }
 
