@@ -115,3 +115,17 @@ func TestKernelKeyCoversKernel(t *testing.T) {
 		seen[k] = i
 	}
 }
+
+// The tables by value ID hold what Plan.Placement and Plan.Choice hold.
+func TestByIDTablesMatchTheMaps(t *testing.T) {
+	for name, p := range spmdPlans(t) {
+		require.Len(t, p.Placement, len(p.Values), name)
+		for _, v := range p.Values {
+			require.Equal(t, p.Placement[v], p.placeByID[v.ID], "%s %s", name, v.Label())
+			require.Same(t, p.Choice[v], p.choiceOf(v), "%s %s", name, v.Label())
+		}
+		for i, c := range p.Convs {
+			require.Equal(t, i, c.ID, name)
+		}
+	}
+}
