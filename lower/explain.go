@@ -155,6 +155,7 @@ func Explain(p *Plan) *Report {
 	blocks := &blockMemo{p: p, local: map[string][]int{}, distinct: map[string][][]int{}}
 	memo := newReportMemo(len(p.Graph.Values))
 	dtypes := map[ir.DType]string{}
+	var inputs window[ArgReport]
 	for k, v := range p.Values {
 		pl := p.placementOf(v)
 		dt, ok := dtypes[v.Type.DType]
@@ -171,7 +172,7 @@ func Explain(p *Plan) *Report {
 				op.Why = memo.dedupe(ch.Sig.Why)
 			}
 			if len(v.Args) > 0 {
-				op.Inputs = make([]ArgReport, len(v.Args))
+				op.Inputs = inputs.take(len(v.Args))
 			}
 			for i, a := range v.Args {
 				ar := ArgReport{Value: memo.label(a), Placement: memo.placedOf(p, a), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}

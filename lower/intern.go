@@ -123,3 +123,23 @@ func boolByte(x bool) byte {
 	}
 	return 0
 }
+
+// window hands out pieces of large arrays: one allocation per chunkSize
+// elements instead of one per value (an instruction's argument slots,
+// explain's inputs of an op). Each piece's capacity is its length, so an
+// append to one copies it rather than running into the next.
+type window[T any] struct{ buf []T }
+
+const chunkSize = 4096
+
+func (c *window[T]) take(n int) []T {
+	if n == 0 {
+		return []T{}
+	}
+	if len(c.buf)+n > cap(c.buf) {
+		c.buf = make([]T, 0, max(chunkSize, n))
+	}
+	start := len(c.buf)
+	c.buf = c.buf[:start+n]
+	return c.buf[start : start+n : start+n]
+}

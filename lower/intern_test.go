@@ -129,3 +129,25 @@ func TestByIDTablesMatchTheMaps(t *testing.T) {
 		}
 	}
 }
+
+// Pieces of a window never share elements, even past a chunk's end, and
+// an append to one leaves the next alone.
+func TestWindowPiecesAreDisjoint(t *testing.T) {
+	var w window[int]
+	var pieces [][]int
+	for i := range 3000 {
+		p := w.take(i % 7)
+		require.Len(t, p, i%7)
+		require.Equal(t, len(p), cap(p))
+		for k := range p {
+			p[k] = i
+		}
+		pieces = append(pieces, p)
+	}
+	_ = append(pieces[10], -1)
+	for i, p := range pieces {
+		for _, x := range p {
+			require.Equal(t, i, x)
+		}
+	}
+}

@@ -63,6 +63,7 @@ type emitter struct {
 	groups   map[string]int // group axes → index in exec.Groups
 	cur      *ir.Value      // the value whose instructions are being emitted
 	intern   *interner      // shared Where texts and kernels
+	ints     window[int]    // instructions' argument slots
 }
 
 func (e *emitter) newSlot(dt ir.DType) int {
@@ -97,7 +98,7 @@ func (e *emitter) value(v *ir.Value) error {
 	if ch == nil {
 		return fmt.Errorf("%s: %s has no placement choice", v.Where(), v.Label())
 	}
-	args := make([]int, len(v.Args))
+	args := e.ints.take(len(v.Args))
 	for i, a := range v.Args {
 		if c := ch.ArgConv[i]; c != nil {
 			args[i] = e.convert(c)
