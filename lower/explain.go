@@ -623,6 +623,7 @@ type table struct {
 	rows  [][]string
 	w     []int   // widest cell per column, in runes; nil until measured
 	runes []int32 // each cell's runes, row by row
+	cells window[string]
 }
 
 func newTable(head ...string) *table { return &table{rows: [][]string{head}} }
@@ -631,7 +632,13 @@ func newTable(head ...string) *table { return &table{rows: [][]string{head}} }
 // are aligned, so estimate's table reads like explain's.
 func FormatTable(rows [][]string) string { return (&table{rows: rows}).String() }
 
-func (t *table) row(cells ...string) { t.rows, t.w = append(t.rows, cells), nil }
+// row adds a row, its cells copied into the table's shared arrays (not
+// an allocation per row).
+func (t *table) row(cells ...string) {
+	r := t.cells.take(len(cells))
+	copy(r, cells)
+	t.rows, t.w = append(t.rows, r), nil
+}
 
 func (t *table) String() string {
 	var b strings.Builder
