@@ -30,7 +30,12 @@
 //	        allocation first crosses it
 //
 // Results live in side tables on the Plan (placements, choices,
-// conversions), never on the graph. With Options.Verify a verifier checks
+// conversions), never on the graph. The passes after infer read them per
+// value and argument, so the placements and choices are also kept by
+// value ID (a value's ID is its index, which the check pass checks); and
+// what a pipelined or deep program repeats per micro-batch and layer
+// (kernel descriptions, position texts, explain's strings) is made once
+// and shared (intern.go, explain_memo.go). With Options.Verify a verifier checks
 // the plan's invariants after every pass; Options.DumpAfter prints the plan
 // after the named pass (or "all").
 package lower
