@@ -151,3 +151,58 @@ func TestWindowPiecesAreDisjoint(t *testing.T) {
 		}
 	}
 }
+
+// explain's shared strings and slices (reportMemo, textMemo) equal what
+// formatting each field afresh gives, for every op and argument of the
+// examples, the uneven program and a pipelined GPT.
+func TestReportMemoMatchesFreshFormatting(t *testing.T) {
+	plans := testPlans(t)
+	var gpt bytes.Buffer
+	gptsrc.Write(&gpt, 8, true)
+	g, err := lang.CheckSource("gpt.mesh", gpt.Bytes(), lang.CheckOptions{})
+	require.NoError(t, err)
+	plans["gpt pipelined"], err = Lower(g, Options{})
+	require.NoError(t, err)
+	for name, p := range plans {
+		r := Explain(p)
+		tm := newTextMemo()
+		for k, v := range p.Values {
+			o := r.Ops[k]
+			require.Equal(t, v.Label(), o.Value, name)
+			require.Equal(t, ir.FormatPos(v.Pos), o.Where, name)
+			require.Equal(t, formatAll(v.Calls), o.CalledFrom, "%s %s", name, o.Value)
+			require.Equal(t, p.Placement[v].String(), o.Placement, "%s %s", name, o.Value)
+			require.Equal(t, v.Type.DType.String(), o.DType, name)
+			require.Equal(t, shortWhere(o.Where)+via(o.CalledFrom), tm.where(o.Where, o.CalledFrom), name)
+			require.Equal(t, ir.ShapeString(o.Local), tm.shape(o.Local), name)
+			ch := p.Choice[v]
+			if ch == nil {
+				require.Nil(t, o.Inputs, name)
+				continue
+			}
+			if v.Op != "to" {
+				require.Equal(t, dedupe(ch.Sig.Why), o.Why, "%s %s", name, o.Value)
+			}
+			for i, a := range v.Args {
+				require.Equal(t, a.Label(), o.Inputs[i].Value, name)
+				require.Equal(t, p.Placement[a].String(), o.Inputs[i].Placement, "%s %s arg %d", name, o.Value, i)
+				if ch.ArgConv[i] != nil {
+					require.Equal(t, ch.Sig.In[i].String(), o.Inputs[i].Converted, name)
+				}
+			}
+		}
+		k := 0
+		for _, c := range p.Convs {
+			for _, st := range c.Path.Steps {
+				cr := r.Collectives[k]
+				k++
+				require.Equal(t, c.Value.Label(), cr.Value, name)
+				require.Equal(t, st.From.String(), cr.From, name)
+				require.Equal(t, st.To.String(), cr.To, name)
+				require.Equal(t, ir.FormatPos(c.Pos), cr.Where, name)
+				require.Equal(t, formatAll(c.Calls), cr.CalledFrom, name)
+			}
+		}
+		require.Len(t, r.Collectives, k, name)
+	}
+}
