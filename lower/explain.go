@@ -1,8 +1,10 @@
 package lower
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sort"
@@ -494,13 +496,36 @@ func HumanBytes(b float64) string {
 // Text renders the report for a terminal.
 func (r *Report) Text() string {
 	var b strings.Builder
+	r.write(&b, b.Grow)
+	return b.String()
+}
+
+// WriteText writes Text's text to w as it renders it (explain's text of a
+// deep pipelined model is tens of megabytes: not built as one string).
+func (r *Report) WriteText(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	r.write(bw, nil)
+	return bw.Flush()
+}
+
+// textSink is what the text is written to: a strings.Builder or a
+// bufio.Writer.
+type textSink interface {
+	io.Writer
+	io.StringWriter
+	io.ByteWriter
+}
+
+// write renders the report into b; grow (when not nil) sizes b once the
+// two large tables' size is known.
+func (r *Report) write(b textSink, grow func(int)) {
 	var axes []string
 	for _, a := range r.Mesh.Axes {
 		axes = append(axes, fmt.Sprintf("%s=%d", a.Name, a.Size))
 	}
-	fmt.Fprintf(&b, "mesh %s = [%s]  (%d devices)\n", r.Mesh.Name, strings.Join(axes, ", "), r.Mesh.Devices)
+	fmt.Fprintf(b, "mesh %s = [%s]  (%d devices)\n", r.Mesh.Name, strings.Join(axes, ", "), r.Mesh.Devices)
 	for _, a := range r.Mesh.Axes {
-		fmt.Fprintf(&b, "  link %-4s alpha %.1f us, %.0f GB/s\n", a.Name, a.AlphaUs, a.GBPerSec)
+		fmt.Fprintf(b, "  link %-4s alpha %.1f us, %.0f GB/s\n", a.Name, a.AlphaUs, a.GBPerSec)
 	}
 	b.WriteString("\nops (placement per mesh axis; local shape on device 0)\n")
 	tw := newTable("where", "value", "op", "inputs", "output", "local")
@@ -522,26 +547,28 @@ func (r *Report) Text() string {
 			fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
 	}
 	// the two tables are nearly all of the text: size it once
-	b.Grow(tw.size() + tc.size() + 64<<10)
-	tw.writeTo(&b)
+	if grow != nil {
+		grow(tw.size() + tc.size() + 64<<10)
+	}
+	tw.writeTo(b)
 	b.WriteString("\ncollectives inserted by the compiler\n")
 	if len(r.Collectives) == 0 {
 		b.WriteString("  none: every op found its inputs where it needed them\n")
 	} else {
-		tc.writeTo(&b)
+		tc.writeTo(b)
 		kinds := map[string]bool{}
 		b.WriteString("  formulas (p = group size, G = bytes the group holds, L = local bytes):\n")
 		for _, c := range r.Collectives {
 			if !kinds[c.Kind] {
 				kinds[c.Kind] = true
-				fmt.Fprintf(&b, "    %-14s %s\n", c.Kind, c.Formula)
+				fmt.Fprintf(b, "    %-14s %s\n", c.Kind, c.Formula)
 			}
 		}
 	}
 	for _, n := range r.Notes {
-		fmt.Fprintf(&b, "  note: %s\n", n)
+		fmt.Fprintf(b, "  note: %s\n", n)
 	}
-	writeWritten(&b, r.Written)
+	writeWritten(b, r.Written)
 	if r.training && len(r.Memory) > 0 {
 		b.WriteString("\nmemory per device in a training step\n")
 		tw := newTable("devices", "parameters", "optimizer states", "gradients (reduced)", "activations and other", "peak")
@@ -563,7 +590,7 @@ func (r *Report) Text() string {
 			tw = tieredMemoryTable(r.Memory)
 			b.WriteString(offloadHeading)
 		}
-		tw.writeTo(&b)
+		tw.writeTo(b)
 	}
 	b.WriteString("\npeak memory per device (tensors held, from the plan)\n")
 	groups := map[int64][]int{}
@@ -576,14 +603,13 @@ func (r *Report) Text() string {
 	}
 	sort.Slice(peaks, func(i, j int) bool { return peaks[i] > peaks[j] })
 	for _, pk := range peaks {
-		fmt.Fprintf(&b, "  %-10s devices %s\n", HumanBytes(float64(pk)), rangeList(groups[pk]))
+		fmt.Fprintf(b, "  %-10s devices %s\n", HumanBytes(float64(pk)), rangeList(groups[pk]))
 	}
 	if r.Pipeline != nil {
-		r.Pipeline.text(&b)
+		r.Pipeline.text(b)
 	}
-	fmt.Fprintf(&b, "\ntotals: %d collective steps (%d local), %s sent per device, %.2f us modelled, peak %s\n",
+	fmt.Fprintf(b, "\ntotals: %d collective steps (%d local), %s sent per device, %.2f us modelled, peak %s\n",
 		r.Totals.Collectives, r.Totals.LocalSteps, HumanBytes(r.Totals.Bytes), r.Totals.TimeUs, HumanBytes(float64(r.Totals.MaxPeakBytes)))
-	return b.String()
 }
 
 // shortWhere drops the directory of a file:line:col.
@@ -688,13 +714,15 @@ func (t *table) size() int {
 
 // writeTo appends the aligned table to b, sized once: explain's op table
 // of a deep pipelined model is tens of megabytes.
-func (t *table) writeTo(b *strings.Builder) {
+func (t *table) writeTo(b textSink) {
 	w := t.widths()
 	width := 1
 	for _, x := range w {
 		width += 1 + x
 	}
-	b.Grow(len(t.rows) * (width + 1))
+	if sb, ok := b.(*strings.Builder); ok {
+		sb.Grow(len(t.rows) * (width + 1))
+	}
 	k := 0
 	for _, r := range t.rows {
 		b.WriteByte(' ')

@@ -124,7 +124,7 @@ func pipeCoord(p *Plan, rank int) []int {
 }
 
 // pipelineText renders the pipeline report.
-func (r *PipelineReport) text(b *strings.Builder) {
+func (r *PipelineReport) text(b textSink) {
 	fmt.Fprintf(b, "\npipeline over %s: %d ranks, %d stages, schedule %s, %d micro-batches", r.Axis, r.Ranks, r.Stages, r.Schedule, r.Micro)
 	if r.BubbleText != "" {
 		fmt.Fprintf(b, "; bubble with uniform stages %s = %.1f%% (measure it: meshrun trace)", r.BubbleText, 100*r.Bubble)

@@ -154,7 +154,8 @@ func TestWindowPiecesAreDisjoint(t *testing.T) {
 
 // explain's shared strings and slices (reportMemo, textMemo) equal what
 // formatting each field afresh gives, for every op and argument of the
-// examples, the uneven program and a pipelined GPT.
+// examples, the uneven program and a pipelined GPT; and the text written
+// as it renders is the text built as one string.
 func TestReportMemoMatchesFreshFormatting(t *testing.T) {
 	plans := testPlans(t)
 	var gpt bytes.Buffer
@@ -204,5 +205,8 @@ func TestReportMemoMatchesFreshFormatting(t *testing.T) {
 			}
 		}
 		require.Len(t, r.Collectives, k, name)
+		var streamed bytes.Buffer
+		require.NoError(t, r.WriteText(&streamed))
+		require.Equal(t, r.Text(), streamed.String(), "%s: WriteText writes Text's text", name)
 	}
 }

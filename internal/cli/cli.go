@@ -612,7 +612,7 @@ func (e *env) explain(args []string) int {
 	if *asJSON {
 		return e.writeJSON(r)
 	}
-	io.WriteString(e.stdout, r.Text()) // not fmt: it would copy tens of megabytes into its buffer
+	r.WriteText(e.stdout) // written as rendered: tens of megabytes for a deep pipelined model
 	return ExitOK
 }
 
