@@ -68,7 +68,8 @@ func (in *interner) kernel(v *ir.Value) *plan.Kernel {
 // kernelKey appends what KernelOf(v) is made of: the op, every attribute
 // but Init (which KernelOf drops), the dtypes and shapes of the value and
 // its arguments. TestKernelKeyCoversKernel fails when plan.Kernel or
-// ir.Attrs gains a field this does not encode.
+// ir.Attrs gains a field this does not encode. (TransA and TransB are not
+// KernelOf's: the gemm fusion pass sets them on its own copy.)
 func kernelKey(b []byte, v *ir.Value) []byte {
 	ints := func(xs []int) {
 		if xs == nil {

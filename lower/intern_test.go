@@ -16,7 +16,10 @@ import (
 // spmdPlans lowers the examples, the uneven program and a pipelined GPT
 // through the spmd pass only, where InstrValue still maps each instruction
 // of the one program to its value.
-func spmdPlans(t *testing.T) map[string]*Plan {
+func spmdPlans(t *testing.T) map[string]*Plan { return plansUntil(t, "spmd") }
+
+// plansUntil is spmdPlans through the pass named last.
+func plansUntil(t *testing.T, last string) map[string]*Plan {
 	srcs := map[string][]byte{"uneven.mesh": []byte(unevenSource)}
 	var gpt bytes.Buffer
 	gptsrc.Write(&gpt, 8, true)
@@ -38,7 +41,7 @@ func spmdPlans(t *testing.T) map[string]*Plan {
 		require.NoError(t, err)
 		for _, pass := range Passes {
 			require.NoError(t, runPass(p, pass), name)
-			if pass.Name == "spmd" {
+			if pass.Name == last {
 				break
 			}
 		}
@@ -73,10 +76,40 @@ func TestInternedKernelsMatchFreshOnes(t *testing.T) {
 	}
 }
 
+// The gemm fusion pass, which runs after spmd, sets TransA/TransB on a
+// copy of a matmul's kernel: the shared kernels of every other
+// instruction stay what KernelOf gives, and no fused kernel is shared
+// with an instruction that was not fused.
+func TestFusionLeavesSharedKernelsAlone(t *testing.T) {
+	fusedSome := false
+	for name, p := range plansUntil(t, "fuse") {
+		plain := map[*plan.Kernel]bool{}
+		var fused []*plan.Kernel
+		for i, in := range p.Exec.Programs[0].Instrs {
+			v := p.InstrValue[i]
+			if in.Kind != plan.Compute || isLocalOp(v) {
+				continue
+			}
+			if in.Kernel.TransA || in.Kernel.TransB {
+				fused = append(fused, in.Kernel)
+				continue
+			}
+			plain[in.Kernel] = true
+			require.True(t, reflect.DeepEqual(KernelOf(v), in.Kernel), "%s %s", name, in.Label)
+		}
+		for _, k := range fused {
+			require.False(t, plain[k], "%s: a fused kernel is shared with an unfused instruction", name)
+		}
+		fusedSome = fusedSome || len(fused) > 0
+	}
+	require.True(t, fusedSome, "some example has a fused matmul")
+}
+
 // kernelKey encodes every field KernelOf copies; a new field in
-// plan.Kernel or ir.Attrs must be added to it (and then here).
+// plan.Kernel or ir.Attrs must be added to it (and then here). TransA and
+// TransB are not KernelOf's: only the fusion pass sets them, on a copy.
 func TestKernelKeyCoversKernel(t *testing.T) {
-	require.Equal(t, 6, reflect.TypeFor[plan.Kernel]().NumField(), "plan.Kernel changed: update kernelKey")
+	require.Equal(t, 8, reflect.TypeFor[plan.Kernel]().NumField(), "plan.Kernel changed: update kernelKey")
 	require.Equal(t, 13, reflect.TypeFor[ir.Attrs]().NumField(), "ir.Attrs changed: update kernelKey")
 	base := func() *ir.Value {
 		a := &ir.Value{Op: "x", Type: ir.Type{DType: ir.F32, Shape: []int{4}}}
