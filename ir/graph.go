@@ -135,16 +135,25 @@ func (v *Value) Where() string {
 		return FormatPos(v.Pos)
 	}
 	// built in one buffer: the emitters ask once per value
-	b := make([]byte, 0, 64*(1+len(v.Calls)))
-	b = appendPos(b, v.Pos)
+	return string(v.AppendWhere(make([]byte, 0, 64*(1+len(v.Calls)))))
+}
+
+// AppendWhere appends Where's text to b: a caller that interns the
+// strings (the micro-batches of a pipeline repeat each position) builds
+// the key without allocating.
+func (v *Value) AppendWhere(b []byte) []byte {
+	b = AppendPos(b, v.Pos)
+	if len(v.Calls) == 0 {
+		return b
+	}
 	b = append(b, " (called from "...)
 	for i, c := range v.Calls {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		b = appendPos(b, c)
+		b = AppendPos(b, c)
 	}
-	return string(append(b, ')'))
+	return append(b, ')')
 }
 
 // CollectiveAttrs renders a local-view collective's group, root and

@@ -21,8 +21,8 @@ func FormatPos(p Pos) string {
 	return f + ":" + strconv.Itoa(p.Line) + ":" + strconv.Itoa(p.Column)
 }
 
-// appendPos appends FormatPos(p) to b.
-func appendPos(b []byte, p Pos) []byte {
+// AppendPos appends FormatPos(p) to b (no allocation: see Value.AppendWhere).
+func AppendPos(b []byte, p Pos) []byte {
 	if p.Filename == "" {
 		b = append(b, "<input>"...)
 	} else {

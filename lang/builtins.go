@@ -63,9 +63,17 @@ func Broadcast(a, b []int) ([]int, bool) { return ops.Broadcast(a, b) }
 // newCall prepares a call for a type rule; numbers used as tensors become
 // scalar constants at the call's position.
 func (c *Checker) newCall(pos Pos, name string, args []operand, kw map[string]operand) *ops.Call {
-	b := &ops.Call{Name: name, Pos: pos, Kw: map[string]ops.Arg{}}
-	for _, a := range args {
-		b.Args = append(b.Args, a.arg())
+	// sized once, and no keyword map without keywords (rules only read
+	// and delete keys): autodiff builds a call per gradient op
+	b := &ops.Call{Name: name, Pos: pos}
+	if len(args) > 0 {
+		b.Args = make([]ops.Arg, len(args))
+	}
+	for i, a := range args {
+		b.Args[i] = a.arg()
+	}
+	if len(kw) > 0 {
+		b.Kw = make(map[string]ops.Arg, len(kw))
 	}
 	for k, a := range kw {
 		b.Kw[k] = a.arg()

@@ -62,6 +62,7 @@ type Checker struct {
 	scope    map[string]operand // innermost function scope, nil at top level
 	fn       string             // name of the function being expanded
 	calls    []Pos
+	chain    []Pos // calls innermost first, as the values made under them record it (callChain)
 	ret      *operand
 	// loopVars are the for-loop counters in force, by name.
 	loopVars map[string]int
@@ -623,6 +624,31 @@ func (c *Checker) output(o *OutputStmt) {
 	c.g.Outputs = append(c.g.Outputs, out)
 }
 
+// callChain is c.calls innermost first. The values made inside one call
+// share one slice (a function's body is most of a deep model's values);
+// its capacity is its length, so an append to a value's Calls copies it.
+func (c *Checker) callChain() []Pos {
+	n := len(c.calls)
+	if len(c.chain) == n {
+		same := true
+		for i := range n {
+			if c.chain[i] != c.calls[n-1-i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return c.chain
+		}
+	}
+	chain := make([]Pos, n)
+	for i := range n {
+		chain[i] = c.calls[n-1-i]
+	}
+	c.chain = chain
+	return chain
+}
+
 func (c *Checker) names() []string {
 	var out []string
 	for n := range c.globals {
@@ -648,8 +674,12 @@ func (c *Checker) add(v *Value) *Value {
 		v.Remat = true
 	}
 	if len(c.calls) > 0 {
-		for i := len(c.calls) - 1; i >= 0; i-- {
-			v.Calls = append(v.Calls, c.calls[i])
+		if len(v.Calls) == 0 {
+			v.Calls = c.callChain()
+		} else {
+			for i := len(c.calls) - 1; i >= 0; i-- {
+				v.Calls = append(v.Calls, c.calls[i])
+			}
 		}
 	}
 	for _, a := range v.Args {

@@ -1,5 +1,6 @@
-// Package lang is meshrun's front end: the parser (participle, ast.go) and
-// the checker, which turns a parsed file into a typed graph (package ir).
+// Package lang is meshrun's front end: the parser (participle, ast.go, fed
+// by a hand-written lexer of the token rules in lexer.go) and the
+// checker, which turns a parsed file into a typed graph (package ir).
 //
 // The checker evaluates the program statement by statement, the way an
 // interpreter would, but builds values instead of computing them: a

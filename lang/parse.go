@@ -13,18 +13,6 @@ import (
 	"github.com/alecthomas/participle/v2/lexer"
 )
 
-var meshLexer = lexer.MustSimple([]lexer.SimpleRule{
-	{Name: "Comment", Pattern: `#[^\n]*`},
-	{Name: "String", Pattern: `"(\\.|[^"\\\n])*"`},
-	{Name: "Keyword", Pattern: `\b(mesh|use|input|param|def|output|return|train|checkpoint|local|for)\b`},
-	// 1f1b names a pipeline schedule (pipeline = 1f1b), not a number
-	{Name: "Ident", Pattern: `1[fF]1[bB]\b|[A-Za-z_][A-Za-z0-9_]*`},
-	{Name: "Float", Pattern: `\d+\.\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|\d+[eE][-+]?\d+`},
-	{Name: "Int", Pattern: `\d+`},
-	{Name: "Punct", Pattern: `[-+*/@(){}\[\],:=.>]`},
-	{Name: "Whitespace", Pattern: `\s+`},
-})
-
 var parser = participle.MustBuild[File](
 	participle.Lexer(meshLexer),
 	participle.Elide("Comment", "Whitespace"),

@@ -237,7 +237,8 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 	}
 	if tr.Pipe != nil {
 		if tr.Pipe.BackwardOf == nil {
-			tr.Pipe.BackwardOf = map[*Value]*Value{}
+			// every micro-batch adds as many: sized once, not grown
+			tr.Pipe.BackwardOf = make(map[*Value]*Value, len(adj.For)*max(1, k))
 		}
 		maps.Copy(tr.Pipe.BackwardOf, adj.For)
 	}

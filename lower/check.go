@@ -13,23 +13,26 @@ import (
 // graphs too): values in order with arguments before their users, sources
 // with an initialiser, declared placements that fit the mesh and the
 // tensor, outputs from this graph, and a placement rule for every op. Every
-// missing rule is reported at its op's position, all at once.
+// missing rule is reported at its op's position, all at once. A value's
+// ID is its index in the graph (as ir.Builder numbers them), which the
+// passes' tables by ID rely on.
 func checkGraph(p *Plan) error {
 	g := p.Graph
 	n := p.Mesh.NumAxes()
-	index := map[*ir.Value]int{}
 	var errs lang.ErrorList
 	bad := func(v *ir.Value, format string, args ...any) {
 		errs = append(errs, &ir.Error{Pos: v.Pos, Msg: fmt.Sprintf(format, args...)})
 	}
 	for i, v := range g.Values {
+		if v.ID != i {
+			bad(v, "internal: %s has ID %d at index %d", v.Label(), v.ID, i)
+			continue
+		}
 		for _, a := range v.Args {
-			j, ok := index[a]
-			if !ok || j >= i {
+			if !defined(g, a, i) {
 				bad(v, "internal: %s uses %s before it is defined", v.Label(), a.Label())
 			}
 		}
-		index[v] = i
 		if v.Declared != nil && !fits(v.Declared, v.Type, n) {
 			bad(v, "placement %s does not fit %s on a %d-axis mesh", v.Declared, v.Type, n)
 		}
@@ -50,7 +53,7 @@ func checkGraph(p *Plan) error {
 		}
 	}
 	for _, o := range g.Outputs {
-		if _, ok := index[o.Value]; !ok {
+		if !defined(g, o.Value, len(g.Values)) {
 			errs = append(errs, &ir.Error{Pos: o.Pos, Msg: "internal: output " + o.Name + " is not a value of this graph"})
 		}
 		if o.Placement != nil && !fits(o.Placement, o.Value.Type, n) {
@@ -64,30 +67,41 @@ func checkGraph(p *Plan) error {
 	return nil
 }
 
-// live lists the values the outputs depend on, in program order.
+// defined reports whether a is one of g's values before index i.
+func defined(g *ir.Graph, a *ir.Value, i int) bool {
+	return a != nil && a.ID >= 0 && a.ID < i && g.Values[a.ID] == a
+}
+
+// live lists the values the outputs depend on, in program order (marked
+// by ID: checkGraph has checked that IDs are indices).
 func live(g *ir.Graph, all bool) []*ir.Value {
 	if all {
 		return g.Values
 	}
-	need := map[*ir.Value]bool{}
+	need := make([]bool, len(g.Values))
 	for _, o := range g.Outputs {
-		need[o.Value] = true
+		need[o.Value.ID] = true
 	}
 	if g.Train != nil {
 		for _, c := range g.Train.Carry {
-			need[c.Next] = true
+			need[c.Next.ID] = true
 		}
 	}
+	n := 0
 	for i := len(g.Values) - 1; i >= 0; i-- {
-		if v := g.Values[i]; need[v] {
-			for _, a := range v.Args {
-				need[a] = true
+		if need[i] {
+			n++
+			for _, a := range g.Values[i].Args {
+				need[a.ID] = true
 			}
 		}
 	}
-	var out []*ir.Value
-	for _, v := range g.Values {
-		if need[v] {
+	if n == 0 {
+		return nil
+	}
+	out := make([]*ir.Value, 0, n)
+	for i, v := range g.Values {
+		if need[i] {
 			out = append(out, v)
 		}
 	}

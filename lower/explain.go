@@ -1,12 +1,14 @@
 package lower
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
@@ -150,33 +152,44 @@ func Explain(p *Plan) *Report {
 		l := p.Planner.Topo.Link(i)
 		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: round6(l.Alpha * 1e6), GBPerSec: round6(1 / l.Beta / 1e9), ReduceGBps: round6(1 / l.Gamma / 1e9)})
 	}
-	r.Ops = make([]OpReport, 0, len(p.Values))
+	r.Ops = make([]OpReport, len(p.Values))
 	blocks := &blockMemo{p: p, local: map[string][]int{}, distinct: map[string][][]int{}}
-	for _, v := range p.Values {
-		pl := p.Placement[v]
-		op := OpReport{ID: v.ID, Op: v.Op, Value: v.Label(), Where: ir.FormatPos(v.Pos), Line: v.Pos.Line, CalledFrom: callSites(v), Shape: v.Type.Shape, DType: v.Type.DType.String(),
-			Placement: pl.String(), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
-		if ch := p.Choice[v]; ch != nil {
+	memo := newReportMemo(len(p.Graph.Values))
+	dtypes := map[ir.DType]string{}
+	var inputs window[ArgReport]
+	for k, v := range p.Values {
+		pl := p.placementOf(v)
+		dt, ok := dtypes[v.Type.DType]
+		if !ok {
+			dt = v.Type.DType.String()
+			dtypes[v.Type.DType] = dt
+		}
+		r.Ops[k] = OpReport{ID: v.ID, Op: v.Op, Value: memo.label(v), Where: memo.where(v.Pos), Line: v.Pos.Line, CalledFrom: memo.callSites(v.Calls), Shape: v.Type.Shape, DType: dt,
+			Placement: memo.placedAs(v, pl), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
+		op := &r.Ops[k]
+		if ch := p.choiceOf(v); ch != nil {
 			op.Candidates = ch.Candidates
 			if v.Op != "to" {
-				op.Why = dedupe(ch.Sig.Why)
+				op.Why = memo.dedupe(ch.Sig.Why)
+			}
+			if len(v.Args) > 0 {
+				op.Inputs = inputs.take(len(v.Args))
 			}
 			for i, a := range v.Args {
-				ar := ArgReport{Value: a.Label(), Placement: p.Placement[a].String(), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
+				ar := ArgReport{Value: memo.label(a), Placement: memo.placedOf(p, a), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
 				if ch.ArgConv[i] != nil {
-					ar.Converted = ch.Sig.In[i].String()
+					ar.Converted = memo.placement(ch.Sig.In[i])
 				}
-				op.Inputs = append(op.Inputs, ar)
+				op.Inputs[i] = ar
 			}
 		}
-		r.Ops = append(r.Ops, op)
 	}
 	lines := newSourceLines(p.Graph.Sources)
 	for _, c := range p.Convs {
 		for _, st := range c.Path.Steps {
 			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,
-				Value: c.Value.Label(), From: st.From.String(), To: st.To.String(), Communicate: st.Kind.Communicates(),
-				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: ir.FormatPos(c.Pos), Line: c.Pos.Line, CalledFrom: formatAll(c.Calls),
+				Value: memo.label(c.Value), From: memo.placement(st.From), To: memo.placement(st.To), Communicate: st.Kind.Communicates(),
+				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: memo.where(c.Pos), Line: c.Pos.Line, CalledFrom: memo.callSites(c.Calls),
 				Source: lines.line(c.Pos.Filename, c.Pos.Line)}
 			r.Collectives = append(r.Collectives, cr)
 			if cr.Communicate {
@@ -482,31 +495,50 @@ func HumanBytes(b float64) string {
 // Text renders the report for a terminal.
 func (r *Report) Text() string {
 	var b strings.Builder
+	r.write(&b, b.Grow)
+	return b.String()
+}
+
+// WriteText writes Text's text to w as it renders it (explain's text of a
+// deep pipelined model is tens of megabytes: not built as one string).
+func (r *Report) WriteText(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	r.write(bw, nil)
+	return bw.Flush()
+}
+
+// textSink is what the text is written to: a strings.Builder or a
+// bufio.Writer.
+type textSink interface {
+	io.Writer
+	io.StringWriter
+	io.ByteWriter
+}
+
+// write renders the report into b; grow (when not nil) sizes b once the
+// two large tables' size is known.
+func (r *Report) write(b textSink, grow func(int)) {
 	var axes []string
 	for _, a := range r.Mesh.Axes {
 		axes = append(axes, fmt.Sprintf("%s=%d", a.Name, a.Size))
 	}
-	fmt.Fprintf(&b, "mesh %s = [%s]  (%d devices)\n", r.Mesh.Name, strings.Join(axes, ", "), r.Mesh.Devices)
+	fmt.Fprintf(b, "mesh %s = [%s]  (%d devices)\n", r.Mesh.Name, strings.Join(axes, ", "), r.Mesh.Devices)
 	for _, a := range r.Mesh.Axes {
-		fmt.Fprintf(&b, "  link %-4s alpha %.1f us, %.0f GB/s\n", a.Name, a.AlphaUs, a.GBPerSec)
+		fmt.Fprintf(b, "  link %-4s alpha %.1f us, %.0f GB/s\n", a.Name, a.AlphaUs, a.GBPerSec)
 	}
 	b.WriteString("\nops (placement per mesh axis; local shape on device 0)\n")
 	tw := newTable("where", "value", "op", "inputs", "output", "local")
-	for _, o := range r.Ops {
-		var ins []string
-		for _, a := range o.Inputs {
-			s := a.Value + a.Placement
-			if a.Converted != "" {
-				s += "→" + a.Converted
-			}
-			ins = append(ins, s)
-		}
-		local := ir.ShapeString(o.Local)
+	tw.rows = slices.Grow(tw.rows, len(r.Ops))
+	memo := newTextMemo()
+	var ins []byte
+	for k := range r.Ops {
+		o := &r.Ops[k]
+		ins = appendInputs(ins[:0], o)
+		local := memo.shape(o.Local)
 		if len(o.LocalShapes) > 1 {
 			local += fmt.Sprintf(" (+%d other shapes: uneven)", len(o.LocalShapes)-1)
 		}
-		where := shortWhere(o.Where) + via(o.CalledFrom)
-		tw.row(where, o.Value, o.Op, strings.Join(ins, " "), o.Placement, local)
+		tw.row(memo.where(o.Where, o.CalledFrom), o.Value, o.Op, string(ins), o.Placement, local)
 	}
 	tc := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
 	for _, c := range r.Collectives {
@@ -514,26 +546,28 @@ func (r *Report) Text() string {
 			fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
 	}
 	// the two tables are nearly all of the text: size it once
-	b.Grow(tw.size() + tc.size() + 64<<10)
-	tw.writeTo(&b)
+	if grow != nil {
+		grow(tw.size() + tc.size() + 64<<10)
+	}
+	tw.writeTo(b)
 	b.WriteString("\ncollectives inserted by the compiler\n")
 	if len(r.Collectives) == 0 {
 		b.WriteString("  none: every op found its inputs where it needed them\n")
 	} else {
-		tc.writeTo(&b)
+		tc.writeTo(b)
 		kinds := map[string]bool{}
 		b.WriteString("  formulas (p = group size, G = bytes the group holds, L = local bytes):\n")
 		for _, c := range r.Collectives {
 			if !kinds[c.Kind] {
 				kinds[c.Kind] = true
-				fmt.Fprintf(&b, "    %-14s %s\n", c.Kind, c.Formula)
+				fmt.Fprintf(b, "    %-14s %s\n", c.Kind, c.Formula)
 			}
 		}
 	}
 	for _, n := range r.Notes {
-		fmt.Fprintf(&b, "  note: %s\n", n)
+		fmt.Fprintf(b, "  note: %s\n", n)
 	}
-	writeWritten(&b, r.Written)
+	writeWritten(b, r.Written)
 	if r.training && len(r.Memory) > 0 {
 		b.WriteString("\nmemory per device in a training step\n")
 		tw := newTable("devices", "parameters", "optimizer states", "gradients (reduced)", "activations and other", "peak")
@@ -555,7 +589,7 @@ func (r *Report) Text() string {
 			tw = tieredMemoryTable(r.Memory)
 			b.WriteString(offloadHeading)
 		}
-		tw.writeTo(&b)
+		tw.writeTo(b)
 	}
 	b.WriteString("\npeak memory per device (tensors held, from the plan)\n")
 	groups := map[int64][]int{}
@@ -568,14 +602,13 @@ func (r *Report) Text() string {
 	}
 	sort.Slice(peaks, func(i, j int) bool { return peaks[i] > peaks[j] })
 	for _, pk := range peaks {
-		fmt.Fprintf(&b, "  %-10s devices %s\n", HumanBytes(float64(pk)), rangeList(groups[pk]))
+		fmt.Fprintf(b, "  %-10s devices %s\n", HumanBytes(float64(pk)), rangeList(groups[pk]))
 	}
 	if r.Pipeline != nil {
-		r.Pipeline.text(&b)
+		r.Pipeline.text(b)
 	}
-	fmt.Fprintf(&b, "\ntotals: %d collective steps (%d local), %s sent per device, %.2f us modelled, peak %s\n",
+	fmt.Fprintf(b, "\ntotals: %d collective steps (%d local), %s sent per device, %.2f us modelled, peak %s\n",
 		r.Totals.Collectives, r.Totals.LocalSteps, HumanBytes(r.Totals.Bytes), r.Totals.TimeUs, HumanBytes(float64(r.Totals.MaxPeakBytes)))
-	return b.String()
 }
 
 // shortWhere drops the directory of a file:line:col.
@@ -606,73 +639,4 @@ func rangeList(ds []int) string {
 		i = j + 1
 	}
 	return strings.Join(parts, ",")
-}
-
-// table is a tiny column aligner.
-type table struct{ rows [][]string }
-
-func newTable(head ...string) *table { return &table{rows: [][]string{head}} }
-
-// FormatTable aligns rows (the first is the heading) as explain's tables
-// are aligned, so estimate's table reads like explain's.
-func FormatTable(rows [][]string) string { return (&table{rows: rows}).String() }
-
-func (t *table) row(cells ...string) { t.rows = append(t.rows, cells) }
-
-func (t *table) String() string {
-	var b strings.Builder
-	t.writeTo(&b)
-	return b.String()
-}
-
-// widths is the widest cell of each column, in runes.
-func (t *table) widths() []int {
-	w := make([]int, len(t.rows[0]))
-	for _, r := range t.rows {
-		for i, c := range r {
-			w[i] = max(w[i], utf8.RuneCountInString(c))
-		}
-	}
-	return w
-}
-
-// size bounds the bytes writeTo writes: each cell padded to its column's
-// width (the last is not), plus its bytes beyond one per rune.
-func (t *table) size() int {
-	n := 0
-	for _, r := range t.rows {
-		n += 2 + len(r) // the indent, a space per cell, the newline
-		for _, c := range r {
-			n += len(c) - utf8.RuneCountInString(c)
-		}
-	}
-	width := 0
-	for _, x := range t.widths() {
-		width += x
-	}
-	return n + len(t.rows)*width
-}
-
-// writeTo appends the aligned table to b, sized once: explain's op table
-// of a deep pipelined model is tens of megabytes.
-func (t *table) writeTo(b *strings.Builder) {
-	w := t.widths()
-	width := 1
-	for _, x := range w {
-		width += 1 + x
-	}
-	b.Grow(len(t.rows) * (width + 1))
-	for _, r := range t.rows {
-		b.WriteByte(' ')
-		for i, c := range r {
-			b.WriteByte(' ')
-			b.WriteString(c)
-			if i < len(r)-1 {
-				for n := w[i] - utf8.RuneCountInString(c); n > 0; n-- {
-					b.WriteByte(' ')
-				}
-			}
-		}
-		b.WriteByte('\n')
-	}
 }

@@ -58,7 +58,7 @@ func explainWritten(p *Plan, r *Report, lines *sourceLines) {
 	}
 }
 
-func writeWritten(b *strings.Builder, ws []CollectiveReport) {
+func writeWritten(b textSink, ws []CollectiveReport) {
 	if len(ws) == 0 {
 		return
 	}

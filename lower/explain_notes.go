@@ -69,14 +69,14 @@ func convRanks(p *Plan) func(*Conversion) int {
 	if p.Pipe == nil {
 		return func(*Conversion) int { return 0 }
 	}
-	reader := map[*Conversion]*ir.Value{}
+	reader := make([]*ir.Value, len(p.Convs)) // by Conversion.ID
 	read := func(c *Conversion, v *ir.Value) {
-		if _, ok := reader[c]; c != nil && !ok {
-			reader[c] = v
+		if c != nil && reader[c.ID] == nil {
+			reader[c.ID] = v
 		}
 	}
 	for _, v := range p.Values {
-		if ch := p.Choice[v]; ch != nil {
+		if ch := p.choiceOf(v); ch != nil {
 			for _, c := range ch.ArgConv {
 				read(c, v)
 			}
@@ -88,11 +88,16 @@ func convRanks(p *Plan) func(*Conversion) int {
 	for _, c := range p.Carry {
 		read(c.Conv, c.Next)
 	}
-	stage := p.Pipe.Stages.Stage
+	stage := func(v *ir.Value) int {
+		if v == nil { // a conversion nothing reads
+			return -1
+		}
+		return p.Pipe.Stages.Stage(v)
+	}
 	return func(c *Conversion) int {
-		st, ok := stage[reader[c]]
-		if !ok || st < 0 {
-			if st, ok = stage[c.Value]; !ok || st < 0 {
+		st := stage(reader[c.ID])
+		if st < 0 {
+			if st = stage(c.Value); st < 0 {
 				return 0
 			}
 		}

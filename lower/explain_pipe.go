@@ -70,7 +70,7 @@ func explainPipeline(p *Plan) *PipelineReport {
 			}
 		}
 		for _, v := range p.Values {
-			if v.Op == "param" && pp.Stages.Stage[v] == st {
+			if v.Op == "param" && pp.Stages.Stage(v) == st {
 				sr.Params += int64(sbp.Layout(p.Mesh, v.Type.Shape, p.Placement[v], 0).Numel() * v.Type.DType.Size())
 			}
 		}
@@ -124,7 +124,7 @@ func pipeCoord(p *Plan, rank int) []int {
 }
 
 // pipelineText renders the pipeline report.
-func (r *PipelineReport) text(b *strings.Builder) {
+func (r *PipelineReport) text(b textSink) {
 	fmt.Fprintf(b, "\npipeline over %s: %d ranks, %d stages, schedule %s, %d micro-batches", r.Axis, r.Ranks, r.Stages, r.Schedule, r.Micro)
 	if r.BubbleText != "" {
 		fmt.Fprintf(b, "; bubble with uniform stages %s = %.1f%% (measure it: meshrun trace)", r.BubbleText, 100*r.Bubble)
@@ -197,8 +197,8 @@ func stageDevice(p *Plan, d int) (int, func(*ir.Value) bool) {
 	rank := c[p.Pipe.Axis]
 	sc := append(append([]int{}, c[:p.Pipe.Axis]...), c[p.Pipe.Axis+1:]...)
 	return p.Mesh.Device(sc), func(v *ir.Value) bool {
-		st, ok := p.Pipe.Stages.Stage[v]
-		return !ok || st < 0 || p.Pipe.Schedule.StageRank[st] == rank
+		st := p.Pipe.Stages.Stage(v)
+		return st < 0 || p.Pipe.Schedule.StageRank[st] == rank
 	}
 }
 

@@ -73,11 +73,11 @@ func (p *Plan) choiceKey(b []byte, v *ir.Value) []byte {
 	b = append(b, byte(v.Type.DType))
 	for _, a := range v.Args {
 		b = append(b, byte(a.Type.DType))
-		nd(p.Placement[a])
+		nd(p.placementOf(a))
 	}
 	if pv := v.Primal; pv != nil && slices.Equal(pv.Type.Shape, v.Type.Shape) {
 		b = append(b, 1)
-		nd(p.Placement[pv])
+		nd(p.placementOf(pv))
 	} else {
 		b = append(b, 0)
 	}
@@ -118,21 +118,19 @@ func inferPlacements(p *Plan) error {
 			if len(pl) != n {
 				pl = sbp.Broadcasts(n)
 			}
-			p.Placement[v] = pl
+			p.place(v, pl, nil)
 		case v.Op == "to":
-			p.Choice[v] = &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1}
-			p.Placement[v] = v.Declared
+			p.place(v, v.Declared, &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1})
 		case isLocalOp(v):
-			p.Choice[v] = p.localChoice(v)
-			p.Placement[v] = p.Choice[v].Sig.Out
+			ch := p.localChoice(v)
+			p.place(v, ch.Sig.Out, ch)
 		default:
 			c, err := p.choose(v)
 			if err != nil {
 				errs = append(errs, &ir.Error{Pos: v.Pos, Msg: err.Error()})
 				continue
 			}
-			p.Choice[v] = c
-			p.Placement[v] = c.Sig.Out
+			p.place(v, c.Sig.Out, c)
 		}
 	}
 	if len(errs) > 0 {
@@ -155,15 +153,20 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 	// A deep or pipelined model repeats each layer's ops, per layer and
 	// per micro-batch, with the same shapes and argument placements:
 	// price each distinct case once.
-	d := Desc(v)
-	p.keyBuf = descKey(p.keyBuf[:0], d)
+	// The key is built from a scratch description (nearly every value hits
+	// the cache); pricing gets a fresh one, which the rules may keep.
+	p.desc = sbp.OpDesc{Op: v.Op, In: p.desc.In[:0], Out: v.Type.Shape, Axis: v.Attrs.Axis, Perm: v.Attrs.Perm, NumIn: len(v.Args)}
+	for _, a := range v.Args {
+		p.desc.In = append(p.desc.In, a.Type.Shape)
+	}
+	p.keyBuf = descKey(p.keyBuf[:0], &p.desc)
 	n := len(p.keyBuf)
 	p.keyBuf = p.choiceKey(p.keyBuf, v)
 	if c, ok := p.chosen[string(p.keyBuf)]; ok {
 		return &Choice{Sig: c.Sig, Time: c.Time, Candidates: c.Candidates}, nil
 	}
 	key := string(p.keyBuf)
-	sigs, err := p.ndSigs(rule, d, p.keyBuf[:n])
+	sigs, err := p.ndSigs(rule, Desc(v), p.keyBuf[:n])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", v.Op, err)
 	}
@@ -190,7 +193,7 @@ func (p *Plan) cheapest(v *ir.Value, sigs []sbp.NdSig) (*Choice, error) {
 		valid++
 		sc := sigScore{}
 		for i, a := range v.Args {
-			cur := p.Placement[a]
+			cur := p.placementOf(a)
 			if cur.Equal(s.In[i]) {
 				continue
 			}
@@ -276,14 +279,15 @@ func argTypes(v *ir.Value) string {
 // differs from what its consumer's signature needs, and for outputs.
 // Identical conversions of one value are shared.
 func insertBoxing(p *Plan) error {
-	byKey := map[string]*Conversion{}
+	byKey := map[string]*Conversion{} // by value ID and target placement
+	var key []byte
 	get := func(v *ir.Value, to sbp.NdSBP, pos ir.Pos, calls []ir.Pos, cause string, share bool) (*Conversion, error) {
-		from := p.Placement[v]
+		from := p.placementOf(v)
 		if from.Equal(to) {
 			return nil, nil
 		}
-		key := fmt.Sprintf("%d %s", v.ID, to)
-		if c, ok := byKey[key]; ok && share {
+		key = appendNd(binary.AppendVarint(key[:0], int64(v.ID)), to)
+		if c, ok := byKey[string(key)]; ok && share {
 			return c, nil
 		}
 		path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), from, to)
@@ -292,11 +296,11 @@ func insertBoxing(p *Plan) error {
 		}
 		c := &Conversion{ID: len(p.Convs), Value: v, Path: path, Pos: pos, Calls: calls, Cause: cause}
 		p.Convs = append(p.Convs, c)
-		byKey[key] = c
+		byKey[string(key)] = c
 		return c, nil
 	}
 	for _, v := range p.Values {
-		ch := p.Choice[v]
+		ch := p.choiceOf(v)
 		if ch == nil {
 			continue
 		}

@@ -39,3 +39,23 @@ func TestInternalErrorsAreMarked(t *testing.T) {
 	require.ErrorContains(t, err, "op frobnicate has no placement rule")
 	require.NotErrorIs(t, err, ErrInternal)
 }
+
+// The passes keep tables by value ID, so a graph built by hand whose IDs
+// are not the values' indices, or whose value reads one of another graph,
+// is refused by the check pass with a message, never a panic.
+func TestCheckPassRefusesIDsThatAreNotIndices(t *testing.T) {
+	src := []byte("mesh M = [a=2]\ninput x : f32[4] = zeros\ny = exp(x)\noutput y\n")
+	g, err := lang.CheckSource("m.mesh", src, lang.CheckOptions{})
+	require.NoError(t, err)
+	g.Values[1].ID = 7
+	_, err = Lower(g, Options{})
+	require.ErrorContains(t, err, "has ID 7 at index 1")
+
+	g, err = lang.CheckSource("m.mesh", src, lang.CheckOptions{})
+	require.NoError(t, err)
+	other, err := lang.CheckSource("m.mesh", src, lang.CheckOptions{})
+	require.NoError(t, err)
+	g.Values[1].Args[0] = other.Values[0] // same ID, another graph's value
+	_, err = Lower(g, Options{})
+	require.ErrorContains(t, err, "before it is defined")
+}

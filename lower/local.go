@@ -59,22 +59,22 @@ func (e *emitter) emitLocal(v *ir.Value, args []int) bool {
 		if padsBlocks(v, e.p.Mesh) {
 			return false // a kernel pads (to_local) or trims (from_local) the blocks
 		}
-		e.slotOf[v] = args[0] // the same blocks, seen differently
+		e.slotOf[v.ID] = args[0] // the same blocks, seen differently
 	case "pvary", "equal_copies":
-		e.slotOf[v] = args[0]
+		e.slotOf[v.ID] = args[0]
 	case "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all":
-		e.slotOf[v] = e.localCollective(v, args[0])
+		e.slotOf[v.ID] = e.localCollective(v, args[0])
 	case "shift":
-		e.slotOf[v] = e.shift(v, args[0])
+		e.slotOf[v.ID] = e.shift(v, args[0])
 	case "arange":
-		e.slotOf[v] = e.sourceKernel(v, KernelOf(v), sbp.Broadcasts(e.p.Mesh.NumAxes()))
+		e.slotOf[v.ID] = e.sourceKernel(v, KernelOf(v), sbp.Broadcasts(e.p.Mesh.NumAxes()))
 	case "axis_index":
 		// the device's block of [0, 1, ..., p-1] split along the axis
 		k := KernelOf(v)
 		k.Shape = []int{e.p.Mesh.Axes[v.Attrs.Axes[0]].Size}
 		pl := sbp.Broadcasts(e.p.Mesh.NumAxes())
 		pl[v.Attrs.Axes[0]] = sbp.S(0)
-		e.slotOf[v] = e.sourceKernel(v, k, pl)
+		e.slotOf[v.ID] = e.sourceKernel(v, k, pl)
 	default:
 		return false
 	}

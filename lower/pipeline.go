@@ -73,6 +73,7 @@ type pipeBuild struct {
 	groups map[pipeline.Action][]int
 	xfer   map[[3]int]*Transfer // (slot, from, to)
 	sends  map[int][]*Transfer  // producing instruction → its sends
+	acts   map[pipeline.Action]*pipeline.Action
 }
 
 func buildPipeline(p *Plan) error {
@@ -89,12 +90,13 @@ func buildPipeline(p *Plan) error {
 		return &ir.Error{Pos: pipe.Pos, Msg: err.Error()}
 	}
 	link := mesh.DefaultLink
-	st, err := assignStages(g, sched.Stages, unitCosts(g, func(b float64) float64 { return link.Alpha + b*link.Beta }))
+	work := newUnitWork(g)
+	st, err := assignStages(g, sched.Stages, work.costs(func(b float64) float64 { return link.Alpha + b*link.Beta }))
 	if err != nil {
 		return err
 	}
 	b := &pipeBuild{p: p, src: p.Exec.Programs[0], sched: sched, st: st, groups: map[pipeline.Action][]int{},
-		xfer: map[[3]int]*Transfer{}, sends: map[int][]*Transfer{}}
+		xfer: map[[3]int]*Transfer{}, sends: map[int][]*Transfer{}, acts: map[pipeline.Action]*pipeline.Action{}}
 	b.classify()
 	b.findTransfers()
 	if n := len(b.xfer); n > plan.MaxTag {
@@ -122,7 +124,7 @@ func buildPipeline(p *Plan) error {
 		ex.RankProgram[r] = full.Coord(r)[g.Pipeline.Axis]
 	}
 	p.Exec = ex
-	p.Pipe = &PipePlan{Axis: g.Pipeline.Axis, Schedule: sched, Stages: st, StageTime: b.stageTimes(g)}
+	p.Pipe = &PipePlan{Axis: g.Pipeline.Axis, Schedule: sched, Stages: st, StageTime: b.stageTimes(work)}
 	for _, t := range b.xfer {
 		p.Pipe.Transfers = append(p.Pipe.Transfers, *t)
 	}
@@ -145,7 +147,7 @@ func (b *pipeBuild) classify() {
 	first := b.p.Graph.Train.Pipe.Micro[0].Start
 	for i, in := range b.src.Instrs {
 		v := b.p.InstrValue[i]
-		b.stage[i] = b.st.Stage[v]
+		b.stage[i] = b.st.Stage(v)
 		if in.Out >= 0 {
 			b.prod[in.Out] = i
 		}
@@ -162,8 +164,7 @@ func (b *pipeBuild) classify() {
 		default:
 			continue
 		}
-		a := pipeline.Compute(b.stage[i], kind, b.st.microOf(v.ID))
-		b.act[i] = &a
+		b.act[i] = b.action(pipeline.Compute(b.stage[i], kind, b.st.microOf(v.ID)))
 	}
 	if b.splitsBackward() {
 		b.splitIW()
@@ -174,6 +175,18 @@ func (b *pipeBuild) classify() {
 			b.groups[k] = append(b.groups[k], i)
 		}
 	}
+}
+
+// action is the one copy of a that the instructions point at (nothing
+// writes through an instruction's Act): one per action, not per
+// instruction.
+func (b *pipeBuild) action(a pipeline.Action) *pipeline.Action {
+	p, ok := b.acts[a]
+	if !ok {
+		p = &a
+		b.acts[a] = p
+	}
+	return p
 }
 
 func (b *pipeBuild) splitsBackward() bool {
@@ -216,8 +229,7 @@ func (b *pipeBuild) splitIW() {
 			if needI[i] {
 				k = pipeline.I
 			}
-			c := pipeline.Compute(a.Stage, k, a.Micro)
-			b.act[i] = &c
+			b.act[i] = b.action(pipeline.Compute(a.Stage, k, a.Micro))
 		}
 	}
 }
@@ -309,9 +321,9 @@ func (b *pipeBuild) transfer(j, slot, to int) *Transfer {
 
 // stageTimes is the modelled time of each stage's units per micro-batch
 // on one of its devices.
-func (b *pipeBuild) stageTimes(g *ir.Graph) []float64 {
+func (b *pipeBuild) stageTimes(work *unitWork) []float64 {
 	out := make([]float64, b.sched.Stages)
-	cost := unitCosts(g, func(float64) float64 { return 0 })
+	cost := work.costs(func(float64) float64 { return 0 })
 	for u, s := range b.st.UnitStage {
 		c, _ := cost(u)
 		out[s] += c / float64(b.p.Mesh.Size()) // the stage's devices share its work

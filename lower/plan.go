@@ -30,7 +30,12 @@
 //	        allocation first crosses it
 //
 // Results live in side tables on the Plan (placements, choices,
-// conversions), never on the graph. With Options.Verify a verifier checks
+// conversions), never on the graph. The passes after infer read them per
+// value and argument, so the placements and choices are also kept by
+// value ID (a value's ID is its index, which the check pass checks); and
+// what a pipelined or deep program repeats per micro-batch and layer
+// (kernel descriptions, position texts, explain's strings) is made once
+// and shared (intern.go, explain_memo.go). With Options.Verify a verifier checks
 // the plan's invariants after every pass; Options.DumpAfter prints the plan
 // after the named pass (or "all").
 package lower
@@ -85,6 +90,7 @@ type Plan struct {
 	// keyBuf is the scratch buffer the keys are built in.
 	chosen map[string]Choice
 	keyBuf []byte
+	desc   sbp.OpDesc // choose's scratch description
 	Opts   Options
 
 	// Values are the graph's values that reach an output, in order (the
@@ -93,9 +99,15 @@ type Plan struct {
 
 	Placement map[*ir.Value]sbp.NdSBP
 	Choice    map[*ir.Value]*Choice
-	Convs     []*Conversion
-	Outputs   []*OutputPlan
-	Carry     []*CarryPlan // training: the values that replace sources each step
+	// placeByID and choiceByID hold the same by value ID (infer fills
+	// both): the later passes read them per value and per argument, and on
+	// a graph of a hundred thousand values a slice read costs a fraction
+	// of a map lookup. See placementOf and choiceOf.
+	placeByID  []sbp.NdSBP
+	choiceByID []*Choice
+	Convs      []*Conversion
+	Outputs    []*OutputPlan
+	Carry      []*CarryPlan // training: the values that replace sources each step
 	// Exec is the executable plan the spmd pass emits: self-contained
 	// per-rank programs (package plan); SourceIndex maps each source value
 	// to its index in Exec.Sources.
@@ -126,7 +138,7 @@ type Choice struct {
 
 // Conversion is one inserted boxing: Value converted along Path.
 type Conversion struct {
-	ID    int
+	ID    int // its index in Plan.Convs
 	Value *ir.Value
 	Path  *sbp.Path
 	Pos   ir.Pos   // the source position that needs it
@@ -181,6 +193,20 @@ func init() {
 
 // Lower runs every pass over g.
 func Lower(g *ir.Graph, opts Options) (*Plan, error) {
+	p, err := newPlan(g, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, pass := range Passes {
+		if err := runPass(p, pass); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// newPlan is the plan of g before any pass.
+func newPlan(g *ir.Graph, opts Options) (*Plan, error) {
 	m := g.Mesh
 	if opts.Mesh != nil {
 		m = opts.Mesh
@@ -195,11 +221,6 @@ func Lower(g *ir.Graph, opts Options) (*Plan, error) {
 		Graph: g, Mesh: m, Planner: sbp.NewPlanner(m, opts.Topo), Opts: opts,
 		Placement: make(map[*ir.Value]sbp.NdSBP, len(g.Values)), Choice: make(map[*ir.Value]*Choice, len(g.Values)),
 		done: map[string]bool{},
-	}
-	for _, pass := range Passes {
-		if err := runPass(p, pass); err != nil {
-			return nil, err
-		}
 	}
 	return p, nil
 }
@@ -271,4 +292,32 @@ func (p *Plan) Dump() string {
 		fmt.Fprintf(&b, "peak bytes per device: %v\n", p.Peak)
 	}
 	return b.String()
+}
+
+// placementOf is p.Placement[v].
+func (p *Plan) placementOf(v *ir.Value) sbp.NdSBP {
+	if v.ID >= 0 && v.ID < len(p.placeByID) && p.placeByID[v.ID] != nil {
+		return p.placeByID[v.ID]
+	}
+	return p.Placement[v]
+}
+
+// choiceOf is p.Choice[v].
+func (p *Plan) choiceOf(v *ir.Value) *Choice {
+	if v.ID >= 0 && v.ID < len(p.choiceByID) && p.choiceByID[v.ID] != nil {
+		return p.choiceByID[v.ID]
+	}
+	return p.Choice[v]
+}
+
+// place records v's placement and (when not nil) its choice.
+func (p *Plan) place(v *ir.Value, pl sbp.NdSBP, ch *Choice) {
+	if p.placeByID == nil {
+		p.placeByID = make([]sbp.NdSBP, len(p.Graph.Values))
+		p.choiceByID = make([]*Choice, len(p.Graph.Values))
+	}
+	p.Placement[v], p.placeByID[v.ID] = pl, pl
+	if ch != nil {
+		p.Choice[v], p.choiceByID[v.ID] = ch, ch
+	}
 }

@@ -16,7 +16,8 @@ func HeldBytes(p *Plan, d int) (param, optimizer, gradient int64) {
 }
 
 // LiveValues are the values of g that some output or carried value needs:
-// those the check pass keeps, so the ones a plan executes.
+// those the check pass keeps, so the ones a plan executes. g's value IDs
+// are their indices, as lang.Check's are.
 func LiveValues(g *ir.Graph) []*ir.Value { return live(g, false) }
 
 // UnitCosts models each unit of g's train block (micro-batch 0) as the
@@ -24,7 +25,7 @@ func LiveValues(g *ir.Graph) []*ir.Value { return live(g, false) }
 // backward FLOPs at ModelFLOPS, and the bytes a cut after it sends.
 // g must have been checked with a pipeline axis (its units recorded).
 func UnitCosts(g *ir.Graph) (compute, sent []float64) {
-	cost := unitCosts(g, func(b float64) float64 { return b })
+	cost := newUnitWork(g).costs(func(b float64) float64 { return b })
 	n := len(g.Train.Pipe.Units[0])
 	compute, sent = make([]float64, n), make([]float64, n)
 	for u := range n {

@@ -19,8 +19,8 @@ func buildPrograms(p *Plan) error {
 	for _, c := range p.Convs {
 		n += len(c.Path.Steps)
 	}
-	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make(map[*ir.Value]int, len(p.Values)),
-		convSlot: map[*Conversion]int{}, groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}}
+	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make([]int, len(p.Graph.Values)),
+		convSlot: make([]int, len(p.Convs)), groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner()}
 	p.SourceIndex = map[*ir.Value]int{}
 	p.InstrValue = make([]*ir.Value, 0, n)
 	for _, v := range p.Values {
@@ -31,7 +31,7 @@ func buildPrograms(p *Plan) error {
 	}
 	for _, o := range p.Outputs {
 		e.cur = o.Output.Value
-		s := e.slotOf[o.Output.Value]
+		s := e.slotOf[o.Output.Value.ID]
 		if o.Conv != nil {
 			s = e.convert(o.Conv)
 		}
@@ -41,7 +41,7 @@ func buildPrograms(p *Plan) error {
 	}
 	for _, c := range p.Carry {
 		e.cur = c.Next
-		s := e.slotOf[c.Next]
+		s := e.slotOf[c.Next.ID]
 		if c.Conv != nil {
 			s = e.convert(c.Conv)
 		}
@@ -58,10 +58,12 @@ type emitter struct {
 	p        *Plan
 	exec     *plan.Plan
 	prog     *plan.Program
-	slotOf   map[*ir.Value]int
-	convSlot map[*Conversion]int
+	slotOf   []int          // by value ID (a slice: read for every argument)
+	convSlot []int          // by Conversion.ID: its result's slot + 1 once emitted
 	groups   map[string]int // group axes → index in exec.Groups
 	cur      *ir.Value      // the value whose instructions are being emitted
+	intern   *interner      // shared Where texts and kernels
+	ints     window[int]    // instructions' argument slots
 }
 
 func (e *emitter) newSlot(dt ir.DType) int {
@@ -85,50 +87,47 @@ func (e *emitter) value(v *ir.Value) error {
 			init = &c
 		}
 		e.exec.Sources = append(e.exec.Sources, plan.Tensor{Name: v.Name, Role: v.Op, DType: v.Type.DType,
-			Shape: slices.Clone(v.Type.Shape), Placement: p.Placement[v].Clone(), Init: init})
+			Shape: slices.Clone(v.Type.Shape), Placement: p.placementOf(v).Clone(), Init: init})
 		out := e.newSlot(v.Type.DType)
 		e.emit(plan.Instr{Kind: plan.Source, Label: v.Label(), Src: idx, DType: v.Type.DType, Shape: v.Type.Shape,
-			Placement: p.Placement[v], Out: out, Pos: v.Pos, Where: v.Where()})
-		e.slotOf[v] = out
+			Placement: p.placementOf(v), Out: out, Pos: v.Pos, Where: e.intern.where(v)})
+		e.slotOf[v.ID] = out
 		return nil
 	}
-	ch := p.Choice[v]
+	ch := p.choiceOf(v)
 	if ch == nil {
 		return fmt.Errorf("%s: %s has no placement choice", v.Where(), v.Label())
 	}
-	args := make([]int, len(v.Args))
+	args := e.ints.take(len(v.Args))
 	for i, a := range v.Args {
 		if c := ch.ArgConv[i]; c != nil {
 			args[i] = e.convert(c)
 		} else {
-			args[i] = e.slotOf[a]
+			args[i] = e.slotOf[a.ID]
 		}
 	}
 	if v.Op == "to" {
-		e.slotOf[v] = args[0] // a conversion, already emitted; the value aliases its result
+		e.slotOf[v.ID] = args[0] // a conversion, already emitted; the value aliases its result
 		return nil
 	}
 	if isLocalOp(v) && e.emitLocal(v, args) {
 		return nil
 	}
 	out := e.newSlot(v.Type.DType)
-	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: KernelOf(v), DType: v.Type.DType, Shape: v.Type.Shape,
-		Placement: p.Placement[v], ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: v.Where()})
-	e.slotOf[v] = out
+	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: e.intern.kernel(v), DType: v.Type.DType, Shape: v.Type.Shape,
+		Placement: p.placementOf(v), ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: e.intern.where(v)})
+	e.slotOf[v.ID] = out
 	return nil
 }
 
 // convert emits the steps of c (once) and returns the slot holding the result.
 func (e *emitter) convert(c *Conversion) int {
-	if s, ok := e.convSlot[c]; ok {
-		return s
+	if s := e.convSlot[c.ID]; s > 0 {
+		return s - 1
 	}
 	v := c.Value
-	cur := e.slotOf[v]
-	where := ir.FormatPos(c.Pos)
-	for _, cp := range c.Calls {
-		where += " (called from " + ir.FormatPos(cp) + ")"
-	}
+	cur := e.slotOf[v.ID]
+	where := e.intern.convWhere(c)
 	for i := range c.Path.Steps {
 		st := c.Path.Steps[i]
 		out := e.newSlot(v.Type.DType)
@@ -140,7 +139,7 @@ func (e *emitter) convert(c *Conversion) int {
 		e.emit(in)
 		cur = out
 	}
-	e.convSlot[c] = cur
+	e.convSlot[c.ID] = cur + 1
 	return cur
 }
 
@@ -156,7 +155,8 @@ func (e *emitter) group(axes []int) int {
 }
 
 // freeAfterLastUse frees each slot after its last reader; outputs and
-// carried values live to the end.
+// carried values live to the end. It sets every instruction's Free list
+// (the callers' are empty).
 func freeAfterLastUse(prog *plan.Program) {
 	last := make([]int, prog.NumSlots())
 	for i := range last {
@@ -173,6 +173,25 @@ func freeAfterLastUse(prog *plan.Program) {
 	for _, s := range append(slices.Clone(prog.OutputSlots), prog.CarrySlots...) {
 		if s >= 0 { // -1: another pipeline rank's
 			last[s] = len(prog.Instrs)
+		}
+	}
+	// the lists share one array, sliced per instruction (capped: an append
+	// to one list cannot run into the next)
+	count := make([]int32, len(prog.Instrs))
+	n := 0
+	for _, i := range last {
+		if i >= 0 && i < len(prog.Instrs) {
+			count[i]++
+			n++
+		}
+	}
+	all := make([]int, n)
+	start := 0
+	for i, c := range count {
+		prog.Instrs[i].Free = nil
+		if c > 0 {
+			prog.Instrs[i].Free = all[start : start : start+int(c)]
+			start += int(c)
 		}
 	}
 	for s, i := range last {

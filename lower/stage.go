@@ -47,12 +47,17 @@ type stageOf struct {
 	// UnitStage is each unit's stage; Auto says the cut was balanced.
 	UnitStage []int
 	Auto      bool
-	Stage     map[*ir.Value]int
+	// stage is, by value ID, the value's stage (a slice, not a map: the
+	// passes ask once per value and instruction).
+	stage []int
 }
+
+// Stage is v's stage (-1: wherever needed).
+func (s *stageOf) Stage(v *ir.Value) int { return s.stage[v.ID] }
 
 func assignStages(g *ir.Graph, stages int, unitCost func(u int) (compute, sent float64)) (*stageOf, error) {
 	pipe := g.Train.Pipe
-	s := &stageOf{g: g, pipe: pipe, stages: stages, unit: make([]int32, len(g.Values)), Stage: make(map[*ir.Value]int, len(g.Values))}
+	s := &stageOf{g: g, pipe: pipe, stages: stages, unit: make([]int32, len(g.Values)), stage: make([]int, len(g.Values))}
 	for i := range s.unit {
 		s.unit[i] = -1
 	}
@@ -81,8 +86,8 @@ func assignStages(g *ir.Graph, stages int, unitCost func(u int) (compute, sent f
 		case phase == 'F' && s.hasUnit(v.ID):
 			st = s.UnitStage[s.unit[v.ID]]
 		case phase == 'B':
-			if f, ok := pipe.BackwardOf[v]; ok && s.Stage[f] >= 0 {
-				st = s.Stage[f]
+			if f, ok := pipe.BackwardOf[v]; ok && s.stage[f.ID] >= 0 {
+				st = s.stage[f.ID]
 			} else {
 				st = s.earliest(v.Args)
 			}
@@ -91,14 +96,14 @@ func assignStages(g *ir.Graph, stages int, unitCost func(u int) (compute, sent f
 		default:
 			st = s.latest(v.Args)
 		}
-		s.Stage[v] = st
+		s.stage[v.ID] = st
 	}
 	// an optimizer state lives where its update is computed (its first
 	// reader that has a stage, which its other arguments decide)
 	for _, v := range g.Values {
 		for _, a := range v.Args {
-			if a.Op == "state" && s.Stage[a] < 0 {
-				s.Stage[a] = s.Stage[v]
+			if a.Op == "state" && s.stage[a.ID] < 0 {
+				s.stage[a.ID] = s.stage[v.ID]
 			}
 		}
 	}
@@ -134,7 +139,7 @@ func (s *stageOf) microOf(id int) int {
 func (s *stageOf) latest(args []*ir.Value) int {
 	st := -1
 	for _, a := range args {
-		st = max(st, s.Stage[a])
+		st = max(st, s.stage[a.ID])
 	}
 	return st
 }
@@ -142,7 +147,7 @@ func (s *stageOf) latest(args []*ir.Value) int {
 func (s *stageOf) earliest(args []*ir.Value) int {
 	st := -1
 	for _, a := range args {
-		if t := s.Stage[a]; t >= 0 && (st < 0 || t < st) {
+		if t := s.stage[a.ID]; t >= 0 && (st < 0 || t < st) {
 			st = t
 		}
 	}
@@ -156,7 +161,7 @@ func (s *stageOf) earliest(args []*ir.Value) int {
 func (s *stageOf) largest(args []*ir.Value) int {
 	st, size, mixed := -1, -1, false
 	for _, a := range args {
-		t := s.Stage[a]
+		t := s.stage[a.ID]
 		if t < 0 {
 			continue
 		}
@@ -326,18 +331,25 @@ func balance(n, k int, cost func(u int) (float64, float64)) []int {
 	return out
 }
 
-// unitCosts models each unit of micro-batch 0: the FLOPs of its forward
-// and of the backward of its values (ad's record), at ModelFLOPS, and the
-// time to send, over link, what a cut after it would send: the forward
-// values made up to it that later units read.
-func unitCosts(g *ir.Graph, linkTime func(bytes float64) float64) func(u int) (float64, float64) {
+// unitWork is, per unit of micro-batch 0, the FLOPs of its forward and
+// of the backward of its values (ad's record), and the bytes a cut after
+// it would send: the forward values made up to it that later units read.
+// The pass reads it twice (balancing, stage times), so it is computed once.
+type unitWork struct {
+	flops, crossing []float64
+}
+
+func newUnitWork(g *ir.Graph) *unitWork {
 	pipe := g.Train.Pipe
-	back := map[*ir.Value]float64{}
-	for b, f := range pipe.BackwardOf {
-		back[f] += ops.FLOPs(b)
-	}
 	units := pipe.Units[0]
 	first := pipe.Micro[0].Start
+	lo, hi := units[0].Start, units[len(units)-1].End
+	back := map[*ir.Value]float64{}
+	for b, f := range pipe.BackwardOf {
+		if f.ID >= lo && f.ID < hi { // only micro-batch 0's units are read
+			back[f] += ops.FLOPs(b)
+		}
+	}
 	// crossing[c]: bytes made in units ≤ c (or before them in the
 	// micro-batch) and read in a unit > c, each value once
 	unitOf := func(id int) int {
@@ -351,7 +363,7 @@ func unitCosts(g *ir.Graph, linkTime func(bytes float64) float64) func(u int) (f
 	// values made from inputs and constants alone have no stage: every
 	// rank makes its own, nothing is sent
 	data := map[*ir.Value]bool{}
-	for _, v := range g.Values[:units[len(units)-1].End] {
+	for _, v := range g.Values[:hi] {
 		d := v.Op != "param" && v.Op != "state"
 		for _, a := range v.Args {
 			d = d && data[a]
@@ -368,19 +380,25 @@ func unitCosts(g *ir.Graph, linkTime func(bytes float64) float64) func(u int) (f
 			}
 		}
 	}
-	crossing := make([]float64, len(units))
+	w := &unitWork{flops: make([]float64, len(units)), crossing: make([]float64, len(units))}
 	for a, last := range lastRead {
 		for c := unitOf(a.ID); c < last; c++ {
-			crossing[c] += float64(a.Type.Bytes())
+			w.crossing[c] += float64(a.Type.Bytes())
 		}
 	}
-	return func(u int) (float64, float64) {
-		r := units[u]
-		flops := 0.0
+	for u, r := range units {
 		for id := r.Start; id < r.End; id++ {
 			v := g.Values[id]
-			flops += ops.FLOPs(v) + back[v]
+			w.flops[u] += ops.FLOPs(v) + back[v]
 		}
-		return flops / ModelFLOPS, linkTime(crossing[u])
+	}
+	return w
+}
+
+// costs models unit u's compute at ModelFLOPS and the time to send, over
+// link, what a cut after it sends.
+func (w *unitWork) costs(linkTime func(bytes float64) float64) func(u int) (float64, float64) {
+	return func(u int) (float64, float64) {
+		return w.flops[u] / ModelFLOPS, linkTime(w.crossing[u])
 	}
 }

@@ -586,6 +586,7 @@ func tolerances(dtype string, rtol, atol float64) (float64, float64) {
 }
 
 func (e *env) explain(args []string) int {
+	defer compilePacing()()
 	var c common
 	fs := newFlags(e, "explain", "explain FILE [--json] [--blocks]")
 	c.register(fs)
@@ -611,7 +612,7 @@ func (e *env) explain(args []string) int {
 	if *asJSON {
 		return e.writeJSON(r)
 	}
-	fmt.Fprint(e.stdout, r.Text())
+	r.WriteText(e.stdout) // written as rendered: tens of megabytes for a deep pipelined model
 	return ExitOK
 }
 
