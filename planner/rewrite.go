@@ -40,10 +40,11 @@ type Program struct {
 
 	// for folding (fold.go)
 	stmts            []trainStmt
-	paramDecl        map[string]span   // each parameter's declaration, to its line's end
-	paramSig         map[string]string // the declaration without the name
-	usedOutsideTrain map[string]int    // identifier uses outside the train block and declarations
-	noFold           bool              // a for loop or stage marks in the train block
+	paramDecl        map[string]span     // each parameter's declaration, to its line's end
+	paramSig         map[string]string   // the declaration without the name
+	usedOutsideTrain map[string]int      // identifier uses outside the train block and declarations
+	defIDs           map[string][]string // each function's identifiers (the globals it reads among them)
+	noFold           bool                // a for loop or stage marks in the train block
 }
 
 // Def is a function the train block calls directly: a block whose
@@ -184,6 +185,7 @@ func (p *Program) train(t *lang.TrainBlock, defs map[string]*lang.FuncDef) {
 // the train block's back out).
 func (p *Program) declarations(f *lang.File) {
 	p.paramDecl, p.paramSig, p.usedOutsideTrain = map[string]span{}, map[string]string{}, map[string]int{}
+	p.defIDs = map[string][]string{}
 	for i, s := range f.Stmts {
 		end := len(p.Src)
 		if i+1 < len(f.Stmts) {
@@ -196,8 +198,12 @@ func (p *Program) declarations(f *lang.File) {
 			p.paramSig[t.Name] = sig
 			continue
 		}
-		for _, id := range identifiers(p.Src[s.Pos.Offset:end]) {
+		ids := identifiers(p.Src[s.Pos.Offset:end])
+		for _, id := range ids {
 			p.usedOutsideTrain[id]++
+		}
+		if s.Def != nil {
+			p.defIDs[s.Def.Name] = ids
 		}
 	}
 }
