@@ -14,11 +14,12 @@ import (
 // once every parameter they name is replaced by its declaration without
 // the name (type, placement, initialiser): they compute the same thing
 // on parameters declared alike. A run is three or more consecutive such
-// statements no two of which name the same parameter (tied weights are
-// not repeats: see namesAny); the fold keeps its first two (the first
-// may see an input placed differently from the rest: the embedding's
-// output, not a block's) and drops the others with the declarations of the parameters
-// only they use. A program with a for loop, `stage =` marks or no run is
+// statements no two of which read the same parameter, named or through
+// the function they call (tied weights are not repeats: see namesAny).
+// The fold keeps a run's first two (the first may see an input placed
+// differently from the rest: the embedding's output, not a block's) and
+// drops the others with the declarations of the parameters only they
+// use. A program with a for loop, `stage =` marks or no run is
 // not folded. (A loop's layers share stacked parameters, [L, …], which
 // live on the first stage that reads them: under a pipeline every
 // layer's gradient slice travels back to that stage, a cost that grows
