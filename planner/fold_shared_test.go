@@ -51,3 +51,11 @@ func writeCapturedGPT(t *testing.T, layers, batch int) *Program {
 	require.NoError(t, err)
 	return p
 }
+
+// The search's report names every run of a fold, not only the first.
+func TestFoldRunsText(t *testing.T) {
+	one := &foldPlan{Runs: []foldRun{{Unit: 2, Count: 95}}}
+	require.Equal(t, "a run of 96 repeated statements kept as 2", one.runsText())
+	two := &foldPlan{Runs: []foldRun{{Unit: 2, Count: 3}, {Unit: 4, Count: 5}}}
+	require.Equal(t, "runs of 4 and 6 repeated statements, each kept as 2", two.runsText())
+}

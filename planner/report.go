@@ -32,8 +32,8 @@ func (r *Result) Text() string {
 		fmt.Fprintf(&b, "%d candidates left out: more pipeline stages than the train block has units (%d)\n", r.FewUnits, r.Prog.Units)
 	}
 	if f := r.Folded; f != nil {
-		fmt.Fprintf(&b, "folded the train block's %d units to %d (a run of %d repeated statements kept as 2) and lowered the folded program %d times\n",
-			len(f.Unit), f.Units, f.Runs[0].Count+1, r.Proxies)
+		fmt.Fprintf(&b, "folded the train block's %d units to %d (%s) and lowered the folded program %d times\n",
+			len(f.Unit), f.Units, f.runsText(), r.Proxies)
 		fmt.Fprintf(&b, "searched %d candidates in %.1f s (%.1f s checking the program per micro-batch count): %d modelled by composition, %d priced exactly (checked, lowered, simulated), %d skipped by the time bound, %d by the memory bound; %d rejected by the checker or lowering\n\n",
 			r.Candidates, r.Elapsed.Seconds(), r.Analysis.Seconds(), r.Composed, r.Priced, r.PrunedTime, r.PrunedMemory, rejected)
 	} else {
@@ -227,4 +227,18 @@ func mapsKeys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// runsText names the fold's runs: "a run of 96 repeated statements kept
+// as 2", or with several, "runs of 4 and 4 repeated statements, each kept
+// as 2".
+func (f *foldPlan) runsText() string {
+	if len(f.Runs) == 1 {
+		return fmt.Sprintf("a run of %d repeated statements kept as 2", f.Runs[0].Count+1)
+	}
+	n := make([]string, len(f.Runs))
+	for i, r := range f.Runs {
+		n[i] = fmt.Sprint(r.Count + 1)
+	}
+	return fmt.Sprintf("runs of %s and %s repeated statements, each kept as 2", strings.Join(n[:len(n)-1], ", "), n[len(n)-1])
 }
