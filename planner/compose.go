@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
@@ -55,6 +56,7 @@ type folded struct {
 	mu        sync.Mutex
 	proxies   map[string]*proxyEntry
 	extrapols map[string]*proxyEntry
+	compiles  atomic.Int64 // folded programs checked and lowered (lowered)
 }
 
 type proxyEntry struct {
@@ -84,10 +86,12 @@ func newFolded(p *Program) *folded {
 }
 
 // lowered counts the folded programs lowered so far.
-func (f *folded) lowered() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.proxies) + 2*len(f.extrapols)
+func (f *folded) lowered() int { return int(f.compiles.Load()) }
+
+// compile is compileSource of a folded program, counted (lowered).
+func (f *folded) compile(path string, src []byte, c *Candidate, n int, links *Links) (*lower.Plan, error) {
+	f.compiles.Add(1)
+	return compileSource(path, src, c, n, links)
 }
 
 // proxy is a lowered folded program, walked per pipeline rank.
@@ -192,11 +196,11 @@ func (f *folded) buildProxy(c *Candidate, opts Options, dataAxis string) (*proxy
 	var err error
 	if k := 3; k < c.Micro && f.rows > 0 && f.rows%c.Micro == 0 {
 		pc.Micro, pc.batch = k, f.rows/c.Micro*k
-		lp, err = compileSource(f.prog.Path, f.prog.Source(&pc, ""), c, n, opts.Links)
+		lp, err = f.compile(f.prog.Path, f.prog.Source(&pc, ""), c, n, opts.Links)
 	}
 	if lp == nil {
 		pc.Micro, pc.batch = c.Micro, 0
-		if lp, err = compileSource(f.prog.Path, f.prog.Source(&pc, ""), c, n, opts.Links); err != nil {
+		if lp, err = f.compile(f.prog.Path, f.prog.Source(&pc, ""), c, n, opts.Links); err != nil {
 			return nil, err
 		}
 	}
@@ -504,18 +508,21 @@ func (f *folded) composeFlat(c *Candidate, opts Options, dataAxis string) (*Cost
 	f.mu.Unlock()
 	e.once.Do(func() {
 		var flat *Cost
-		if flat, e.err = f.extrapolateLayers(c, c.Micro, opts, dataAxis); e.err != nil {
-			return
-		}
 		// many micro-batches: extrapolated in their count too, from three
 		// and four (the first and last differ from the middle ones; every
 		// middle one adds the same), with the batch rewritten as a
-		// proxy's; in full where the shapes refuse it
+		// proxy's; in full where the shapes refuse it (only then: the
+		// full lowering is what this saves)
 		if m := c.Micro; m > 4 && f.rows > 0 && f.rows%m == 0 {
 			three, err1 := f.extrapolateLayers(c, 3, opts, dataAxis)
 			four, err2 := f.extrapolateLayers(c, 4, opts, dataAxis)
 			if err1 == nil && err2 == nil {
 				flat = extrapolate(three, four, float64(m-3))
+			}
+		}
+		if flat == nil {
+			if flat, e.err = f.extrapolateLayers(c, c.Micro, opts, dataAxis); e.err != nil {
+				return
 			}
 		}
 		e.px = &proxy{flat: flat}
@@ -542,7 +549,7 @@ func (f *folded) extrapolateLayers(c *Candidate, micro int, opts Options, dataAx
 		pc.Micro, pc.batch = micro, f.rows/c.Micro*micro
 	}
 	price := func(p *Program) (*Cost, error) {
-		lp, err := compileSource(p.Path, p.Source(&pc, ""), c, opts.Devices, opts.Links)
+		lp, err := f.compile(p.Path, p.Source(&pc, ""), c, opts.Devices, opts.Links)
 		if err != nil {
 			return nil, err
 		}

@@ -59,3 +59,26 @@ func TestFoldRunsText(t *testing.T) {
 	two := &foldPlan{Runs: []foldRun{{Unit: 2, Count: 3}, {Unit: 4, Count: 5}}}
 	require.Equal(t, "runs of 4 and 6 repeated statements, each kept as 2", two.runsText())
 }
+
+// A candidate without a pipeline and more than four micro-batches is
+// priced from the folded programs with three and four micro-batches: four
+// lowerings, not also the two with all of its micro-batches (which the
+// extrapolation in the micro-batch count is there to save).
+func TestComposeFlatLowersOnlyFewMicroBatches(t *testing.T) {
+	p := writeGPT(t, 6, 8)
+	f := newFolded(p)
+	require.NotNil(t, f)
+	opts := Options{Devices: 4, Links: mustLinks(t, "4:1:300,*:10:25"), Rate: 400e12, Space: Space{MaxMicro: 8}}
+	b, cands := feasible(t, p, opts)
+	f.rows = b.rows
+	for _, c := range cands {
+		if c.PP != 1 || c.Micro != 8 {
+			continue
+		}
+		_, err := f.compose(c, opts, b.dataName(p))
+		require.NoError(t, err, c.Label(p))
+		require.Equal(t, 4, f.lowered(), "%s: the folded programs with 3 and 4 micro-batches, two and three repeats each", c.Label(p))
+		return
+	}
+	t.Fatal("no candidate without a pipeline and 8 micro-batches")
+}
