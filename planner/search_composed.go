@@ -108,6 +108,9 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 		floor = map[floorKey]float64{} // least modelled step without ZeRO's and offload's time per group and schedule
 	)
 	kth := func() float64 { return kthStep(top, opts.Top) }
+	// bar: the exact step of the Top-th modelled can be as high as its
+	// modelled step over (1 − tolerance)
+	bar := func() float64 { return kth() / (1 - composeTolerance) }
 	take := func() *Candidate {
 		mu.Lock()
 		defer mu.Unlock()
@@ -118,16 +121,16 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 			case opts.Memory > 0 && b.memoryBound(c, opts.Devices) > float64(opts.Memory):
 				res.PrunedMemory++
 				continue
-			case res.bound[c] > kth()*(1+composeTolerance):
+			case res.bound[c] > bar():
 				res.PrunedTime++
 				continue
-			case b.siblingBound(c, opts, model)*(1-composeTolerance) > kth()*(1+composeTolerance),
-				floor[floorKey{group(c), c.Schedule}]*(1-composeTolerance) > kth()*(1+composeTolerance):
+			case b.siblingBound(c, opts, model)*(1-composeTolerance) > bar(),
+				floor[floorKey{group(c), c.Schedule}]*(1-composeTolerance) > bar():
 				res.PrunedTime++
 				res.PrunedSibling++
 				continue
 			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
-				res.stopAt(cands[next-1:], kth()*(1+composeTolerance), true)
+				res.stopAt(cands[next-1:], bar(), true)
 				next = len(cands)
 				return nil
 			}
