@@ -35,9 +35,11 @@ import (
 // scaled from the proxy's micro-batches in flight to the candidate's.
 //
 // Proxies are shared by every candidate with the same inner mesh and
-// links, micro-batches, ZeRO stage, offload, checkpointing, placements
-// and action kinds: for the 96-layer GPT on 4096 devices, 684 proxies
-// stand for 3724 candidates, each a five-unit program instead of 98.
+// links, micro-batch size, ZeRO stage, offload, checkpointing and
+// placements (pipeline size, position and schedule aside): for the
+// 96-layer GPT of bench/gptgen on 4096 devices, 366 keys stand for 3724
+// candidates, each a five-unit program with three micro-batches instead
+// of 99 units with eight; the bounds leave about a hundred to lower.
 //
 // A candidate without a pipeline is extrapolated instead: the folded
 // programs keeping two and three of the run are priced exactly, and
