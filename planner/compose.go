@@ -19,20 +19,20 @@ import (
 // of the unit on the candidate's own inner mesh and links.
 //
 // A pipelined candidate is priced from a proxy: the folded program on
-// the candidate's mesh with the pipeline axis resized to give each
-// folded unit a stage of its own, the same micro-batches, ZeRO stage,
-// offload, checkpointing and placements, and a schedule with the same
-// kinds of action (1F1B, or ZB-1P for the zero-bubble schedules, whose
-// backward is split in two). From the proxy's ranks the composition
-// takes, per unit: its time in each action of each micro-batch, the
-// bytes it sends at its end, its work before and after the actions (the
-// optimizer step), its collectives, and its memory. The candidate's own
-// cut is the pipeline pass's balance over the program's units, with
-// each unit's model cost its folded unit's; each stage's action then
-// costs the sum of its units', and the schedule simulator times the
-// step as pricePipeline does. Memory per pipeline rank is its units'
-// parameters, optimizer states and gradients, plus their activations
-// scaled from the proxy's micro-batches in flight to the candidate's.
+// the candidate's inner mesh and links with the pipeline axis resized to
+// give each folded unit a stage of its own, under ZB-1P (whose I and W
+// sum to the B of the schedules that do not split the backward), with
+// three micro-batches of the candidate's size and its ZeRO stage,
+// offload, checkpointing and placements (buildProxy). From the proxy's
+// ranks the composition takes, per unit: its time in each action of the
+// first, a middle and the last micro-batch, the bytes it sends at its
+// end, its work before and after the actions (the optimizer step), its
+// collectives, and its memory profile. The candidate's own cut is the
+// pipeline pass's balance over the program's units, with each unit's
+// model cost its folded unit's; each stage's action then costs the sum
+// of its units', and the schedule simulator times the step as
+// pricePipeline does. Memory per pipeline rank replays its units'
+// profiles in the candidate's schedule order (rankPeak).
 //
 // Proxies are shared by every candidate with the same inner mesh and
 // links, micro-batch size, ZeRO stage, offload, checkpointing and
@@ -47,7 +47,7 @@ import (
 // identical units; the tests compare).
 //
 // Composed costs rank the candidates; the best are then priced exactly
-// (search.go), so the figures plan prints are the lowering's own.
+// (search_composed.go), so the figures plan prints are the lowering's own.
 
 // folded is what the search keeps of a folded program.
 type folded struct {
