@@ -104,8 +104,6 @@ func (c *CPU) Free(b Buffer) {
 	case !ok:
 	case c.pool != nil:
 		c.pool.put(t)
-	case c.arena != nil && t.home == c.arena && t.lent:
-		c.arena.deferLent(t)
 	case c.arena != nil && t.home == c.arena:
 		c.arena.put(t)
 	}

@@ -96,11 +96,6 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 	wg.Wait()
 	wall := time.Since(start)
 	err := firstError(errs)
-	for _, w := range l.Workers {
-		if c, ok := w.Backend.(*CPU); ok && c.arena != nil {
-			c.arena.settle(err == nil) // no rank runs: lent buffers are free
-		}
-	}
 	if err != nil {
 		return nil, wall, err
 	}

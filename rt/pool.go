@@ -34,9 +34,6 @@ type hostPool struct {
 	out         int64
 	heldTensors int64
 	min         int // smaller buffers are not recycled
-	// lent holds freed buffers a collective lent to peers, until every
-	// rank has finished the execution (settle).
-	lent []*Tensor
 }
 
 // poolKey is a free list's key: element count, dtype and whether it is
@@ -156,29 +153,6 @@ func (p *hostPool) done(scratch ...[]float64) {
 		if s != nil {
 			p.putData(ir.F64, len(s), s, true)
 		}
-	}
-}
-
-// deferLent keeps a freed buffer that peers may still read until settle.
-func (p *hostPool) deferLent(t *Tensor) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.lent = append(p.lent, t)
-}
-
-// settle recycles the buffers lent to collectives, once no rank runs:
-// after a failed execution it drops them instead (a cancelled peer's
-// transport may still hold one).
-func (p *hostPool) settle(ok bool) {
-	p.mu.Lock()
-	lent := p.lent
-	p.lent = nil
-	p.mu.Unlock()
-	for i, t := range lent {
-		if ok {
-			p.put(t)
-		}
-		lent[i] = nil
 	}
 }
 

@@ -460,9 +460,12 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 
 // escape marks a buffer that goes to another rank: the in-process
 // transport hands peers the storage itself, which they may read after
-// this rank frees it, so the backend must not recycle it.
+// this rank frees it, so the backend must not recycle it. A buffer with
+// no home is left unwritten: a shared collective result is one tensor
+// every member of the group holds, and the others read its home as they
+// free it (a write here raced with them under -race).
 func escape(b Buffer) {
-	if t, ok := b.(*Tensor); ok {
+	if t, ok := b.(*Tensor); ok && t.home != nil {
 		t.home = nil
 	}
 }

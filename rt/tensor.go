@@ -19,10 +19,6 @@ type Tensor struct {
 	// for a kernel's output on a recycling backend, cleared when the
 	// buffer is shared with another rank (see escape).
 	home *hostPool
-	// lent says a collective read the buffer: peers may read it until
-	// they finish their part, so it is recycled only once every rank has
-	// finished the execution (hostPool.settle).
-	lent bool
 	// view says Data is not the tensor's own (a block of a loaded file the
 	// cache keeps: blockView): no pool ever takes it back.
 	view bool
