@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"github.com/meshrun/meshrun/internal/npy"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
-	"github.com/meshrun/meshrun/rt"
 )
 
 // BenchmarkMLPStepFiles is BenchmarkMLPStep with its data and weights
@@ -44,24 +42,7 @@ func BenchmarkMLPStepFiles(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			g.Train.Steps = b.N + 1
-			p, err := lower.Lower(g, lower.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			_, err = rt.Train(context.Background(), p, rt.Options{}, rt.TrainConfig{OnStep: func(s rt.StepInfo) error {
-				switch s.Step {
-				case 1:
-					b.ResetTimer()
-				case s.Steps:
-					b.StopTimer()
-				}
-				return nil
-			}})
-			if err != nil {
-				b.Fatal(err)
-			}
+			timeTrainSteps(b, g, lower.Options{})
 		})
 	}
 }
