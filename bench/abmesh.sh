@@ -15,16 +15,13 @@ rounds=${3:-5} bench=${4:-TrainStep} bt=${5:-3x}
 cd "$(dirname "$0")"
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
-for i in $(seq "$rounds"); do
-    order=(old new)
-    if (( i % 2 == 0 )); then order=(new old); fi
-    for w in "${order[@]}"; do
-        bin=$old
-        if [[ $w == new ]]; then bin=$new; fi
-        "$bin" -test.run '^$' -test.bench "$bench" -test.benchtime "$bt" -test.v 2>&1 |
-            grep -E 'median step mesh|comm alone/ideal' | grep -v '(1 rounds' | sed "s/^/$w $i /" >>"$rows" || true
-    done
-done
+source ./ab_lib.sh
+# one WHICH ROUND BIN: a run's summary lines, labelled
+one() {
+    "$3" -test.run '^$' -test.bench "$bench" -test.benchtime "$bt" -test.v 2>&1 |
+        grep -E 'median step mesh|comm alone/ideal' | grep -v '(1 rounds' | sed "s/^/$1 $2 /" >>"$rows" || true
+}
+ab_rounds "$rounds" "$old" "$new" one
 /usr/bin/python3 - "$rows" <<'PY'
 import collections, re, statistics as st, sys
 train = collections.defaultdict(lambda: collections.defaultdict(dict))

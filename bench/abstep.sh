@@ -12,16 +12,13 @@ rounds=${3:-5} bench=${4:-GPTStep} bt=${5:-50x}
 cd "$(dirname "$0")"
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
-for i in $(seq "$rounds"); do
-    order=(old new)
-    if (( i % 2 == 0 )); then order=(new old); fi
-    for w in "${order[@]}"; do
-        bin=$old
-        if [[ $w == new ]]; then bin=$new; fi
-        GOMAXPROCS=${GOMAXPROCS:-1} "$bin" -test.run '^$' -test.bench "$bench" -test.benchtime "$bt" -test.benchmem |
-            awk -v w="$w" '/^Benchmark/ {print w, $1, $3, $5, $7}' >>"$rows"
-    done
-done
+source ./ab_lib.sh
+# one WHICH ROUND BIN: a run's benchmark lines, labelled
+one() {
+    GOMAXPROCS=${GOMAXPROCS:-1} "$3" -test.run '^$' -test.bench "$bench" -test.benchtime "$bt" -test.benchmem |
+        awk -v w="$1" '/^Benchmark/ {print w, $1, $3, $5, $7}' >>"$rows"
+}
+ab_rounds "$rounds" "$old" "$new" one
 /usr/bin/python3 - "$rows" <<'PY'
 import collections, statistics, sys
 by = collections.defaultdict(lambda: collections.defaultdict(list))
