@@ -145,35 +145,21 @@ func (p *Program) namesAny(s trainStmt, set map[string]bool) bool {
 }
 
 // canonical is a statement's text with each parameter it names replaced
-// by the parameter's declaration without its name.
+// by the parameter's declaration without its name, blanks and comments
+// dropped.
 func (p *Program) canonical(s trainStmt) string {
 	var b bytes.Buffer
-	text := p.Src[s.start:s.end]
-	for i := 0; i < len(text); {
-		c := text[i]
-		switch {
-		case c == '#':
-			for i < len(text) && text[i] != '\n' {
-				i++
-			}
-		case isIdent(c) && (c < '0' || c > '9'):
-			j := i
-			for j < len(text) && isIdent(text[j]) {
-				j++
-			}
-			if sig, ok := p.paramSig[string(text[i:j])]; ok {
-				b.WriteString("\x00" + sig + "\x00")
-			} else {
-				b.Write(text[i:j])
-			}
-			i = j
-		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
-			i++
-		default:
-			b.WriteByte(c)
-			i++
+	scanSource(p.Src[s.start:s.end], func(id []byte) {
+		if sig, ok := p.paramSig[string(id)]; ok {
+			b.WriteString("\x00" + sig + "\x00")
+		} else {
+			b.Write(id)
 		}
-	}
+	}, func(c byte) {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			b.WriteByte(c)
+		}
+	})
 	return b.String()
 }
 
@@ -214,6 +200,13 @@ func (p *Program) dropStatements(drop []bool) []byte {
 // comments, strings and numbers.
 func identifiers(text []byte) []string {
 	var out []string
+	scanSource(text, func(id []byte) { out = append(out, string(id)) }, func(byte) {})
+	return out
+}
+
+// scanSource walks a piece of source: each identifier to ident, every
+// other byte (of strings and numbers too) to other; comments skipped.
+func scanSource(text []byte, ident func([]byte), other func(byte)) {
 	for i := 0; i < len(text); {
 		c := text[i]
 		switch {
@@ -222,21 +215,29 @@ func identifiers(text []byte) []string {
 				i++
 			}
 		case c == '"':
-			for i++; i < len(text) && text[i] != '"'; i++ {
+			j := i + 1
+			for j < len(text) && text[j] != '"' {
+				j++
 			}
-			i++
+			for ; i <= j && i < len(text); i++ {
+				other(text[i])
+			}
 		case isIdent(c):
 			j := i
 			for j < len(text) && isIdent(text[j]) {
 				j++
 			}
-			if c < '0' || c > '9' {
-				out = append(out, string(text[i:j]))
+			if c >= '0' && c <= '9' {
+				for ; i < j; i++ {
+					other(text[i])
+				}
+			} else {
+				ident(text[i:j])
 			}
 			i = j
 		default:
+			other(c)
 			i++
 		}
 	}
-	return out
 }
