@@ -243,6 +243,16 @@ func (p *Plan) replay(r int, visit func(i int, cur int64) bool) {
 // slot of the other tier counts nothing.
 func (p *Plan) replayTier(r int, t tier, visit func(i int, cur int64) bool) {
 	prog := p.ProgramOf(r)
+	p.walkTier(r, t, func(i int, top, _ int64) bool {
+		return prog.Instrs[i].Out < 0 || !t.holds(&prog.Instrs[i]) || visit(i, top)
+	})
+}
+
+// walkTier is replayTier at every instruction: the bytes held once it
+// has allocated its output (top) and once it has freed what it frees
+// (after).
+func (p *Plan) walkTier(r int, t tier, visit func(i int, top, after int64) bool) {
+	prog := p.ProgramOf(r)
 	var cur int64
 	slot := make([]int64, prog.NumSlots())
 	coord := p.Mesh.Coord(r)
@@ -252,12 +262,13 @@ func (p *Plan) replayTier(r int, t tier, visit func(i int, cur int64) bool) {
 			n := int64(sbp.LocalNumel(p.Mesh, in.Shape, in.Placement, coord))
 			slot[in.Out] = n * int64(in.DType.Size())
 			cur = size.AddBytes(cur, slot[in.Out])
-			if !visit(i, cur) {
-				return
-			}
 		}
+		top := cur
 		for _, s := range in.Free {
 			cur -= slot[s]
+		}
+		if !visit(i, top, cur) {
+			return
 		}
 	}
 }
