@@ -136,7 +136,17 @@ func (be *Backend) Free(b rt.Buffer) {
 }
 
 // CopyIn implements rt.Backend.
-func (be *Backend) CopyIn(t *rt.Tensor) (rt.Buffer, error) { return be.upload(t) }
+func (be *Backend) CopyIn(t *rt.Tensor) (rt.Buffer, error) { return buffer(be.upload(t)) }
+
+// buffer hands a *Buf on as an rt.Buffer, and nothing with an error: a
+// nil *Buf inside an rt.Buffer is not a nil interface, and a caller that
+// checks the buffer instead of the error would take it for a result.
+func buffer(b *Buf, err error) (rt.Buffer, error) {
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
 
 func (be *Backend) upload(t *rt.Tensor) (*Buf, error) {
 	b, err := be.newBuf(t.DType, t.Shape)
@@ -320,7 +330,7 @@ func (be *Backend) fallback(k *plan.Kernel, args []rt.Buffer, in []sbp.Block, ou
 	if err != nil {
 		return nil, err
 	}
-	return be.upload(res)
+	return buffer(be.upload(res))
 }
 
 var nativeOps = []string{"matmul", "reshape", "transpose", "const", "adam_moment", "adam_moment2", "adam_update",

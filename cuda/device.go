@@ -19,6 +19,7 @@ type Device struct {
 	Ordinal int
 	Name    string
 	Arch    string // sm_XY, what NVRTC compiles for
+	dev     int    // the driver's CUdevice, which holds the primary context
 	ctx     uintptr
 	stream  uintptr
 
@@ -62,32 +63,56 @@ func check(call, what string, rc int) error {
 
 // Open loads the driver, NVRTC and cuBLAS, makes the device's primary
 // context current, creates its stream and cuBLAS handle, and compiles
-// (or finds in the cache) the kernels for its architecture.
+// (or finds in the cache) the kernels for its architecture. When a step
+// fails, what the earlier ones made is given back before the error
+// returns: a caller that tries another device, or the CPU, holds nothing
+// of this one.
 func Open(ordinal int) (*Device, error) {
 	for _, l := range []Lib{Driver, NVRTC, Cublas} {
 		if err := Load(l); err != nil {
 			return nil, err
 		}
 	}
-	ctx, major, minor, name, rc := drInit(ordinal)
+	dev, ctx, major, minor, name, rc := drInit(ordinal)
 	if err := check("cuInit/cuDeviceGet/cuDevicePrimaryCtxRetain", fmt.Sprintf("device %d", ordinal), rc); err != nil {
 		return nil, err
 	}
-	d := &Device{Ordinal: ordinal, Name: name, Arch: fmt.Sprintf("sm_%d%d", major, minor), ctx: ctx, free: map[int64][]uint64{}}
-	var err error
-	if d.stream, rc = drStreamCreate(ctx); rc != 0 {
-		return nil, check("cuStreamCreate", "", rc)
-	}
-	if d.blas, rc = blCreate(ctx, d.stream); rc != 0 {
-		return nil, blasError("cublasCreate", rc)
-	}
-	if err := blasError("cublasSetMathMode", blMathMode(ctx, d.blas, mathDefault)); err != nil {
-		return nil, err
-	}
-	if d.kernels, err = d.loadModule(KernelSource()); err != nil {
+	d := &Device{Ordinal: ordinal, Name: name, Arch: fmt.Sprintf("sm_%d%d", major, minor), dev: dev, ctx: ctx, free: map[int64][]uint64{}}
+	if err := d.setUp(); err != nil {
+		d.tearDown()
 		return nil, err
 	}
 	return d, nil
+}
+
+// setUp creates the stream and cuBLAS handle and loads the kernels; on an
+// error, whatever it made is in d for tearDown.
+func (d *Device) setUp() error {
+	var rc int
+	if d.stream, rc = drStreamCreate(d.ctx); rc != 0 {
+		d.stream = 0
+		return check("cuStreamCreate", "", rc)
+	}
+	if d.blas, rc = blCreate(d.ctx, d.stream); rc != 0 {
+		d.blas = 0
+		return blasError("cublasCreate", rc)
+	}
+	if err := blasError("cublasSetMathMode", blMathMode(d.ctx, d.blas, mathDefault)); err != nil {
+		return err
+	}
+	var err error
+	d.kernels, err = d.loadModule(KernelSource())
+	return err
+}
+
+// TotalMemory is the device's memory in bytes (cuDeviceTotalMem), read
+// without making a context.
+func TotalMemory(ordinal int) (int64, error) {
+	if err := Load(Driver); err != nil {
+		return 0, err
+	}
+	n, rc := drTotalMem(ordinal)
+	return n, check("cuDeviceTotalMem", fmt.Sprintf("device %d", ordinal), rc)
 }
 
 // DeviceCount is cuDeviceGetCount's answer (after loading the driver).
@@ -99,27 +124,54 @@ func DeviceCount() (int, error) {
 	return n, check("cuDeviceGetCount", "", rc)
 }
 
-// Close waits for the stream, returns the cached blocks to the driver and
-// destroys the cuBLAS handle, the kernels' module and the stream. Buffers
-// still live stay allocated until the process ends.
+// Close waits for the stream, returns the cached blocks to the driver,
+// destroys the kernels' module, the cuBLAS handle and the stream, and
+// releases the primary context (the driver destroys it when its last
+// holder lets go, and with it every buffer still live; otherwise those
+// stay allocated until the process ends). A second Close does nothing.
 func (d *Device) Close() error {
+	if d.ctx == 0 {
+		return nil
+	}
 	err := d.Sync()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, ps := range d.free {
 		for _, p := range ps {
 			drFree(d.ctx, p)
 		}
 	}
 	d.free = map[int64][]uint64{}
-	blDestroy(d.ctx, d.blas)
-	if d.kernels != nil {
-		drModuleUnload(d.ctx, d.kernels.handle)
-	}
-	if rc := drStreamDestroy(d.ctx, d.stream); err == nil {
-		err = check("cuStreamDestroy", "", rc)
+	d.mu.Unlock()
+	if e := d.tearDown(); err == nil {
+		err = e
 	}
 	return err
+}
+
+// tearDown gives back, in the reverse order of Open, what Open made and
+// d still holds, and forgets it; the first failure is the error.
+func (d *Device) tearDown() error {
+	var errs []error
+	if d.kernels != nil {
+		errs = append(errs, check("cuModuleUnload", "", drModuleUnload(d.ctx, d.kernels.handle)))
+		d.kernels = nil
+	}
+	if d.blas != 0 {
+		errs = append(errs, blasError("cublasDestroy", blDestroy(d.ctx, d.blas)))
+		d.blas = 0
+	}
+	if d.stream != 0 {
+		errs = append(errs, check("cuStreamDestroy", "", drStreamDestroy(d.ctx, d.stream)))
+		d.stream = 0
+	}
+	errs = append(errs, check("cuDevicePrimaryCtxRelease", fmt.Sprintf("device %d", d.Ordinal), drPrimaryCtxRelease(d.dev)))
+	d.ctx = 0
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // Sync waits for everything issued on the device's stream.

@@ -12,7 +12,7 @@ extern void *f_cuInit, *f_cuGetErrorName, *f_cuDeviceGetCount, *f_cuDeviceGet, *
 	*f_cuDeviceGetName, *f_cuDevicePrimaryCtxRetain, *f_cuCtxSetCurrent, *f_cuMemAlloc, *f_cuMemFree,
 	*f_cuMemcpyHtoD, *f_cuMemcpyDtoH, *f_cuMemcpyDtoDAsync, *f_cuMemsetD8, *f_cuModuleLoadData,
 	*f_cuModuleGetFunction, *f_cuModuleUnload, *f_cuLaunchKernel, *f_cuStreamCreate,
-	*f_cuStreamSynchronize, *f_cuStreamDestroy;
+	*f_cuStreamSynchronize, *f_cuStreamDestroy, *f_cuDevicePrimaryCtxRelease, *f_cuDeviceTotalMem;
 extern void *f_nvrtcCreateProgram, *f_nvrtcCompileProgram, *f_nvrtcGetCUBINSize, *f_nvrtcGetCUBIN,
 	*f_nvrtcGetProgramLogSize, *f_nvrtcGetProgramLog, *f_nvrtcDestroyProgram, *f_nvrtcGetErrorString;
 extern void *f_cublasCreate, *f_cublasDestroy, *f_cublasSetStream, *f_cublasSetMathMode,
@@ -40,6 +40,15 @@ static int dr_init(int ordinal, int *dev, void **ctx, int *major, int *minor, ch
 	if ((rc = ((int (*)(int *, int, int))f_cuDeviceGetAttribute)(minor, 76, *dev))) return rc; // COMPUTE_CAPABILITY_MINOR
 	if ((rc = ((int (*)(char *, int, int))f_cuDeviceGetName)(name, nameLen, *dev))) return rc;
 	return ((int (*)(void **, int))f_cuDevicePrimaryCtxRetain)(ctx, *dev);
+}
+
+static int dr_primaryCtxRelease(int dev) { return ((int (*)(int))f_cuDevicePrimaryCtxRelease)(dev); }
+
+static int dr_totalMem(int ordinal, size_t *bytes) {
+	int rc, dev;
+	if ((rc = ((int (*)(unsigned))f_cuInit)(0))) return rc;
+	if ((rc = ((int (*)(int *, int))f_cuDeviceGet)(&dev, ordinal))) return rc;
+	return ((int (*)(size_t *, int))f_cuDeviceTotalMem)(bytes, dev);
 }
 
 static int dr_deviceCount(int *n) {
@@ -154,12 +163,20 @@ func errorName(rc int) string {
 	return ""
 }
 
-func drInit(ordinal int) (ctx uintptr, major, minor int, name string, rc int) {
-	var dev, ma, mi C.int
+func drInit(ordinal int) (dev int, ctx uintptr, major, minor int, name string, rc int) {
+	var d, ma, mi C.int
 	var c unsafe.Pointer
 	var buf [256]C.char
-	rc = int(C.dr_init(C.int(ordinal), &dev, &c, &ma, &mi, &buf[0], C.int(len(buf))))
-	return uintptr(c), int(ma), int(mi), C.GoString(&buf[0]), rc
+	rc = int(C.dr_init(C.int(ordinal), &d, &c, &ma, &mi, &buf[0], C.int(len(buf))))
+	return int(d), uintptr(c), int(ma), int(mi), C.GoString(&buf[0]), rc
+}
+
+func drPrimaryCtxRelease(dev int) int { return int(C.dr_primaryCtxRelease(C.int(dev))) }
+
+func drTotalMem(ordinal int) (int64, int) {
+	var n C.size_t
+	rc := C.dr_totalMem(C.int(ordinal), &n)
+	return int64(n), int(rc)
 }
 
 func drDeviceCount() (int, int) {

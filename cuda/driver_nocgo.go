@@ -9,7 +9,9 @@ import "unsafe"
 const errNoCgo = 999 // CUDA_ERROR_UNKNOWN
 
 func errorName(int) string                                      { return "" }
-func drInit(int) (uintptr, int, int, string, int)               { return 0, 0, 0, "", errNoCgo }
+func drInit(int) (int, uintptr, int, int, string, int)          { return 0, 0, 0, 0, "", errNoCgo }
+func drPrimaryCtxRelease(int) int                               { return errNoCgo }
+func drTotalMem(int) (int64, int)                               { return 0, errNoCgo }
 func drDeviceCount() (int, int)                                 { return 0, errNoCgo }
 func drStreamCreate(uintptr) (uintptr, int)                     { return 0, errNoCgo }
 func drStreamSync(uintptr, uintptr) int                         { return errNoCgo }

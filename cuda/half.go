@@ -73,7 +73,7 @@ func (be *Backend) launchHalf(ctx context.Context, k, kw *plan.Kernel, args []rt
 	}
 	r := res.(*Buf)
 	defer be.Free(r)
-	return be.convert(r, k.DType)
+	return buffer(be.convert(r, k.DType))
 }
 
 // convert widens a half buffer to f32 or narrows an f32 one to a half

@@ -102,7 +102,7 @@ func (be *Backend) onHost(x *Buf, step func(*rt.Tensor) (rt.Buffer, error)) (rt.
 	if err != nil {
 		return nil, err
 	}
-	return be.upload(r.(*rt.Tensor))
+	return buffer(be.upload(r.(*rt.Tensor)))
 }
 
 // transpose permutes x's dims (out dim i is x's dim perm[i]): a box copy

@@ -23,7 +23,8 @@ void *f_cuInit, *f_cuDriverGetVersion, *f_cuGetErrorString, *f_cuDeviceGetCount,
 	*f_cuMemAlloc, *f_cuMemFree, *f_cuMemcpyHtoD, *f_cuMemcpyDtoH, *f_cuMemcpyDtoDAsync,
 	*f_cuModuleLoadData, *f_cuModuleGetFunction, *f_cuLaunchKernel, *f_cuStreamCreate,
 	*f_cuStreamSynchronize, *f_cuEventCreate, *f_cuEventRecord, *f_cuEventElapsedTime,
-	*f_cuGetErrorName, *f_cuMemsetD8, *f_cuModuleUnload, *f_cuStreamDestroy, *f_cuDeviceGetName;
+	*f_cuGetErrorName, *f_cuMemsetD8, *f_cuModuleUnload, *f_cuStreamDestroy, *f_cuDeviceGetName,
+	*f_cuDevicePrimaryCtxRelease, *f_cuDeviceTotalMem;
 void *f_nvrtcVersion, *f_nvrtcCreateProgram, *f_nvrtcCompileProgram, *f_nvrtcGetCUBINSize,
 	*f_nvrtcGetCUBIN, *f_nvrtcGetProgramLogSize, *f_nvrtcGetProgramLog, *f_nvrtcDestroyProgram,
 	*f_nvrtcGetErrorString;
@@ -50,6 +51,8 @@ static struct { int lib; const char *name; void **fn; } entries[] = {
 	{L_DRIVER, "cuGetErrorName", &f_cuGetErrorName}, {L_DRIVER, "cuMemsetD8_v2", &f_cuMemsetD8},
 	{L_DRIVER, "cuModuleUnload", &f_cuModuleUnload}, {L_DRIVER, "cuStreamDestroy_v2", &f_cuStreamDestroy},
 	{L_DRIVER, "cuDeviceGetName", &f_cuDeviceGetName},
+	{L_DRIVER, "cuDevicePrimaryCtxRelease_v2", &f_cuDevicePrimaryCtxRelease},
+	{L_DRIVER, "cuDeviceTotalMem_v2", &f_cuDeviceTotalMem},
 	{L_NVRTC, "nvrtcVersion", &f_nvrtcVersion}, {L_NVRTC, "nvrtcCreateProgram", &f_nvrtcCreateProgram},
 	{L_NVRTC, "nvrtcCompileProgram", &f_nvrtcCompileProgram}, {L_NVRTC, "nvrtcGetCUBINSize", &f_nvrtcGetCUBINSize},
 	{L_NVRTC, "nvrtcGetCUBIN", &f_nvrtcGetCUBIN}, {L_NVRTC, "nvrtcGetProgramLogSize", &f_nvrtcGetProgramLogSize},

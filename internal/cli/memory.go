@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/meshrun/meshrun/cuda"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lower"
 )
@@ -25,7 +26,7 @@ type memoryFlag struct {
 
 func (m *memoryFlag) String() string {
 	if !m.set {
-		return "3/4 of this machine's memory shared by the devices"
+		return "9/10 of the GPU's memory, or 3/4 of this machine's, shared by the devices"
 	}
 	return lower.HumanBytes(float64(m.bytes))
 }
@@ -62,9 +63,13 @@ var memoryUnits = map[string]float64{
 // cannot be read.
 const fallbackMemory = 8 << 30
 
-// memoryBudget is the per-device budget for a mesh of n devices: the flag,
-// or 3/4 of the machine's memory shared by the n devices, which the local
-// launcher runs in this one process (under MPI on several machines,
+// memoryBudget is the per-device budget for a mesh of n devices: the flag;
+// or, when kernels run on a GPU (--backend cuda, or auto where one can be
+// opened), 9/10 of its memory (the rest is the context's, cuBLAS's
+// workspace and the allocator's slack), shared by the ranks of this process
+// — the local launcher runs all n on the one GPU, MPI one per process;
+// or else 3/4 of this machine's memory shared by the n devices, which the
+// local launcher runs in this one process (under MPI on several machines,
 // --memory says what one device has). explicitOnly drops the default
 // (explain reports a plan's memory whatever it is, unless asked to judge
 // it against --memory).
@@ -75,15 +80,45 @@ func (c *common) memoryBudget(n int, explicitOnly bool) int64 {
 	if explicitOnly {
 		return 0
 	}
+	if gpu, ok := c.gpuMemory(); ok {
+		if mode, err := c.launchMode(); err == nil && mode == "mpi" {
+			n = 1
+		}
+		return gpu / 10 * 9 / int64(max(n, 1))
+	}
 	return machineMemory() / 4 * 3 / int64(max(n, 1))
 }
 
 // hostInBudget says whether the budget also holds the host tier
 // (offload): the default budget, a share of this machine's RAM, where
 // the CPU backend keeps both tiers. With --memory the budget is the
-// device's; with --backend cuda the device tier is the GPU's.
+// device's; with a GPU the device tier is the GPU's.
 func (c *common) hostInBudget() bool {
-	return !c.memory.set && c.backend != "cuda"
+	if c.memory.set || c.backend == "cuda" {
+		return false
+	}
+	_, gpu := c.gpuMemory()
+	return !gpu
+}
+
+// gpuMemory is the memory of the GPU the kernels will run on, when
+// --backend asks for one and its driver can say: cuda.ChooseDevice's GPU,
+// read without opening it (the run opens it later and reports its own
+// errors). Tests replace readGPUMemory.
+func (c *common) gpuMemory() (int64, bool) {
+	if c.backend != "cuda" && c.backend != "auto" {
+		return 0, false
+	}
+	n, err := readGPUMemory()
+	return n, err == nil && n > 0
+}
+
+var readGPUMemory = func() (int64, error) {
+	dev, err := cuda.ChooseDevice()
+	if err != nil {
+		return 0, err
+	}
+	return cuda.TotalMemory(dev)
 }
 
 // deviceCount is how many devices a program runs on: its mesh's, with the

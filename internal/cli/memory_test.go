@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -71,6 +72,24 @@ func TestDefaultMemoryBudgetSharesTheMachine(t *testing.T) {
 	c.backend = "cuda"
 	require.False(t, c.hostInBudget(), "a GPU's device tier is not the host's RAM")
 	c.backend = "cpu"
+	t.Run("gpu", func(t *testing.T) {
+		read := readGPUMemory
+		t.Cleanup(func() { readGPUMemory = read })
+		readGPUMemory = func() (int64, error) { return 140 << 30, nil }
+		c := common{launcher: "local"}
+		require.Equal(t, total/4*3/8, c.memoryBudget(8, false), "--backend cpu: the machine's RAM")
+		for _, b := range []string{"cuda", "auto"} {
+			c.backend = b
+			require.Equal(t, int64(140<<30)/10*9/8, c.memoryBudget(8, false), "%s: eight ranks share the GPU", b)
+			require.False(t, c.hostInBudget(), b)
+		}
+		c.launcher = "mpi"
+		require.Equal(t, int64(140<<30)/10*9, c.memoryBudget(8, false), "under MPI each process has its GPU")
+		readGPUMemory = func() (int64, error) { return 0, errors.New("no driver") }
+		c.launcher, c.backend = "local", "auto"
+		require.Equal(t, total/4*3/8, c.memoryBudget(8, false), "auto without a GPU runs on the CPU")
+		require.True(t, c.hostInBudget())
+	})
 	require.NoError(t, c.memory.Set("2GiB"))
 	require.Equal(t, int64(2<<30), c.memoryBudget(8, true))
 	require.False(t, c.hostInBudget(), "--memory is the device's alone")

@@ -24,8 +24,12 @@
  * NVRTC); MESHRUN_FAKE_FAIL lists entry points that fail (with their
  * usual error: cuMemAlloc_v2 out of memory, cuMemsetD8_v2 an invalid
  * value, nvrtcCompileProgram a compilation error, cublasGemmEx execution
- * failed); MESHRUN_FAKE_LOG
- * names a file each compilation appends a line to; MESHRUN_FAKE_MAX_SM
+ * failed; cuStreamCreate and cublasCreate_v2 fail too); MESHRUN_FAKE_LOG
+ * names a file each compilation appends a line to; MESHRUN_FAKE_LIFECYCLE
+ * names one that every retain and release of the primary context, stream
+ * creation and destruction and cuBLAS handle creation and destruction
+ * append a "+ctx" or "-ctx" (stream, blas) line to, so a test can see
+ * that what is made is also given back; MESHRUN_FAKE_MAX_SM
  * (e.g. 80) makes NVRTC reject newer architectures, as an old one does. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -82,8 +86,38 @@ int cuDeviceGetName(char *name, int len, int dev) {
 	snprintf(name, len, "Fake GPU (host memory)");
 	return 0;
 }
-int cuDevicePrimaryCtxRetain(void **ctx, int dev) { if (dev != 0) return 101; *ctx = &the_ctx; return 0; }
-int cuCtxSetCurrent(void *ctx) { if (ctx != &the_ctx) return 201; current = ctx; return 0; }
+/* lifecycle appends "+what" or "-what" to MESHRUN_FAKE_LIFECYCLE (when set). */
+static void lifecycle(char sign, const char *what) {
+	const char *logf = getenv("MESHRUN_FAKE_LIFECYCLE");
+	FILE *f = logf ? fopen(logf, "a") : NULL;
+	if (f) { fprintf(f, "%c%s\n", sign, what); fclose(f); }
+}
+static int ctx_refs; /* cuDevicePrimaryCtxRetain minus cuDevicePrimaryCtxRelease_v2 */
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+	if (dev != 0) return 101;
+	*ctx = &the_ctx;
+	__atomic_add_fetch(&ctx_refs, 1, __ATOMIC_SEQ_CST);
+	lifecycle('+', "ctx");
+	return 0;
+}
+int cuDevicePrimaryCtxRelease_v2(int dev) {
+	if (dev != 0) return 101;
+	if (__atomic_sub_fetch(&ctx_refs, 1, __ATOMIC_SEQ_CST) < 0) { __atomic_add_fetch(&ctx_refs, 1, __ATOMIC_SEQ_CST); return 201; }
+	lifecycle('-', "ctx");
+	return 0;
+}
+int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
+	if (dev != 0) return 101;
+	const char *m = getenv("MESHRUN_FAKE_TOTAL_MEM");
+	*bytes = m ? (size_t)strtoull(m, NULL, 10) : (size_t)80 << 30;
+	return 0;
+}
+/* A context given back by its last holder is gone: making it current fails. */
+int cuCtxSetCurrent(void *ctx) {
+	if (ctx != &the_ctx || __atomic_load_n(&ctx_refs, __ATOMIC_SEQ_CST) == 0) return 201;
+	current = ctx;
+	return 0;
+}
 
 /* ---- memory: every live allocation, so accesses can be checked ---- */
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -164,9 +198,21 @@ int cuMemsetD8_v2(devptr p, unsigned char v, size_t n) {
 
 /* ---- streams and events: the fake runs everything at once ---- */
 static int the_stream;
-int cuStreamCreate(void **s, unsigned flags) { NEED_CTX; (void)flags; *s = &the_stream; return 0; }
+int cuStreamCreate(void **s, unsigned flags) {
+	NEED_CTX;
+	(void)flags;
+	if (failing("cuStreamCreate")) return 2;
+	*s = &the_stream;
+	lifecycle('+', "stream");
+	return 0;
+}
 int cuStreamSynchronize(void *s) { NEED_CTX; return s == &the_stream || s == NULL ? 0 : 400; }
-int cuStreamDestroy_v2(void *s) { NEED_CTX; return s == &the_stream ? 0 : 400; }
+int cuStreamDestroy_v2(void *s) {
+	NEED_CTX;
+	if (s != &the_stream) return 400;
+	lifecycle('-', "stream");
+	return 0;
+}
 int cuEventCreate(void **e, unsigned flags) { NEED_CTX; (void)flags; *e = &the_stream; return 0; }
 int cuEventRecord(void *e, void *s) { NEED_CTX; (void)e; (void)s; return 0; }
 int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 0; }
@@ -309,8 +355,19 @@ int nvrtcDestroyProgram(struct prog **p) {
 /* ---- cuBLAS ---- */
 struct handle { void *stream; int math; };
 int cublasGetVersion_v2(struct handle *h, int *v) { (void)h; *v = 130000; return 0; }
-int cublasCreate_v2(struct handle **h) { if (current != &the_ctx) return 1; *h = calloc(1, sizeof **h); return 0; }
-int cublasDestroy_v2(struct handle *h) { free(h); return 0; }
+int cublasCreate_v2(struct handle **h) {
+	if (current != &the_ctx) return 1;
+	if (failing("cublasCreate_v2")) return 3; /* CUBLAS_STATUS_ALLOC_FAILED */
+	*h = calloc(1, sizeof **h);
+	lifecycle('+', "blas");
+	return 0;
+}
+int cublasDestroy_v2(struct handle *h) {
+	if (!h) return 1;
+	free(h);
+	lifecycle('-', "blas");
+	return 0;
+}
 int cublasSetStream_v2(struct handle *h, void *s) { h->stream = s; return 0; }
 int cublasSetMathMode(struct handle *h, int mode) {
 	if (mode != 0 && mode != 2 && mode != 3) return 7;
