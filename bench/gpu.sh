@@ -19,7 +19,14 @@
 #     outputs compared by bench/npydiff.py (python3, no numpy needed);
 #  5. the backend's matmul against raw cuBLAS GEMMs (time ratio, min /
 #     median / max over alternating rounds) and, when PyTorch with CUDA is
-#     here, torch.matmul's TFLOP/s on the same shapes.
+#     here, torch.matmul's TFLOP/s on the same shapes;
+#  6. when PyTorch with CUDA is here: the tiny GPT's training step
+#     (examples/train/gpt/gpt.mesh, on one device and on its [dp=2, tp=2]
+#     mesh, all four ranks on GPU 0) against its PyTorch eager twin
+#     (bench/torch_gpt.py, the same parameters and data) on the GPU: the
+#     losses of the first steps must agree, then GPT_ROUNDS alternating
+#     rounds (default 5) of each run's median step (steps 3..) and
+#     meshrun/PyTorch as min / median / max (issue 9's goal: <= 1.25).
 # Exit status 0 only when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -91,6 +98,44 @@ for dt in (torch.float32, torch.bfloat16, torch.float64):
             torch.cuda.synchronize(); best = min(best, time.perf_counter() - t)
         print(f"torch {dt} {m}x{k}x{n}: {2*m*k*n*20/best/1e12:.2f} TFLOP/s")
 PY
+
+step "tiny GPT training step on the GPU: meshrun --backend cuda vs PyTorch eager (when torch has CUDA)"
+gpt_vs_torch() {
+    # TORCH_DEVICE=cpu runs the twin on the CPU: only to try this step on
+    # a machine without a GPU (with the fake driver), never for a figure
+    local d=$work/gpt steps=20 rounds=${GPT_ROUNDS:-5} dev=${TORCH_DEVICE:-cuda} r m1 m4 tt
+    python3 -c "import torch, numpy; assert '$dev' == 'cpu' or torch.cuda.is_available()" 2>/dev/null || { echo "(no PyTorch with CUDA and numpy here)"; return 0; }
+    mkdir -p "$d"
+    python3 bench/torch_gpt.py prepare "$d" $steps || { fail "torch_gpt.py prepare"; return; }
+    med() { python3 -c 'import sys,json,statistics; print(statistics.median([json.loads(l)["seconds"] for l in open(sys.argv[1])][2:]))' "$1"; }
+    for r in $(seq "$rounds"); do
+        # the order rotates every round, so drift on the machine falls on each run alike
+        for w in $(seq 0 2 | awk -v r="$r" '{print ($1 + r) % 3}'); do
+            case $w in
+            0) timeout 120 "$BIN/meshrun" train "$d/gpt1.mesh" --backend cuda --log "$d/m1.$r" >/dev/null 2>"$d/m1.err" || { fail "meshrun train gpt1.mesh --backend cuda"; tail -3 "$d/m1.err"; return; } ;;
+            1) timeout 120 "$BIN/meshrun" train "$d/gpt.mesh" --backend cuda --log "$d/m4.$r" >/dev/null 2>"$d/m4.err" || { fail "meshrun train gpt.mesh --backend cuda"; tail -3 "$d/m4.err"; return; } ;;
+            2) timeout 120 python3 bench/torch_gpt.py train "$d" $steps 1 "$dev" >"$d/t.$r" || { fail "torch_gpt.py train on $dev"; return; } ;;
+            esac
+        done
+        m1=$(med "$d/m1.$r") m4=$(med "$d/m4.$r") tt=$(med "$d/t.$r")
+        echo "round $r: median step meshrun 1 device $m1 s, [dp=2, tp=2] $m4 s, PyTorch $tt s"
+        echo "$m1 $m4 $tt" >>"$d/rounds"
+    done
+    python3 - "$d/m1.1" "$d/m4.1" "$d/t.1" "$d/rounds" <<'PY' || fail "GPT losses differ from PyTorch's"
+import sys, json, statistics
+m1, m4, t = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:4])
+for i, (a, b, c) in enumerate(zip(m1[:5], m4[:5], t[:5])):
+    r = max(abs(a - c), abs(b - c)) / abs(c)
+    print(f"step {i+1}: loss meshrun {a:.7f} mesh {b:.7f} PyTorch {c:.7f}  rel {r:.1e}")
+    if r > 1e-4:
+        sys.exit(f"step {i+1}: not the same model")
+rows = [list(map(float, l.split())) for l in open(sys.argv[4])]
+for name, k in (("1 device", 0), ("[dp=2, tp=2]", 1)):
+    q = sorted(r[k] / r[2] for r in rows)
+    print(f"meshrun {name} / PyTorch, per round: min {q[0]:.2f} median {statistics.median(q):.2f} max {q[-1]:.2f} (goal <= 1.25)")
+PY
+}
+gpt_vs_torch
 
 step "done in ${SECONDS}s: status $status"
 exec >&- 2>&- # let tee write the log's last lines before the script ends

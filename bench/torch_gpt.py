@@ -8,10 +8,13 @@
                                    example with every `normal(...)` param
                                    loaded from those files, on one device
                                    and on its own mesh
-  torch_gpt.py train DIR STEPS THREADS
+  torch_gpt.py train DIR STEPS THREADS [DEVICE]
                                    train the twin from the same files with
-                                   torch.set_num_threads(THREADS); print one
-                                   JSON line per step (step, loss, seconds)
+                                   torch.set_num_threads(THREADS), on DEVICE
+                                   (default cpu; cuda for bench/gpu.sh);
+                                   print one JSON line per step (step, loss,
+                                   seconds: loss.item() waits for the device,
+                                   so a step's time includes its kernels)
 
 The twin is the same model step for step: embedding + positions, two
 pre-norm blocks (4-head causal attention scaled by 0.35355339 with the
@@ -63,19 +66,20 @@ def prepare(out, steps):
     open(os.path.join(out, "gpt1.mesh"), "w").write(src.replace("mesh M = [dp=2, tp=2]", "mesh M = [dp=1, tp=1]"))
 
 
-def train(out, steps, threads):
+def train(out, steps, threads, device="cpu"):
     import torch
     import torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
 
     torch.set_num_threads(threads)
-    ld = lambda n: torch.from_numpy(np.load(os.path.join(out, n + ".npy")))
+    ld = lambda n: torch.from_numpy(np.load(os.path.join(out, n + ".npy"))).to(device)
     P = {n: ld(n).requires_grad_() for n in ("wte", "wpe", "Wq", "Wk", "Wv", "Wo", "W1", "W2", "Wout")}
     for n, v in (("g1", 1), ("b1", 0), ("g2", 1), ("b2", 0)):
-        P[n] = torch.full((2, 32), float(v), requires_grad=True)
-    P["gf"], P["bf"] = torch.ones(32, requires_grad=True), torch.zeros(32, requires_grad=True)
+        P[n] = torch.full((2, 32), float(v), device=device, requires_grad=True)
+    P["gf"] = torch.ones(32, device=device, requires_grad=True)
+    P["bf"] = torch.zeros(32, device=device, requires_grad=True)
     tok, tgt = ld("tokens"), ld("targets")
-    mask = torch.triu(torch.full((16, 16), -1e9), diagonal=1)
+    mask = torch.triu(torch.full((16, 16), -1e9, device=device), diagonal=1)
 
     def heads(t):
         return t.reshape(16, 16, 4, 8).permute(0, 2, 1, 3)
@@ -116,4 +120,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "prepare":
         prepare(sys.argv[2], int(sys.argv[3]))
     else:
-        train(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        train(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
