@@ -119,6 +119,7 @@ type common struct {
 	backend   string // --backend, on the commands that run a plan (registerBackend)
 	schedule  string // overrides the train block's pipeline schedule (trace --schedules)
 	memory    memoryFlag
+	gpus      *hostGPUs // this host's GPUs, once --link gpus has read them
 	// judgeMemoryOnlyIfSet: apply --memory but no default budget (explain)
 	judgeMemoryOnlyIfSet bool
 }
@@ -129,7 +130,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long a collective waits for its peers")
 	fs.Float64Var(&c.alphaUs, "alpha", mesh.DefaultLink.Alpha*1e6, "link latency in microseconds (cost model)")
 	fs.Float64Var(&c.bandwidth, "bandwidth", 1/mesh.DefaultLink.Beta/1e9, "link bandwidth in GB/s (cost model)")
-	fs.StringVar(&c.links, "link", "", "per-axis links, e.g. 'dp=25:12.5,tp=5:100' (alpha us : GB/s)")
+	fs.StringVar(&c.links, "link", "", "per-axis links, e.g. 'dp=25:12.5,tp=5:100' (alpha us : GB/s); gpus: from this host's GPUs (NVML), e.g. 'gpus,dp=25:12.5'")
 	fs.BoolVar(&c.verify, "verify", false, "run the plan verifier after every lowering pass")
 	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass (infer, boxing, spmd, memory, all)")
 	fs.StringVar(&c.launcher, "launcher", "auto", "local (every device a goroutine here), mpi (one process per device under mpirun/srun), or auto")
@@ -139,30 +140,55 @@ func (c *common) register(fs *flag.FlagSet) {
 // topology builds the link model of a graph's mesh from the flags. A
 // pipeline axis is not in that mesh: the cost model prices the sends
 // between stages on the default link, and --link says so if named.
-func (c *common) topology(g *ir.Graph) (*mesh.Topology, error) {
+// `--link gpus` reads the links from this host's GPUs (links_gpu.go),
+// with a note per axis on notes; the axes --link names beside it keep
+// what it gives them.
+func (c *common) topology(g *ir.Graph, notes io.Writer) (*mesh.Topology, error) {
 	m := g.Mesh
 	def := mesh.Link{Alpha: c.alphaUs * 1e-6, Beta: 1 / (c.bandwidth * 1e9), Gamma: mesh.DefaultLink.Gamma}
 	t := mesh.Uniform(m, def)
-	if c.links == "" {
-		return t, nil
+	links, gpus := splitGPUs(c.links)
+	set := map[int]bool{}
+	if links != "" {
+		if err := c.explicitLinks(g, t, links, def, set); err != nil {
+			return nil, err
+		}
 	}
-	for _, part := range strings.Split(c.links, ",") {
+	if gpus {
+		if c.gpus == nil { // read once: the REPL asks for every statement
+			h, err := readHostGPUs(newGPUSource())
+			if err != nil {
+				return nil, fmt.Errorf("--link gpus: %w", err)
+			}
+			c.gpus = h
+		}
+		gpuTopology(t, g, c.gpus, set, notes)
+	}
+	return t, nil
+}
+
+// explicitLinks sets the links --link names (AXIS=ALPHA_US:GBPS, comma
+// separated), recording each axis it sets in set.
+func (c *common) explicitLinks(g *ir.Graph, t *mesh.Topology, links string, def mesh.Link, set map[int]bool) error {
+	m := g.Mesh
+	for _, part := range strings.Split(links, ",") {
 		name, spec, ok := strings.Cut(part, "=")
 		a := m.AxisIndex(strings.TrimSpace(name))
 		if p := g.Pipeline; ok && a < 0 && p != nil && p.Full.Axes[p.Axis].Name == strings.TrimSpace(name) {
-			return nil, fmt.Errorf("--link %q: %s is the pipeline axis, whose sends between stages the cost model prices on the default link (%g us, %g GB/s); --link sets the other axes", c.links, strings.TrimSpace(name), mesh.DefaultLink.Alpha*1e6, 1/mesh.DefaultLink.Beta/1e9)
+			return fmt.Errorf("--link %q: %s is the pipeline axis, whose sends between stages the cost model prices on the default link (%g us, %g GB/s); --link sets the other axes", c.links, strings.TrimSpace(name), mesh.DefaultLink.Alpha*1e6, 1/mesh.DefaultLink.Beta/1e9)
 		}
 		if !ok || a < 0 {
-			return nil, fmt.Errorf("--link %q: unknown mesh axis %q", c.links, name)
+			return fmt.Errorf("--link %q: unknown mesh axis %q", c.links, name)
 		}
 		var alpha, bw float64
 		// written so that NaN fails too
 		if _, err := fmt.Sscanf(spec, "%g:%g", &alpha, &bw); err != nil || !(bw > 0) || !(alpha >= 0) || math.IsInf(alpha+bw, 0) {
-			return nil, fmt.Errorf("--link %q: want AXIS=ALPHA_US:GBPS", part)
+			return fmt.Errorf("--link %q: want AXIS=ALPHA_US:GBPS or gpus", part)
 		}
 		t.Links[a] = mesh.Link{Alpha: alpha * 1e-6, Beta: 1 / (bw * 1e9), Gamma: def.Gamma}
+		set[a] = true
 	}
-	return t, nil
+	return nil
 }
 
 // parse parses flags that may come before or after positional arguments.
@@ -239,7 +265,7 @@ func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, 
 		e.diag(err, sources)
 		return nil, ExitUsage
 	}
-	topo, err := c.topology(g)
+	topo, err := c.topology(g, e.stderr)
 	if err != nil {
 		fmt.Fprintln(e.stderr, "meshrun:", err)
 		return nil, ExitUsage

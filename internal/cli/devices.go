@@ -9,9 +9,10 @@ import (
 )
 
 // `meshrun devices` lists the NVIDIA GPUs that NVML sees and how they are
-// connected. It only discovers: nothing runs on a GPU yet (there is no CUDA
-// backend). The NVML calls go through gpuSource so the listing and the
-// topology matrix are tested with a fake; devices_nvml.go is the real one.
+// connected; `--link gpus` (links_gpu.go) turns the same facts into the
+// cost model's links, and `--backend cuda` runs on one of the GPUs. The
+// NVML calls go through gpuSource so the listing, the topology matrix and
+// the links are tested with a fake; devices_nvml.go is the real one.
 
 // errNoDriver is what gpuSource.Open returns when the NVML library itself
 // cannot be loaded (as opposed to a driver that loads but fails).
@@ -21,7 +22,10 @@ var errNoDriver = errors.New("no NVIDIA driver found (libnvidia-ml.so.1 could no
 // (a container or machine with the user-space driver only).
 var errDriverNotRunning = errors.New("no NVIDIA driver running (libnvidia-ml.so.1 loads, but the kernel driver is not loaded)")
 
-// gpuSource is the part of NVML that `devices` uses.
+// newGPUSource is NVML, or what a test puts in its place.
+var newGPUSource = newNVMLSource
+
+// gpuSource is the part of NVML that `devices` and `--link gpus` use.
 type gpuSource interface {
 	Open() error // errNoDriver or errDriverNotRunning: an answer, not a failure
 	Close()
@@ -39,6 +43,8 @@ type gpuDevice struct {
 	BusID        string   // PCI bus id, e.g. 00000000:19:00.0
 	NVLinkPeers  []string // PCI bus id at the far end of each active NVLink
 	NVLinkActive int      // active NVLinks (to GPUs or NVSwitches)
+	PCIeGen      int      // the PCIe link's maximum generation (0: unknown)
+	PCIeWidth    int      // and width in lanes
 }
 
 // gpuPair is how two GPUs reach each other.
@@ -57,7 +63,7 @@ func (e *env) devices(args []string) int {
 		fmt.Fprintf(e.stderr, "meshrun devices: takes no arguments (got %q)\n", pos[0])
 		return ExitUsage
 	}
-	if err := listDevices(e.stdout, newNVMLSource()); err != nil {
+	if err := listDevices(e.stdout, newGPUSource()); err != nil {
 		fmt.Fprintln(e.stderr, "meshrun devices:", err)
 		return ExitFailure
 	}

@@ -80,6 +80,13 @@ func (s *nvmlSource) Device(i int) (gpuDevice, error) {
 		return g, nvmlErr("PCI info", r)
 	}
 	g.BusID = cString(pci.BusId[:])
+	// the link's capability, not its current (power-saving) state
+	if gen, r := d.GetMaxPcieLinkGeneration(); r == nvml.SUCCESS {
+		g.PCIeGen = gen
+	}
+	if w, r := d.GetMaxPcieLinkWidth(); r == nvml.SUCCESS {
+		g.PCIeWidth = w
+	}
 	// A GPU without NVLink answers NOT_SUPPORTED for link 0; links that
 	// are absent or down are skipped.
 	for l := 0; l < nvml.NVLINK_MAX_LINKS; l++ {

@@ -294,7 +294,7 @@ func (s *session) lowerWith(v *ir.Value) (*lower.Plan, error) {
 	}
 	opts := lower.Options{KeepDead: true, Verify: s.c.verify, Memory: s.c.memoryBudget(1, false)}
 	if g.Mesh != nil {
-		topo, err := s.c.topology(&g) // --alpha, --bandwidth, --link
+		topo, err := s.c.topology(&g, io.Discard) // --alpha, --bandwidth, --link
 		if err != nil {
 			return nil, err
 		}
