@@ -9,7 +9,8 @@
 # since the device machine's tool brings back only a few files of $OUT
 # (the runs write dozens of .npy files). About 2-4 minutes:
 #
-#  1. meshrun devices (what NVML sees);
+#  1. meshrun devices (what NVML sees), and the links explain --link gpus
+#     takes from it;
 #  2. package cuda's tests with MESHRUN_TEST_GPU=1 MESHRUN_REQUIRE_GPU=1:
 #     every op against the CPU backend, and whole examples (inference and
 #     training) on the GPU against the CPU, all ranks sharing GPU 0;
@@ -51,6 +52,12 @@ fail() { echo "FAILED: $*"; status=1; }
 step "build"; cat "$BIN/COMMIT" 2>/dev/null || echo "no $BIN/COMMIT: run bench/gpu_build.sh"
 step "meshrun devices"
 timeout 60 "$BIN/meshrun" devices || fail "meshrun devices"
+echo "--- explain --link gpus (the links NVML's topology gives the mesh)"
+links=$(timeout 60 "$BIN/meshrun" explain examples/megatron_mlp.mesh --link gpus 2>&1)
+rc=$?
+echo "$links" | sed -n '1,/^$/p'
+# without NVML (trying this script on the fake driver) that is an answer
+[ $rc = 0 ] || grep -q 'no NVIDIA driver' <<<"$links" || fail "explain --link gpus"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 
 step "package cuda's tests on the GPU"
