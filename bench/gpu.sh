@@ -19,8 +19,9 @@
 #  4. meshrun run/train --backend cuda and --backend cpu on examples,
 #     outputs compared by bench/npydiff.py (python3, no numpy needed);
 #  5. the backend's matmul against raw cuBLAS GEMMs (time ratio, min /
-#     median / max over alternating rounds) and, when PyTorch with CUDA is
-#     here, torch.matmul's TFLOP/s on the same shapes;
+#     median / max over alternating rounds) in f32, TF32 (--tf32), bf16
+#     and f64 and, when PyTorch with CUDA is here, torch.matmul's TFLOP/s
+#     on the same shapes (TF32: allow_tf32);
 #  6. when PyTorch with CUDA is here: the tiny GPT's training step
 #     (examples/train/gpt/gpt.mesh, on one device and on its [dp=2, tp=2]
 #     mesh, all four ranks on GPU 0) against its PyTorch eager twin
@@ -93,8 +94,8 @@ step "PyTorch matmul on the same shapes (when torch has CUDA)"
 python3 - <<'PY' || echo "(no PyTorch with CUDA here)"
 import time, torch
 assert torch.cuda.is_available()
-torch.backends.cuda.matmul.allow_tf32 = False
-for dt in (torch.float32, torch.bfloat16, torch.float64):
+for name, dt, tf32 in (("f32", torch.float32, False), ("tf32", torch.float32, True), ("bf16", torch.bfloat16, False), ("f64", torch.float64, False)):
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     for m, k, n in ((4096, 4096, 4096), (8192, 1024, 4096), (16 * 512, 768, 3072)):
         a = torch.randn(m, k, device="cuda", dtype=dt); b = torch.randn(k, n, device="cuda", dtype=dt)
         for _ in range(3): a @ b
@@ -103,7 +104,7 @@ for dt in (torch.float32, torch.bfloat16, torch.float64):
             torch.cuda.synchronize(); t = time.perf_counter()
             for _ in range(20): a @ b
             torch.cuda.synchronize(); best = min(best, time.perf_counter() - t)
-        print(f"torch {dt} {m}x{k}x{n}: {2*m*k*n*20/best/1e12:.2f} TFLOP/s")
+        print(f"torch {name} {m}x{k}x{n}: {2*m*k*n*20/best/1e12:.2f} TFLOP/s")
 PY
 
 step "tiny GPT training step on the GPU: meshrun --backend cuda vs PyTorch eager (when torch has CUDA)"

@@ -97,7 +97,20 @@ func (be *Backend) Fallbacks() map[string]int {
 }
 
 // Name implements rt.Backend.
-func (be *Backend) Name() string { return fmt.Sprintf("cuda (%s, %s)", be.dev.Name, be.dev.Arch) }
+func (be *Backend) Name() string {
+	if be.dev.tf32.Load() {
+		return fmt.Sprintf("cuda (%s, %s, TF32 matmuls)", be.dev.Name, be.dev.Arch)
+	}
+	return fmt.Sprintf("cuda (%s, %s)", be.dev.Name, be.dev.Arch)
+}
+
+// SetTF32 turns TF32 matmuls on or off: f32 GEMMs on the tensor cores with
+// each operand rounded to TF32 (10 mantissa bits, f16's precision) and
+// f32 sums, as PyTorch's torch.backends.cuda.matmul.allow_tf32. Off by
+// default, so that f32 means f32, as on the CPU backend; on, a matmul's
+// result differs from the CPU's by TF32's rounding (check --tf32 compares
+// at that resolution).
+func (be *Backend) SetTF32(on bool) { be.dev.tf32.Store(on) }
 
 // newBuf allocates an uninitialised device buffer.
 func (be *Backend) newBuf(dt ir.DType, shape []int) (*Buf, error) {

@@ -13,6 +13,7 @@ const (
 	cudaR16F    = 2
 	cudaR16BF   = 14
 	computeF32  = 68 // CUBLAS_COMPUTE_32F
+	computeTF32 = 77 // CUBLAS_COMPUTE_32F_FAST_TF32: f32 operands rounded to TF32, f32 sums
 	computeF64  = 70 // CUBLAS_COMPUTE_64F
 	mathDefault = 0  // CUBLAS_DEFAULT_MATH: with COMPUTE_32F, full f32 (no TF32)
 )
@@ -55,13 +56,19 @@ func blasError(call string, rc int) error {
 // dims swapped, no transposes. f32 is computed in f32 (CUBLAS_COMPUTE_32F,
 // default math: no TF32 tensor cores), as on the CPU backend; bf16 and f16
 // operands too, the result rounded once to their type (what the CPU does
-// by widening, an f32 GEMM and narrowing; here on the tensor cores).
+// by widening, an f32 GEMM and narrowing; here on the tensor cores). With
+// the device's TF32 mode on (Backend.SetTF32), f32 GEMMs run on the tensor
+// cores too: CUBLAS_COMPUTE_32F_FAST_TF32, each operand rounded to TF32's
+// 10 mantissa bits, the products summed in f32.
 func (d *Device) rowMajorGemm(dt ir.DType, m, n, k, batch int, a, b, c uint64, sa, sb int64) error {
 	g := gemmCall{m: n, n: m, k: k, a: b, b: a, c: c, lda: n, ldb: k, ldc: n,
 		sa: sb, sb: sa, sc: int64(m * n), batch: batch}
 	switch dt {
 	case ir.F32:
 		g.dtype, g.compute = cudaR32F, computeF32
+		if d.tf32.Load() {
+			g.compute = computeTF32
+		}
 	case ir.BF16:
 		g.dtype, g.compute = cudaR16BF, computeF32
 	case ir.F16:

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -30,6 +31,7 @@ type Device struct {
 
 	blasMu sync.Mutex // a cuBLAS handle is used by one thread at a time
 	blas   uintptr
+	tf32   atomic.Bool // f32 GEMMs on the tensor cores in TF32 (Backend.SetTF32)
 }
 
 // Error is a failed call into a CUDA library: which call, what it was

@@ -184,3 +184,26 @@ func TestCLICheckOnCUDA(t *testing.T) {
 		require.NotContains(t, errb.String(), "no CUDA kernel", "no fallback")
 	}
 }
+
+// TestCLICheckTF32OnCUDA: with --tf32 the mesh's f32 matmuls run in TF32
+// on the device, and check passes at TF32's resolution (f16's unit
+// roundoff); held to f32's default bounds the same runs fail, so TF32 was
+// in effect.
+func TestCLICheckTF32OnCUDA(t *testing.T) {
+	cuda.UseDriver(t)
+	for _, ex := range []string{"../examples/megatron_mlp.mesh", "../examples/train/mlp_dp.mesh"} {
+		var out, errb bytes.Buffer
+		code := cli.Main([]string{"check", ex, "--backend", "cuda", "--tf32"}, strings.NewReader(""), &out, &errb)
+		require.Equal(t, cli.ExitOK, code, "%s%s", out.String(), errb.String())
+		require.Contains(t, errb.String(), ", TF32 matmuls)")
+		out.Reset()
+		errb.Reset()
+		code = cli.Main([]string{"check", ex, "--backend", "cuda", "--tf32", "--rtol", "1e-4", "--atol", "1e-5"}, strings.NewReader(""), &out, &errb)
+		require.Equal(t, cli.ExitFailure, code, "%s%s", out.String(), errb.String())
+		require.Contains(t, out.String(), "MISMATCH")
+	}
+	var out, errb bytes.Buffer
+	code := cli.Main([]string{"check", "../examples/megatron_mlp.mesh", "--tf32"}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, cli.ExitUsage, code)
+	require.Contains(t, errb.String(), "--tf32 is a GPU matmul mode")
+}

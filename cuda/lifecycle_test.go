@@ -1,12 +1,16 @@
 package cuda
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/rt"
+	"github.com/meshrun/meshrun/sbp"
 	"github.com/stretchr/testify/require"
 )
 
@@ -89,4 +93,33 @@ func TestTotalMemory(t *testing.T) {
 	require.Equal(t, int64(1234567), n)
 	_, err = TotalMemory(3)
 	require.EqualError(t, err, "cuda: cuDeviceTotalMem (device 3): CUDA_ERROR_INVALID_DEVICE (101)")
+}
+
+// TestTF32Matmul: with TF32 on, an f32 matmul's operands lose all but 10
+// mantissa bits before the products are summed in f32; off (the
+// default), the same matmul is f32's. The operands are chosen so every
+// sum is exact in f32: 1 + 2⁻¹² rounds down to 1 in TF32 (under half its
+// ulp of 2⁻¹⁰), 1 + 3·2⁻¹¹ up to 1 + 2⁻⁹ (1.5 ulp).
+func TestTF32Matmul(t *testing.T) {
+	fakeOnly(t)
+	be := newTestBackend(t)
+	a := hostTensor(ir.F32, []int{2, 4}, []float64{
+		1 + 1.0/4096, 1 + 1.0/4096, 1 + 1.0/4096, 1 + 1.0/4096,
+		1 + 3.0/2048, 1 + 3.0/2048, 1, 1})
+	b := hostTensor(ir.F32, []int{4, 1}, []float64{1, 1, 1, 1})
+	k := &plan.Kernel{Op: "matmul", DType: ir.F32, Shape: []int{2, 1}, ArgDTypes: []ir.DType{ir.F32, ir.F32}}
+	run := func() []float32 {
+		r, err := be.Launch(context.Background(), k, []rt.Buffer{a, b}, nil, sbp.Block{})
+		require.NoError(t, err)
+		h, err := be.CopyOut(r)
+		require.NoError(t, err)
+		be.Free(r)
+		return h.Data.([]float32)
+	}
+	require.Equal(t, []float32{4 + 1.0/1024, 4 + 3.0/1024}, run(), "f32 by default")
+	be.SetTF32(true)
+	require.Equal(t, "cuda (Fake GPU (host memory), sm_90, TF32 matmuls)", be.Name())
+	require.Equal(t, []float32{4, 4 + 1.0/256}, run(), "TF32: 1+2⁻¹² → 1, 1+3·2⁻¹¹ → 1+2⁻⁹")
+	be.SetTF32(false)
+	require.Equal(t, []float32{4 + 1.0/1024, 4 + 3.0/1024}, run())
 }

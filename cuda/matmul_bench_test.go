@@ -23,8 +23,9 @@ import (
 // and operands. Each round runs `reps` of one side then `reps` of the
 // other, the order flipping every round, each side ending with a stream
 // synchronisation; it reports backend/raw time as min, median and max
-// over the rounds, and each side's best TFLOP/s, in f32, bf16 (f32
-// compute, the tensor cores) and f64. On the fake driver the
+// over the rounds, and each side's best TFLOP/s, in f32, TF32 (f32 with
+// SetTF32: the tensor cores), bf16 (f32 compute, the tensor cores) and
+// f64. On the fake driver the
 // shapes are small (also with MESHRUN_BENCH_SMALL=1, to try bench/gpu.sh
 // on the fake) and the figures say nothing of a GPU (bench/gpu.sh runs it
 // on one with MESHRUN_TEST_GPU=1).
@@ -35,14 +36,17 @@ func BenchmarkMatmulVsCublas(b *testing.B) {
 	if !onGPU() || os.Getenv("MESHRUN_BENCH_SMALL") == "1" {
 		shapes, reps, rounds = [][3]int{{64, 48, 32}}, 3, 5
 	}
-	for _, dt := range []ir.DType{ir.F32, ir.BF16, ir.F64} {
+	for _, mode := range []string{"f32", "tf32", "bf16", "f64"} {
+		dt := map[string]ir.DType{"f32": ir.F32, "tf32": ir.F32, "bf16": ir.BF16, "f64": ir.F64}[mode]
+		be.SetTF32(mode == "tf32") // both sides: the raw GEMM is the device's too
 		for _, s := range shapes {
 			m, k, n := s[0], s[1], s[2]
-			b.Run(fmt.Sprintf("%s_%dx%dx%d", dt, m, k, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s_%dx%dx%d", mode, m, k, n), func(b *testing.B) {
 				benchMatmul(b, be, dt, m, k, n, reps, rounds)
 			})
 		}
 	}
+	be.SetTF32(false)
 }
 
 func benchMatmul(b *testing.B, be *Backend, dt ir.DType, m, k, n, reps, rounds int) {

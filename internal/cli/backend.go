@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/meshrun/meshrun/cuda"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/rt"
 )
 
@@ -16,10 +17,13 @@ import (
 // rank of the process: several logical devices on one GPU) or auto (cuda when a GPU can be opened,
 // else cpu, saying why). The GPU is opened before the run starts, so a
 // machine without a driver fails at once with the library search's
-// one-line message.
+// one-line message. --tf32 turns on the GPU's TF32 matmuls
+// (cuda.Backend.SetTF32); with --backend cpu it is a usage error, and
+// check then compares f32 results at TF32's resolution (checkTolerance).
 
 func (c *common) registerBackend(fs *flag.FlagSet) {
 	fs.StringVar(&c.backend, "backend", "cpu", "where kernels run: cpu, cuda (GPU $MESHRUN_CUDA_DEVICE, or the local rank's, or 0) or auto (cuda when a GPU is usable)")
+	fs.BoolVar(&c.tf32, "tf32", false, "on the GPU, f32 matmuls on the tensor cores in TF32 (operands rounded to 10 mantissa bits, f32 sums), as PyTorch's allow_tf32; needs --backend cuda or auto")
 }
 
 func validBackend(b string) bool { return b == "" || b == "cpu" || b == "cuda" || b == "auto" }
@@ -39,10 +43,29 @@ func (c *common) openBackend(notify io.Writer) (rt.Backend, error) {
 	switch {
 	case err != nil && c.backend == "auto":
 		fmt.Fprintf(notify, "meshrun: --backend auto: running on the CPU: %v\n", err)
+		if c.tf32 {
+			fmt.Fprintln(notify, "meshrun: --tf32 does nothing on the CPU: its f32 matmuls are f32")
+		}
 		return nil, nil
 	case err != nil:
 		return nil, err
 	}
+	be.SetTF32(c.tf32)
 	fmt.Fprintf(notify, "meshrun: kernels run on %s\n", be.Name())
 	return be, nil
+}
+
+// checkTolerance is check's tolerance for an output: rt.OutputTolerance,
+// except that under --tf32 an output computed in f32 — so from f32
+// matmuls, which then round their operands to TF32 — is compared as if
+// computed in f16, whose unit roundoff (2⁻¹¹) TF32 shares.
+func (c *common) checkTolerance(g *ir.Graph, name string, devices int) rt.Tolerance {
+	if c.tf32 {
+		for _, o := range g.Outputs {
+			if o.Name == name && rt.ComputedIn(o.Value) == ir.F32 {
+				return rt.DefaultTolerance(ir.F16, devices)
+			}
+		}
+	}
+	return rt.OutputTolerance(g, name, devices)
 }

@@ -117,6 +117,7 @@ type common struct {
 	dumpAfter string
 	launcher  string
 	backend   string // --backend, on the commands that run a plan (registerBackend)
+	tf32      bool   // --tf32: the GPU's f32 matmuls in TF32
 	schedule  string // overrides the train block's pipeline schedule (trace --schedules)
 	memory    memoryFlag
 	gpus      *hostGPUs // this host's GPUs, once --link gpus has read them
@@ -465,7 +466,7 @@ func (e *env) check(args []string) int {
 	fmt.Fprintf(e.stdout, "%s on %s (%d devices) vs 1 device:\n", file, p.Exec.Mesh, p.Exec.Mesh.Size())
 	fmt.Fprintf(e.stdout, "  collectives inserted: %s\n", summary(lower.Explain(p)))
 	for i, name := range want.Names {
-		tol := rt.OutputTolerance(p.Graph, name, p.Exec.Mesh.Size()).Override(rtol, atol)
+		tol := c.checkTolerance(p.Graph, name, p.Exec.Mesh.Size()).Override(rtol, atol)
 		d := rt.CompareWithin(got.Output(name), want.Outputs[i], tol)
 		status := "ok"
 		if !d.OK {

@@ -353,6 +353,8 @@ func (e *env) checkTraining(file string, p, ref *lower.Plan, c *common, rtol, at
 	dt := p.Graph.Train.Loss.Type.DType.String()
 	if prec := p.Graph.Train.Precision; prec != "" {
 		dt = prec // half-precision compute: compare at its resolution
+	} else if c.tf32 && dt == "f32" {
+		dt = "f16" // TF32 matmuls: f16's mantissa
 	}
 	r, a := tolerances(dt, rtol, atol)
 	ok := true

@@ -155,4 +155,7 @@ func (c *common) validate(k *checks) {
 	if !validBackend(c.backend) {
 		k.fail("--backend %q: want cpu, cuda or auto", c.backend)
 	}
+	if c.tf32 && (c.backend == "" || c.backend == "cpu") {
+		k.fail("--tf32 is a GPU matmul mode (TF32 tensor cores): it needs --backend cuda or auto; the CPU's f32 matmuls are f32")
+	}
 }

@@ -17,8 +17,9 @@
  *   runs the grid one thread at a time from the driver's argument list.
  *   Launches are serialised (one stream, and emu.h's grid globals).
  * - cuBLAS's GEMMs are column-major loops in the compute type, with
- *   cuBLAS's argument checks (leading dimensions, types): f32 and f64, and
- *   bf16/f16 operands with f32 compute (widened, rounded once).
+ *   cuBLAS's argument checks (leading dimensions, types): f32 and f64,
+ *   bf16/f16 operands with f32 compute (widened, rounded once), and f32
+ *   with CUBLAS_COMPUTE_32F_FAST_TF32 (operands rounded to TF32).
  *
  * Environment: MESHRUN_FAKE_EMU is the folder holding emu.h (required by
  * NVRTC); MESHRUN_FAKE_FAIL lists entry points that fail (with their
@@ -423,10 +424,21 @@ static float ldf(const void *p, size_t i, int dt) {
 	return dt == 0 ? ((const float *)p)[i] : half_load(((const uint16_t *)p)[i], dt);
 }
 
+/* tf32 rounds an f32 to TF32's 10 mantissa bits, to nearest, ties to even:
+ * what CUBLAS_COMPUTE_32F_FAST_TF32 does to f32 operands before the tensor
+ * cores multiply them (the products are summed in f32). */
+static float tf32(float f) {
+	uint32_t b = bits_of_f32(f);
+	if ((b & 0x7f800000u) == 0x7f800000u) return f; /* inf, nan */
+	b += 0xfffu + ((b >> 13) & 1u);
+	return f32_of_bits(b & ~0x1fffu);
+}
+
 /* one column-major GEMM, C = alpha·op(A)·op(B) (+ beta·C), summed in the
- * compute type (float for 32F, double for 64F) in order */
+ * compute type (float for 32F and 32F_FAST_TF32, double for 64F) in order;
+ * fast: 32F_FAST_TF32's operands rounded to TF32 first */
 static int gemm1(int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int lda, const void *B, int ldb,
-	const void *beta, void *C, int ldc, int dt) {
+	const void *beta, void *C, int ldc, int dt, int fast) {
 	size_t es = esize(dt);
 	int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
 	if (!inside((devptr)(uintptr_t)A, ((size_t)(ac - 1) * lda + ar) * es) ||
@@ -443,8 +455,11 @@ static int gemm1(int ta, int tb, int m, int n, int k, const void *alpha, const v
 				continue;
 			}
 			float s = 0;
-			for (int l = 0; l < k; l++)
-				s += ldf(A, ta ? l + (size_t)i * lda : i + (size_t)l * lda, dt) * ldf(B, tb ? j + (size_t)l * ldb : l + (size_t)j * ldb, dt);
+			for (int l = 0; l < k; l++) {
+				float x = ldf(A, ta ? l + (size_t)i * lda : i + (size_t)l * lda, dt), y = ldf(B, tb ? j + (size_t)l * ldb : l + (size_t)j * ldb, dt);
+				if (fast) x = tf32(x), y = tf32(y);
+				s += x * y;
+			}
 			float r = *(const float *)alpha * s + (*(const float *)beta ? *(const float *)beta * ldf(C, c, dt) : 0);
 			if (dt == 0) ((float *)C)[c] = r;
 			else ((uint16_t *)C)[c] = half_store(r, dt);
@@ -459,7 +474,7 @@ static int gemm_args(struct handle *h, int ta, int tb, int m, int n, int k, int 
 	if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1) || m < 0 || n < 0 || k < 0) return 7;
 	if (lda < (ta ? k : m) || lda < 1 || ldb < (tb ? n : k) || ldb < 1 || ldc < m || ldc < 1) return 7;
 	if (at != bt || at != ct) return 15;
-	if (!((at == 0 || at == 2 || at == 14) && compute == 68) && !(at == 1 && compute == 70)) return 15;
+	if (!((at == 0 || at == 2 || at == 14) && compute == 68) && !(at == 0 && compute == 77) && !(at == 1 && compute == 70)) return 15;
 	return 0;
 }
 
@@ -470,7 +485,7 @@ int cublasGemmEx(struct handle *h, int ta, int tb, int m, int n, int k, const vo
 	if (rc) return rc;
 	if (failing("cublasGemmEx")) return 13;
 	if (m == 0 || n == 0) return 0;
-	return gemm1(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, at);
+	return gemm1(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, at, compute == 77);
 }
 
 int cublasGemmStridedBatchedEx(struct handle *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at,
@@ -483,7 +498,7 @@ int cublasGemmStridedBatchedEx(struct handle *h, int ta, int tb, int m, int n, i
 	size_t es = esize(at);
 	for (int i = 0; i < batch && rc == 0 && m && n; i++)
 		rc = gemm1(ta, tb, m, n, k, alpha, (const char *)A + i * sa * es, lda, (const char *)B + i * sb * es, ldb, beta,
-			(char *)C + i * sc * es, ldc, at);
+			(char *)C + i * sc * es, ldc, at, compute == 77);
 	return rc;
 }
 
