@@ -75,7 +75,7 @@ const nvrtcInvalidOption = 5 // NVRTC_ERROR_INVALID_OPTION
 // Go's compiler does not do on amd64 either: so the kernels round as the
 // CPU backend does, operation by operation (within the stated ulps where
 // math functions are involved).
-func compileOptions(arch string) []string {
+var compileOptions = func(arch string) []string {
 	return []string{"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false"}
 }
 

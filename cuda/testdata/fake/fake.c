@@ -11,7 +11,8 @@
  *   needs one (CUDA_ERROR_INVALID_CONTEXT otherwise), as on a GPU.
  * - NVRTC "compiles" by building the source, under testdata/emu/emu.h with
  *   MR_EMU_ENTRIES, into a shared library with the C++ compiler (c++, as
- *   NVRTC compiles C++); that file's
+ *   NVRTC compiles C++; contracting a·b + c into FMAs unless the options
+ *   say --fmad=false, as NVRTC does); that file's
  *   bytes are the "CUBIN". cuModuleLoadData writes them to a file and
  *   dlopens it; cuLaunchKernel calls the kernel's NAME__emu entry, which
  *   runs the grid one thread at a time from the driver's argument list.
@@ -308,10 +309,21 @@ static int spit(const char *path, const char *text) {
 	return fclose(f) == 0;
 }
 
+/* NVRTC contracts a·b + c into a fused multiply-add unless told
+ * --fmad=false; so does the C++ compiler with these flags, so a kernel
+ * compiled without the option rounds differently here too, as on a GPU. */
+#if defined(__x86_64__)
+#define FMAD_FLAGS "-ffp-contract=fast -fexpensive-optimizations -mfma" /* GCC contracts at -O1 only with the latter */
+#else
+#define FMAD_FLAGS "-ffp-contract=fast -fexpensive-optimizations"
+#endif
+
 int nvrtcCompileProgram(struct prog *p, int nopts, const char *const *opts) {
-	const char *arch = NULL;
-	for (int i = 0; i < nopts; i++)
+	const char *arch = NULL, *fmad = FMAD_FLAGS;
+	for (int i = 0; i < nopts; i++) {
 		if (strncmp(opts[i], "--gpu-architecture=sm_", 22) == 0) arch = opts[i] + 19;
+		if (strcmp(opts[i], "--fmad=false") == 0) fmad = "-ffp-contract=off";
+	}
 	if (!arch) { p->log = strdup("fake nvrtc: no --gpu-architecture=sm_XY option (a CUBIN needs a real architecture)"); return 5; }
 	const char *maxsm = getenv("MESHRUN_FAKE_MAX_SM");
 	if (maxsm && atoi(arch + 3) > atoi(maxsm)) {
@@ -328,7 +340,7 @@ int nvrtcCompileProgram(struct prog *p, int nopts, const char *const *opts) {
 	snprintf(path, sizeof path, "%s/wrap.c", dir);
 	spit(path, "#define MR_EMU_ENTRIES\n#include \"emu.h\"\nmr_dim3 blockIdx, threadIdx, blockDim, gridDim;\n#include \"prog.cu\"\n");
 	/* C++, as NVRTC compiles it: the source must be valid C++ too */
-	snprintf(cmd, sizeof cmd, "cd %s && c++ -x c++ -std=c++17 -O1 -shared -fPIC -I'%s' -o prog.so wrap.c -lm > log 2>&1", dir, emu);
+	snprintf(cmd, sizeof cmd, "cd %s && c++ -x c++ -std=c++17 -O1 %s -shared -fPIC -I'%s' -o prog.so wrap.c -lm > log 2>&1", dir, fmad, emu);
 	int rc = system(cmd);
 	snprintf(path, sizeof path, "%s/log", dir);
 	size_t n;
