@@ -76,6 +76,11 @@ func NewBackend(ordinal int, notify io.Writer) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if notify != nil && !strings.HasSuffix(d.Code, " CUBIN") {
+		major, minor, _ := NVRTCVersion()
+		fmt.Fprintf(notify, "meshrun: NVRTC %d.%d does not know %s: its kernels are %s (a newer CUDA's NVRTC compiles for it directly)\n",
+			major, minor, d.Arch, d.Code)
+	}
 	return &Backend{dev: d, cpu: &rt.CPU{BLAS: rt.DefaultBLAS()}, notify: notify, fallbacks: map[string]int{}}, nil
 }
 

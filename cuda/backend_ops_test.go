@@ -374,13 +374,40 @@ func TestChooseDevice(t *testing.T) {
 }
 
 // TestNVRTCTooOld: an NVRTC that does not know the device's architecture
-// says so, naming its version and file and how to choose another.
+// compiles PTX for the newest one it knows, which the driver JIT-compiles
+// for the device (the fake's driver takes PTX of any older target); the
+// backend says so and its kernels are still the CPU's bit for bit. The PTX
+// is cached like a CUBIN. An NVRTC that knows no older architecture
+// either says so, naming its version and file and how to choose another.
 func TestNVRTCTooOld(t *testing.T) {
 	fakeOnly(t)
-	t.Setenv("MESHRUN_CUDA_CACHE", t.TempDir())
+	dir := t.TempDir()
+	t.Setenv("MESHRUN_CUDA_CACHE", dir)
 	t.Setenv("MESHRUN_FAKE_MAX_SM", "80")
 	useDriver(t)
-	_, err := NewBackend(0, nil)
+	var notes bytes.Buffer
+	be, err := NewBackend(0, &notes)
+	require.NoError(t, err)
+	require.Equal(t, "PTX for compute_80, JIT-compiled by the driver for sm_90", be.Device().Code)
+	require.Equal(t, "meshrun: NVRTC 13.0 does not know sm_90: its kernels are PTX for compute_80, JIT-compiled by the driver for sm_90 (a newer CUDA's NVRTC compiles for it directly)\n", notes.String())
+	rng := rand.New(rand.NewPCG(31, 32))
+	m, g := randTensor(rng, ir.F32, []int{50}), randTensor(rng, ir.F32, []int{50})
+	k := &plan.Kernel{Op: "adam_moment", DType: ir.F32, Shape: []int{50}}
+	args := []*rt.Tensor{m, g, hostTensor(ir.F32, nil, []float64{0.9})}
+	require.Equal(t, cpuCompute(t, k, args...).Data, launch(t, be, k, args...).Data)
+	require.NoError(t, be.Close())
+	ptx, err := filepath.Glob(filepath.Join(dir, "*-compute_80.ptx"))
+	require.NoError(t, err)
+	require.Len(t, ptx, 1, "the PTX is cached")
+	t.Setenv("MESHRUN_FAKE_FAIL", "nvrtcCompileProgram")
+	be, err = NewBackend(0, nil)
+	require.NoError(t, err, "found in the cache: NVRTC fails only for sm_90, which it does not know")
+	require.NoError(t, be.Close())
+	t.Setenv("MESHRUN_FAKE_FAIL", "")
+
+	t.Setenv("MESHRUN_CUDA_CACHE", t.TempDir())
+	t.Setenv("MESHRUN_FAKE_MAX_SM", "40")
+	_, err = NewBackend(0, nil)
 	require.Error(t, err)
 	require.Equal(t, "cuda: nvrtcCompileProgram for sm_90: NVRTC_ERROR_INVALID_OPTION (5); NVRTC 13.0 ("+Path(NVRTC)+
 		") may not know sm_90: use a newer one (CUDA 13's; MESHRUN_NVRTC_LIB names its file):\nnvrtc: error: invalid value for --gpu-architecture (-arch)", err.Error())

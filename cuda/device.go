@@ -20,6 +20,7 @@ type Device struct {
 	Ordinal int
 	Name    string
 	Arch    string // sm_XY, what NVRTC compiles for
+	Code    string // what the kernels are: "sm_90 CUBIN", or PTX the driver JIT-compiled
 	dev     int    // the driver's CUdevice, which holds the primary context
 	ctx     uintptr
 	stream  uintptr

@@ -13,7 +13,8 @@
 // one program) with NVRTC for the device's architecture (sm_90 on Hopper;
 // --fmad=false, so no a·b+c is fused where the CPU rounds twice), keeping
 // the CUBIN in a disk cache (CacheDir) keyed by source, architecture, options
-// and NVRTC version. Every C call first makes that context current on the
+// and NVRTC version; a GPU newer than the NVRTC gets PTX for the newest
+// architecture NVRTC knows, which the driver JIT-compiles. Every C call first makes that context current on the
 // calling OS thread, since goroutines move between threads, so one
 // Backend serves every rank of a local run: several logical devices on
 // one GPU, each rank's buffers its own.

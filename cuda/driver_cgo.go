@@ -14,7 +14,8 @@ extern void *f_cuInit, *f_cuGetErrorName, *f_cuDeviceGetCount, *f_cuDeviceGet, *
 	*f_cuModuleGetFunction, *f_cuModuleUnload, *f_cuLaunchKernel, *f_cuStreamCreate,
 	*f_cuStreamSynchronize, *f_cuStreamDestroy, *f_cuDevicePrimaryCtxRelease, *f_cuDeviceTotalMem;
 extern void *f_nvrtcCreateProgram, *f_nvrtcCompileProgram, *f_nvrtcGetCUBINSize, *f_nvrtcGetCUBIN,
-	*f_nvrtcGetProgramLogSize, *f_nvrtcGetProgramLog, *f_nvrtcDestroyProgram, *f_nvrtcGetErrorString;
+	*f_nvrtcGetProgramLogSize, *f_nvrtcGetProgramLog, *f_nvrtcDestroyProgram, *f_nvrtcGetErrorString,
+	*f_nvrtcGetPTXSize, *f_nvrtcGetPTX, *f_nvrtcGetNumSupportedArchs, *f_nvrtcGetSupportedArchs;
 extern void *f_cublasCreate, *f_cublasDestroy, *f_cublasSetStream, *f_cublasSetMathMode,
 	*f_cublasGemmEx, *f_cublasGemmStridedBatchedEx;
 
@@ -98,10 +99,11 @@ static int dr_launch(uintptr_t ctx, uintptr_t fn, unsigned grid, unsigned block,
 	return ((launch_t)f_cuLaunchKernel)((void *)fn, grid, 1, 1, block, 1, 1, 0, (void *)s, ptrs, NULL);
 }
 
-// NVRTC: one call compiles and, on failure, returns the log.
+// NVRTC: one call compiles and, on failure, returns the log; ptx takes the
+// program's PTX (a virtual architecture's) instead of its CUBIN.
 static const char *nv_errorString(int rc) { return ((const char *(*)(int))f_nvrtcGetErrorString)(rc); }
 
-static int nv_compile(const char *src, const char *name, int nopts, const char **opts, char **image, size_t *size, char **log) {
+static int nv_compile(const char *src, const char *name, int nopts, const char **opts, int ptx, char **image, size_t *size, char **log) {
 	void *prog = NULL;
 	int rc = ((int (*)(void **, const char *, const char *, int, const char *const *, const char *const *))f_nvrtcCreateProgram)(
 		&prog, src, name, 0, NULL, NULL);
@@ -112,14 +114,19 @@ static int nv_compile(const char *src, const char *name, int nopts, const char *
 		*log = (char *)malloc(logSize);
 		if (((int (*)(void *, char *))f_nvrtcGetProgramLog)(prog, *log) != 0) (*log)[0] = 0;
 	}
-	if (rc == 0) rc = ((int (*)(void *, size_t *))f_nvrtcGetCUBINSize)(prog, size);
+	typedef int (*size_t_)(void *, size_t *);
+	typedef int (*get_t)(void *, char *);
+	if (rc == 0) rc = ((size_t_)(ptx ? f_nvrtcGetPTXSize : f_nvrtcGetCUBINSize))(prog, size);
 	if (rc == 0) {
 		*image = (char *)malloc(*size ? *size : 1);
-		rc = ((int (*)(void *, char *))f_nvrtcGetCUBIN)(prog, *image);
+		rc = ((get_t)(ptx ? f_nvrtcGetPTX : f_nvrtcGetCUBIN))(prog, *image);
 	}
 	((int (*)(void **))f_nvrtcDestroyProgram)(&prog);
 	return rc;
 }
+
+static int nv_numArchs(int *n) { return ((int (*)(int *))f_nvrtcGetNumSupportedArchs)(n); }
+static int nv_archs(int *a) { return ((int (*)(int *))f_nvrtcGetSupportedArchs)(a); }
 
 // cuBLAS. Its calls run on the stream the handle is set to.
 static int bl_create(uintptr_t ctx, void **h, uintptr_t s) {
@@ -248,7 +255,25 @@ func drLaunch(ctx, fn uintptr, grid, block int, s uintptr, p *params) int {
 
 func nvErrorString(rc int) string { return C.GoString(C.nv_errorString(C.int(rc))) }
 
-func nvCompile(src, name string, opts []string) (image []byte, log string, rc int) {
+// nvSupportedArchs lists the real architectures NVRTC can compile for, as
+// numbers (90 for sm_90).
+func nvSupportedArchs() ([]int, int) {
+	var n C.int
+	if rc := C.nv_numArchs(&n); rc != 0 || n <= 0 {
+		return nil, int(rc)
+	}
+	archs := make([]C.int, n)
+	if rc := C.nv_archs(&archs[0]); rc != 0 {
+		return nil, int(rc)
+	}
+	out := make([]int, n)
+	for i, a := range archs {
+		out[i] = int(a)
+	}
+	return out, 0
+}
+
+func nvCompile(src, name string, opts []string, ptx bool) (image []byte, log string, rc int) {
 	csrc, cname := C.CString(src), C.CString(name)
 	defer C.free(unsafe.Pointer(csrc))
 	defer C.free(unsafe.Pointer(cname))
@@ -263,7 +288,11 @@ func nvCompile(src, name string, opts []string) (image []byte, log string, rc in
 	copy(unsafe.Slice(arr, len(copts)), copts)
 	var img, clog *C.char
 	var size C.size_t
-	rc = int(C.nv_compile(csrc, cname, C.int(len(opts)), arr, &img, &size, &clog))
+	cptx := C.int(0)
+	if ptx {
+		cptx = 1
+	}
+	rc = int(C.nv_compile(csrc, cname, C.int(len(opts)), arr, cptx, &img, &size, &clog))
 	if clog != nil {
 		log = C.GoString(clog)
 		C.free(unsafe.Pointer(clog))

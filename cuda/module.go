@@ -91,37 +91,84 @@ func CacheDir() string {
 	return filepath.Join(os.TempDir(), "meshrun-cuda-cache")
 }
 
-// cacheKey names a compiled image: the source, the architecture, the
-// options and NVRTC's version all change what NVRTC produces.
-func cacheKey(src, arch string, opts []string) string {
+// cacheKey names a compiled image: the source, the target (sm_XY for a
+// CUBIN, compute_XY for PTX), the options and NVRTC's version all change
+// what NVRTC produces.
+func cacheKey(src, target string, opts []string) string {
 	major, minor, _ := NVRTCVersion()
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%d.%d\x00", arch, strings.Join(opts, " "), major, minor)
+	fmt.Fprintf(h, "%s\x00%s\x00%d.%d\x00", target, strings.Join(opts, " "), major, minor)
 	h.Write([]byte(src))
-	return hex.EncodeToString(h.Sum(nil))[:32] + "-" + arch + ".cubin"
+	ext := ".cubin"
+	if strings.HasPrefix(target, "compute_") {
+		ext = ".ptx"
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32] + "-" + target + ext
 }
 
-// compile returns the CUBIN of src for arch, from the disk cache when it
-// is there; a new one is written to the cache (best effort: a cache that
-// cannot be written costs a compile next time, nothing else).
-func compile(src, arch string) ([]byte, error) {
-	opts := compileOptions(arch)
-	path := filepath.Join(CacheDir(), cacheKey(src, arch, opts))
-	if image, err := os.ReadFile(path); err == nil && len(image) > 0 {
-		return image, nil
+// compile returns the kernels of src for the GPU architecture arch (sm_XY)
+// as the driver loads them, and what they are. Normally that is a CUBIN
+// for arch. When NVRTC does not know arch (a GPU newer than the NVRTC:
+// an old CUDA's pip wheels on a new card), it is PTX for the newest
+// architecture NVRTC knows below arch, which the driver JIT-compiles for
+// the GPU as it loads it: forward compatibility, as PyTorch's own PTX
+// gives it (the first load is slower; the driver caches the result).
+func compile(src, arch string) (image []byte, code string, err error) {
+	image, rc, err := compileFor(src, arch)
+	if err == nil {
+		return image, arch + " CUBIN", nil
 	}
-	image, log, rc := nvCompile(src, "meshrun_kernels.cu", opts)
+	virt := newestKnownBelow(arch)
+	if rc != nvrtcInvalidOption || virt == 0 {
+		return nil, "", err
+	}
+	target := fmt.Sprintf("compute_%d", virt)
+	if image, _, err = compileFor(src, target); err != nil {
+		return nil, "", err
+	}
+	return image, fmt.Sprintf("PTX for %s, JIT-compiled by the driver for %s", target, arch), nil
+}
+
+// newestKnownBelow is the newest architecture NVRTC knows that is older
+// than arch (sm_XY), as a number (90); 0 when there is none.
+func newestKnownBelow(arch string) int {
+	var want int
+	if _, err := fmt.Sscanf(arch, "sm_%d", &want); err != nil {
+		return 0
+	}
+	archs, rc := nvSupportedArchs()
+	best := 0
+	for _, a := range archs {
+		if rc == 0 && a < want && a > best {
+			best = a
+		}
+	}
+	return best
+}
+
+// compileFor compiles src for target, sm_XY (a CUBIN) or compute_XY (PTX,
+// ending in the NUL the driver needs), from the disk cache when it is
+// there; a new image is written to the cache (best effort: a cache that
+// cannot be written costs a compile next time, nothing else). rc is
+// NVRTC's status when it failed.
+func compileFor(src, target string) ([]byte, int, error) {
+	opts := compileOptions(target)
+	path := filepath.Join(CacheDir(), cacheKey(src, target, opts))
+	if image, err := os.ReadFile(path); err == nil && len(image) > 0 {
+		return image, 0, nil
+	}
+	image, log, rc := nvCompile(src, "meshrun_kernels.cu", opts, strings.HasPrefix(target, "compute_"))
 	if rc != 0 {
-		msg := fmt.Sprintf("cuda: nvrtcCompileProgram for %s: %s (%d)", arch, nvErrorString(rc), rc)
+		msg := fmt.Sprintf("cuda: nvrtcCompileProgram for %s: %s (%d)", target, nvErrorString(rc), rc)
 		if rc == nvrtcInvalidOption {
 			major, minor, _ := NVRTCVersion()
 			msg += fmt.Sprintf("; NVRTC %d.%d (%s) may not know %s: use a newer one (CUDA 13's; %s names its file)",
-				major, minor, Path(NVRTC), arch, NVRTC.Env())
+				major, minor, Path(NVRTC), target, NVRTC.Env())
 		}
 		if log = strings.TrimSpace(log); log != "" {
 			msg += ":\n" + log
 		}
-		return nil, fmt.Errorf("%s", msg)
+		return nil, rc, fmt.Errorf("%s", msg)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
 		tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
@@ -129,17 +176,20 @@ func compile(src, arch string) ([]byte, error) {
 			os.Rename(tmp, path)
 		}
 	}
-	return image, nil
+	return image, 0, nil
 }
 
+// loadModule compiles src for the device and loads it; d.Code says what
+// the kernels are (a CUBIN, or PTX the driver JIT-compiled).
 func (d *Device) loadModule(src string) (*module, error) {
-	image, err := compile(src, d.Arch)
+	image, code, err := compile(src, d.Arch)
 	if err != nil {
 		return nil, err
 	}
 	h, rc := drModuleLoad(d.ctx, image)
-	if err := check("cuModuleLoadData", d.Arch+" kernels", rc); err != nil {
+	if err := check("cuModuleLoadData", d.Arch+" kernels ("+code+")", rc); err != nil {
 		return nil, err
 	}
+	d.Code = code
 	return &module{handle: h, fns: map[string]uintptr{}}, nil
 }

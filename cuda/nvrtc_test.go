@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,7 +31,7 @@ func TestNVRTCAcceptsTheKernels(t *testing.T) {
 	require.Zero(t, rc)
 	t.Logf("NVRTC %d.%d from %s", major, minor, path)
 	for _, arch := range []string{"sm_80", "sm_90"} {
-		image, log, rc := nvCompile(KernelSource(), "meshrun_kernels.cu", compileOptions(arch))
+		image, log, rc := nvCompile(KernelSource(), "meshrun_kernels.cu", compileOptions(arch), false)
 		require.Zero(t, rc, "%s: %s\n%s", arch, nvErrorString(rc), log)
 		require.Empty(t, log, "%s: NVRTC has something to say", arch)
 		require.True(t, bytes.HasPrefix(image, []byte("\x7fELF")), "a CUBIN is an ELF file")
@@ -39,7 +40,20 @@ func TestNVRTCAcceptsTheKernels(t *testing.T) {
 		}
 		t.Logf("%s: %d bytes, %d kernels checked", arch, len(image), len(launchedKernels()))
 	}
-	_, log, rc := nvCompile("extern \"C\" __global__ void broken(float *x) { x[0] = undeclared; }", "broken.cu", compileOptions("sm_90"))
+	// the PTX a GPU newer than this NVRTC gets (compile's fallback)
+	archs, rc := nvSupportedArchs()
+	require.Zero(t, rc)
+	require.Contains(t, archs, 80, "NVRTC's own list of architectures")
+	require.Equal(t, slices.Max(archs), newestKnownBelow("sm_1000"), "a GPU newer than all of them gets the newest")
+	ptx, log, rc := nvCompile(KernelSource(), "meshrun_kernels.cu", compileOptions("compute_80"), true)
+	require.Zero(t, rc, "compute_80: %s\n%s", nvErrorString(rc), log)
+	require.True(t, bytes.HasSuffix(ptx, []byte{0}), "PTX ends in NUL, as cuModuleLoadData reads it")
+	require.Contains(t, string(ptx), ".target sm_80")
+	for _, name := range launchedKernels() {
+		require.Contains(t, string(ptx), ".entry "+name+"(", "compute_80: no kernel %s in the PTX", name)
+	}
+	t.Logf("compute_80 PTX: %d bytes, %d kernels checked", len(ptx), len(launchedKernels()))
+	_, log, rc = nvCompile("extern \"C\" __global__ void broken(float *x) { x[0] = undeclared; }", "broken.cu", compileOptions("sm_90"), false)
 	require.NotZero(t, rc)
 	require.Contains(t, log, "undeclared")
 }

@@ -27,7 +27,8 @@ void *f_cuInit, *f_cuDriverGetVersion, *f_cuGetErrorString, *f_cuDeviceGetCount,
 	*f_cuDevicePrimaryCtxRelease, *f_cuDeviceTotalMem;
 void *f_nvrtcVersion, *f_nvrtcCreateProgram, *f_nvrtcCompileProgram, *f_nvrtcGetCUBINSize,
 	*f_nvrtcGetCUBIN, *f_nvrtcGetProgramLogSize, *f_nvrtcGetProgramLog, *f_nvrtcDestroyProgram,
-	*f_nvrtcGetErrorString;
+	*f_nvrtcGetErrorString, *f_nvrtcGetPTXSize, *f_nvrtcGetPTX, *f_nvrtcGetNumSupportedArchs,
+	*f_nvrtcGetSupportedArchs;
 void *f_cublasLtGetVersion, *f_cublasLtCreate, *f_cublasLtDestroy, *f_cublasLtMatmul;
 void *f_cublasGetVersion, *f_cublasCreate, *f_cublasDestroy, *f_cublasSetStream,
 	*f_cublasSetMathMode, *f_cublasGemmEx, *f_cublasGemmStridedBatchedEx;
@@ -57,7 +58,9 @@ static struct { int lib; const char *name; void **fn; } entries[] = {
 	{L_NVRTC, "nvrtcCompileProgram", &f_nvrtcCompileProgram}, {L_NVRTC, "nvrtcGetCUBINSize", &f_nvrtcGetCUBINSize},
 	{L_NVRTC, "nvrtcGetCUBIN", &f_nvrtcGetCUBIN}, {L_NVRTC, "nvrtcGetProgramLogSize", &f_nvrtcGetProgramLogSize},
 	{L_NVRTC, "nvrtcGetProgramLog", &f_nvrtcGetProgramLog}, {L_NVRTC, "nvrtcDestroyProgram", &f_nvrtcDestroyProgram},
-	{L_NVRTC, "nvrtcGetErrorString", &f_nvrtcGetErrorString},
+	{L_NVRTC, "nvrtcGetErrorString", &f_nvrtcGetErrorString}, {L_NVRTC, "nvrtcGetPTXSize", &f_nvrtcGetPTXSize},
+	{L_NVRTC, "nvrtcGetPTX", &f_nvrtcGetPTX}, {L_NVRTC, "nvrtcGetNumSupportedArchs", &f_nvrtcGetNumSupportedArchs},
+	{L_NVRTC, "nvrtcGetSupportedArchs", &f_nvrtcGetSupportedArchs},
 	{L_CUBLASLT, "cublasLtGetVersion", &f_cublasLtGetVersion}, {L_CUBLASLT, "cublasLtCreate", &f_cublasLtCreate},
 	{L_CUBLASLT, "cublasLtDestroy", &f_cublasLtDestroy}, {L_CUBLASLT, "cublasLtMatmul", &f_cublasLtMatmul},
 	{L_CUBLAS, "cublasGetVersion_v2", &f_cublasGetVersion}, {L_CUBLAS, "cublasCreate_v2", &f_cublasCreate},

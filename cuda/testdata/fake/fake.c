@@ -57,6 +57,7 @@ static int failing(const char *name) {
 static const struct { int code; const char *name; } errs[] = {
 	{0, "CUDA_SUCCESS"}, {1, "CUDA_ERROR_INVALID_VALUE"}, {2, "CUDA_ERROR_OUT_OF_MEMORY"},
 	{101, "CUDA_ERROR_INVALID_DEVICE"}, {200, "CUDA_ERROR_INVALID_IMAGE"}, {201, "CUDA_ERROR_INVALID_CONTEXT"},
+	{209, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
 	{400, "CUDA_ERROR_INVALID_HANDLE"}, {500, "CUDA_ERROR_NOT_FOUND"}, {801, "CUDA_ERROR_NOT_SUPPORTED"},
 };
 int cuGetErrorName(int rc, const char **s) {
@@ -231,9 +232,18 @@ static size_t elf_size(const unsigned char *img) {
 	return shoff + (size_t)shentsize * shnum;
 }
 
+/* The fake's PTX is a header line naming its virtual architecture, then
+ * the same shared library a CUBIN is (see nvrtcGetPTX). */
+#define FAKE_PTX "// fake PTX for compute_"
+
 int cuModuleLoadData(void **mod, const void *image) {
 	NEED_CTX;
 	const unsigned char *img = image;
+	if (strncmp(image, FAKE_PTX, strlen(FAKE_PTX)) == 0) {
+		/* the driver JIT-compiles PTX for this device: any older target */
+		if (atoi((const char *)img + strlen(FAKE_PTX)) > 90) return 209; /* CUDA_ERROR_NO_BINARY_FOR_GPU */
+		img = (const unsigned char *)strchr(image, '\n') + 1;
+	}
 	if (memcmp(img, "\177ELF", 4) != 0 || img[4] != 2) return 200;
 	char path[] = "/tmp/meshrun-fake-moduleXXXXXX";
 	int fd = mkstemp(path);
@@ -270,7 +280,7 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 }
 
 /* ---- NVRTC ---- */
-struct prog { char *src, *image, *log; size_t size; };
+struct prog { char *src, *image, *log; size_t size; int ptx; /* XX when compiled for compute_XX, else 0 */ };
 int nvrtcVersion(int *major, int *minor) { *major = 13; *minor = 0; return 0; }
 const char *nvrtcGetErrorString(int rc) {
 	switch (rc) {
@@ -318,15 +328,27 @@ static int spit(const char *path, const char *text) {
 #define FMAD_FLAGS "-ffp-contract=fast -fexpensive-optimizations"
 #endif
 
+/* The architectures this NVRTC knows: up to MESHRUN_FAKE_MAX_SM (default 90). */
+static const int known_archs[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90};
+static int nknown(void) {
+	const char *m = getenv("MESHRUN_FAKE_MAX_SM");
+	int max = m ? atoi(m) : 90, n = 0;
+	while (n < (int)(sizeof known_archs / sizeof known_archs[0]) && known_archs[n] <= max) n++;
+	return n;
+}
+int nvrtcGetNumSupportedArchs(int *n) { *n = nknown(); return 0; }
+int nvrtcGetSupportedArchs(int *archs) { memcpy(archs, known_archs, sizeof(int) * (size_t)nknown()); return 0; }
+
 int nvrtcCompileProgram(struct prog *p, int nopts, const char *const *opts) {
 	const char *arch = NULL, *fmad = FMAD_FLAGS;
 	for (int i = 0; i < nopts; i++) {
-		if (strncmp(opts[i], "--gpu-architecture=sm_", 22) == 0) arch = opts[i] + 19;
+		if (strncmp(opts[i], "--gpu-architecture=sm_", 22) == 0) arch = opts[i] + 19, p->ptx = 0;
+		if (strncmp(opts[i], "--gpu-architecture=compute_", 27) == 0) arch = opts[i] + 19, p->ptx = atoi(opts[i] + 27);
 		if (strcmp(opts[i], "--fmad=false") == 0) fmad = "-ffp-contract=off";
 	}
-	if (!arch) { p->log = strdup("fake nvrtc: no --gpu-architecture=sm_XY option (a CUBIN needs a real architecture)"); return 5; }
+	if (!arch) { p->log = strdup("fake nvrtc: no --gpu-architecture=sm_XY or compute_XY option"); return 5; }
 	const char *maxsm = getenv("MESHRUN_FAKE_MAX_SM");
-	if (maxsm && atoi(arch + 3) > atoi(maxsm)) {
+	if (maxsm && atoi(arch + (p->ptx ? 8 : 3)) > atoi(maxsm)) {
 		p->log = strdup("nvrtc: error: invalid value for --gpu-architecture (-arch)");
 		return 5;
 	}
@@ -355,8 +377,24 @@ int nvrtcCompileProgram(struct prog *p, int nopts, const char *const *opts) {
 	if (f) { fprintf(f, "compiled for %s\n", arch); fclose(f); }
 	return 0;
 }
-int nvrtcGetCUBINSize(struct prog *p, size_t *n) { if (!p->image) return 3; *n = p->size; return 0; }
-int nvrtcGetCUBIN(struct prog *p, char *out) { if (!p->image) return 3; memcpy(out, p->image, p->size); return 0; }
+/* A program compiled for a virtual architecture (compute_XX) has PTX and
+ * no CUBIN, and the other way round, as NVRTC's does. */
+int nvrtcGetCUBINSize(struct prog *p, size_t *n) { if (!p->image || p->ptx) return 3; *n = p->size; return 0; }
+int nvrtcGetCUBIN(struct prog *p, char *out) { if (!p->image || p->ptx) return 3; memcpy(out, p->image, p->size); return 0; }
+static int ptx_header(struct prog *p, char *h, size_t n) { return snprintf(h, n, FAKE_PTX "%d\n", p->ptx); }
+int nvrtcGetPTXSize(struct prog *p, size_t *n) {
+	char h[64];
+	if (!p->image || !p->ptx) return 3;
+	*n = (size_t)ptx_header(p, h, sizeof h) + p->size + 1; /* and the NUL that ends PTX */
+	return 0;
+}
+int nvrtcGetPTX(struct prog *p, char *out) {
+	if (!p->image || !p->ptx) return 3;
+	int k = ptx_header(p, out, 64);
+	memcpy(out + k, p->image, p->size);
+	out[k + p->size] = 0;
+	return 0;
+}
 int nvrtcGetProgramLogSize(struct prog *p, size_t *n) { *n = p->log ? strlen(p->log) + 1 : 1; return 0; }
 int nvrtcGetProgramLog(struct prog *p, char *out) { strcpy(out, p->log ? p->log : ""); return 0; }
 int nvrtcDestroyProgram(struct prog **p) {
