@@ -129,6 +129,14 @@ func (e *env) runError(format string, a ...any) {
 // error, or has a different problem to report) must get to print first.
 const followerGrace = time.Second
 
+// abortGrace is how long a failed rank waits between printing its error
+// and MPI_Abort: the launcher tears every process down on the abort, and
+// the error, written to a pipe its proxy forwards, must reach the user
+// first. A full test run at load 12 once showed, under MPICH, no line of
+// rank 0's timeout (TestMPI/fault-stall-timeout), only the stalled rank's;
+// this race is the likely cause (not reproduced in 11 runs at load 8-19).
+const abortGrace = 250 * time.Millisecond
+
 // finish ends an MPI run: every rank finalizes after success; a failure
 // ends every rank (MPI_Abort) so none is left waiting for this one.
 func (e *env) finish(code int) int {
@@ -139,6 +147,7 @@ func (e *env) finish(code int) int {
 		return code
 	}
 	if code != ExitOK {
+		time.Sleep(abortGrace)
 		mpi.Abort(code)
 	}
 	// MPI_Finalize waits for every rank; rank 0 may still be busy (check's
