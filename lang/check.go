@@ -34,6 +34,12 @@ type CheckOptions struct {
 	// functions are written per device (their blocks are then the whole
 	// tensors and every collective moves nothing).
 	SingleDevice bool
+	// noMicroCopy checks every micro-batch of a train block instead of
+	// copying the first (train_micro.go): the reference its tests compare
+	// the copy with.
+	noMicroCopy bool
+	// maxWork, if set, replaces MaxWork (tests of the budget).
+	maxWork int
 }
 
 // Checker turns statements into a typed Graph. It keeps its environment
@@ -99,6 +105,9 @@ type Checker struct {
 	// iterHook runs after each iteration of a train block's top-level for
 	// loop (a pipeline unit ends there); nested loops do not see it.
 	iterHook func()
+	// copied counts the micro-batches copied from the first rather than
+	// checked (train_micro.go); its tests read it.
+	copied int
 }
 
 // Keys of Checker.broken that are not names (a name has no space).
@@ -127,12 +136,20 @@ func (c *Checker) spend(pos Pos) bool {
 	if c.tooLarge {
 		return false
 	}
-	if c.work++; c.work > MaxWork {
-		c.errorf(pos, "the program is too large: checking it unrolls more than %d statements and values (loops, function calls and micro-batches repeated); this line crossed the limit", MaxWork)
+	if c.work++; c.work > c.maxWork() {
+		c.errorf(pos, "the program is too large: checking it unrolls more than %d statements and values (loops, function calls and micro-batches repeated); this line crossed the limit", c.maxWork())
 		c.tooLarge = true
 		return false
 	}
 	return true
+}
+
+// maxWork is MaxWork, or the smaller budget a test set.
+func (c *Checker) maxWork() int {
+	if c.opts.maxWork > 0 {
+		return c.opts.maxWork
+	}
+	return MaxWork
 }
 
 // NewChecker starts an empty program named file.

@@ -9,6 +9,7 @@ import (
 	"github.com/meshrun/meshrun/sbp"
 	"github.com/meshrun/meshrun/train"
 	"maps"
+	"slices"
 )
 
 // A train block turns the program into one training step, repeated:
@@ -69,8 +70,9 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	if tr.Pipe != nil {
 		tr.Pipe.Units = make([][]ir.IDRange, tr.Accumulate)
 	}
+	var first *microCopy // micro-batch 0, copied for the others when it can be
 	for micro := 0; micro < tr.Accumulate; micro++ {
-		loss, ok := c.microStep(tb, tr, inputs, seenBy, micro)
+		loss, ok := c.microStep(tb, tr, inputs, seenBy, micro, &first)
 		if !ok || len(c.errs) > nerr {
 			return // the budget (spend) may run out inside the backward
 		}
@@ -185,19 +187,51 @@ func (c *Checker) reduceWhenFinal(tr *Train, seenBy map[*Value]*Value) map[*Valu
 // inputs, differentiates its loss and adds its gradients to tr.Grads. Each
 // micro-batch's backward follows its forward, so only one micro-batch's
 // activations are alive at a time. It returns the micro-batch's share of
-// the step's loss.
-func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value, seenBy map[*Value]*Value, micro int) (*Value, bool) {
+// the step's loss. The micro-batches differ only in the rows of the
+// inputs they take: micro-batch 0 is checked and differentiated, and
+// *first keeps it so that the others copy its values onto their own rows
+// instead of checking it again (train_micro.go).
+func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value, seenBy map[*Value]*Value, micro int, first **microCopy) (*Value, bool) {
 	nerr := len(c.errs)
-	k := tr.Accumulate
 	start := len(c.g.Values)
 	if tr.Zero == 3 && micro > 0 && tr.Pipe == nil {
 		seenBy = c.regatherForMicro(seenBy)
 	}
+	c.microInputs(tb, tr, inputs, micro)
+	var mb *microBody
+	if t := *first; t != nil && t.fits(c, start) {
+		mb = t.copyTo(c, tr, micro)
+	} else {
+		at := c.at()
+		var ok bool
+		if mb, ok = c.checkMicroBody(tb, tr, micro); !ok {
+			return nil, false
+		}
+		if micro == 0 && len(c.errs) == nerr {
+			*first = c.keepMicro(tr, start, at, mb)
+		}
+	}
+	if tr.Pipe != nil {
+		if tr.Pipe.BackwardOf == nil {
+			// every micro-batch adds as many: sized once, not grown
+			tr.Pipe.BackwardOf = make(map[*Value]*Value, len(mb.adj.For)*max(1, tr.Accumulate))
+		}
+		maps.Copy(tr.Pipe.BackwardOf, mb.adj.For)
+	}
+	c.accumulateGrads(tb, tr, seenBy, mb)
+	if tr.Pipe != nil {
+		tr.Pipe.Micro = append(tr.Pipe.Micro, ir.MicroRange{Start: start, Backward: mb.bwd, End: len(c.g.Values)})
+	}
+	return mb.loss, true
+}
+
+// microInputs points the block's input names at micro-batch micro's rows.
+func (c *Checker) microInputs(tb *TrainBlock, tr *Train, inputs map[string]*Value, micro int) {
 	for _, name := range c.globalsInOrder() {
 		if x, ok := inputs[name]; ok {
 			mb := x
 			if !constantInput(x) { // a mask or a constant is the same for every micro-batch
-				mb = train.MicroBatch(builder{c}, x, micro, k, tb.Pos)
+				mb = train.MicroBatch(builder{c}, x, micro, tr.Accumulate, tb.Pos)
 			}
 			if tr.Precision != "" && mb.Type.DType.IsFloat() {
 				mb = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(mb), ops.Str(tr.Precision))
@@ -205,6 +239,21 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 			c.override[name] = operand{v: mb}
 		}
 	}
+}
+
+// microBody is what checking a micro-batch's statements and its backward
+// made: its share of the loss, the seed of its backward, its adjoints and
+// the ID where its backward starts.
+type microBody struct {
+	loss, seed *Value
+	adj        *ad.Adjoints
+	bwd        int
+}
+
+// checkMicroBody checks the block's statements on the micro-batch the
+// input names now point at, and builds its backward.
+func (c *Checker) checkMicroBody(tb *TrainBlock, tr *Train, micro int) (*microBody, bool) {
+	nerr := len(c.errs)
 	var units *unitRecorder
 	if tr.Pipe != nil {
 		units = &unitRecorder{c: c, pipe: tr.Pipe, micro: micro}
@@ -216,7 +265,7 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 	if loss.Type.DType != F32 && tr.Precision != "" {
 		loss = builder{c}.Apply(tb.Pos, "cast", nil, ops.T(loss), ops.Str("f32"))
 	}
-	if k > 1 {
+	if k := tr.Accumulate; k > 1 {
 		// micro-batches of equal size: the step's loss is their mean
 		loss = c.mk(tb.Pos, "mul", []operand{{v: loss}, numOp(1 / float64(k))}, nil)
 	}
@@ -235,27 +284,25 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 		}
 		return nil, false
 	}
-	if tr.Pipe != nil {
-		if tr.Pipe.BackwardOf == nil {
-			// every micro-batch adds as many: sized once, not grown
-			tr.Pipe.BackwardOf = make(map[*Value]*Value, len(adj.For)*max(1, k))
-		}
-		maps.Copy(tr.Pipe.BackwardOf, adj.For)
-	}
-	// the float params the loss can depend on, in program order; from the
-	// names, not a walk of the graph, which holds the earlier micro-batches
+	return &microBody{loss: loss, seed: seed, adj: adj, bwd: bwd}, true
+}
+
+// accumulateGrads adds the micro-batch's gradient of each float param the
+// loss can depend on to tr.Grads, in program order; from the names, not a
+// walk of the graph, which holds the earlier micro-batches.
+func (c *Checker) accumulateGrads(tb *TrainBlock, tr *Train, seenBy map[*Value]*Value, mb *microBody) {
 	seenParam := map[*Value]bool{}
 	for _, name := range c.globalsInOrder() {
 		v := c.globals[name]
-		if v.Op != "param" || !v.Type.DType.IsFloat() || v.ID >= loss.ID || seenParam[v] {
+		if v.Op != "param" || !v.Type.DType.IsFloat() || v.ID >= mb.loss.ID || seenParam[v] {
 			continue
 		}
 		seenParam[v] = true
-		g := adj.Of[v]
+		g := mb.adj.Of[v]
 		if seen := seenBy[v]; seen != v && tr.Zero >= 2 {
-			g = adj.Of[seen] // reduced in the backward (reduceWhenFinal)
+			g = mb.adj.Of[seen] // reduced in the backward (reduceWhenFinal)
 		} else if view := tr.Views[v]; view != nil {
-			g = adj.Of[view] // reduce the half gradient, cast it up after
+			g = mb.adj.Of[view] // reduce the half gradient, cast it up after
 		}
 		if g == nil {
 			continue
@@ -265,10 +312,6 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 		}
 		tr.Grads[v] = g
 	}
-	if tr.Pipe != nil {
-		tr.Pipe.Micro = append(tr.Pipe.Micro, ir.MicroRange{Start: start, Backward: bwd, End: len(c.g.Values)})
-	}
-	return loss, true
 }
 
 // regatherForMicro gives ZeRO-3 a fresh forward gather of every parameter
@@ -281,7 +324,9 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 // before a micro-batch's first unit has none.)
 func (c *Checker) regatherForMicro(seenBy map[*Value]*Value) map[*Value]*Value {
 	out := make(map[*Value]*Value, len(seenBy))
-	for p, seen := range seenBy {
+	params := slices.SortedFunc(maps.Keys(seenBy), func(a, b *Value) int { return a.ID - b.ID })
+	for _, p := range params { // in program order: the gathers' order is the graph's
+		seen := seenBy[p]
 		out[p] = seen
 		if seen == p || seen.Op != "to" || !seen.Attrs.Regather {
 			continue
