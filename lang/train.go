@@ -70,9 +70,10 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	if tr.Pipe != nil {
 		tr.Pipe.Units = make([][]ir.IDRange, tr.Accumulate)
 	}
-	var first *microCopy // micro-batch 0, copied for the others when it can be
+	names := c.globalsInOrder() // the block makes no globals: sorted once
+	var first *microCopy        // micro-batch 0, copied for the others when it can be
 	for micro := 0; micro < tr.Accumulate; micro++ {
-		loss, ok := c.microStep(tb, tr, inputs, seenBy, micro, &first)
+		loss, ok := c.microStep(tb, tr, names, inputs, seenBy, micro, &first)
 		if !ok || len(c.errs) > nerr {
 			return // the budget (spend) may run out inside the backward
 		}
@@ -191,13 +192,13 @@ func (c *Checker) reduceWhenFinal(tr *Train, seenBy map[*Value]*Value) map[*Valu
 // inputs they take: micro-batch 0 is checked and differentiated, and
 // *first keeps it so that the others copy its values onto their own rows
 // instead of checking it again (train_micro.go).
-func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value, seenBy map[*Value]*Value, micro int, first **microCopy) (*Value, bool) {
+func (c *Checker) microStep(tb *TrainBlock, tr *Train, names []string, inputs map[string]*Value, seenBy map[*Value]*Value, micro int, first **microCopy) (*Value, bool) {
 	nerr := len(c.errs)
 	start := len(c.g.Values)
 	if tr.Zero == 3 && micro > 0 && tr.Pipe == nil {
 		seenBy = c.regatherForMicro(seenBy)
 	}
-	c.microInputs(tb, tr, inputs, micro)
+	c.microInputs(tb, tr, names, inputs, micro)
 	var mb *microBody
 	if t := *first; t != nil && t.fits(c, start) {
 		mb = t.copyTo(c, tr, micro)
@@ -218,7 +219,7 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 		}
 		maps.Copy(tr.Pipe.BackwardOf, mb.adj.For)
 	}
-	c.accumulateGrads(tb, tr, seenBy, mb)
+	c.accumulateGrads(tb, tr, names, seenBy, mb)
 	if tr.Pipe != nil {
 		tr.Pipe.Micro = append(tr.Pipe.Micro, ir.MicroRange{Start: start, Backward: mb.bwd, End: len(c.g.Values)})
 	}
@@ -226,8 +227,8 @@ func (c *Checker) microStep(tb *TrainBlock, tr *Train, inputs map[string]*Value,
 }
 
 // microInputs points the block's input names at micro-batch micro's rows.
-func (c *Checker) microInputs(tb *TrainBlock, tr *Train, inputs map[string]*Value, micro int) {
-	for _, name := range c.globalsInOrder() {
+func (c *Checker) microInputs(tb *TrainBlock, tr *Train, names []string, inputs map[string]*Value, micro int) {
+	for _, name := range names {
 		if x, ok := inputs[name]; ok {
 			mb := x
 			if !constantInput(x) { // a mask or a constant is the same for every micro-batch
@@ -290,9 +291,9 @@ func (c *Checker) checkMicroBody(tb *TrainBlock, tr *Train, micro int) (*microBo
 // accumulateGrads adds the micro-batch's gradient of each float param the
 // loss can depend on to tr.Grads, in program order; from the names, not a
 // walk of the graph, which holds the earlier micro-batches.
-func (c *Checker) accumulateGrads(tb *TrainBlock, tr *Train, seenBy map[*Value]*Value, mb *microBody) {
+func (c *Checker) accumulateGrads(tb *TrainBlock, tr *Train, names []string, seenBy map[*Value]*Value, mb *microBody) {
 	seenParam := map[*Value]bool{}
-	for _, name := range c.globalsInOrder() {
+	for _, name := range names {
 		v := c.globals[name]
 		if v.Op != "param" || !v.Type.DType.IsFloat() || v.ID >= mb.loss.ID || seenParam[v] {
 			continue

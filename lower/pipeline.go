@@ -2,7 +2,10 @@ package lower
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
@@ -105,20 +108,23 @@ func buildPipeline(p *Plan) error {
 	full := g.Pipeline.Full
 	ex := &plan.Plan{Mesh: full, Sources: p.Exec.Sources, Outputs: p.Exec.Outputs, Carry: p.Exec.Carry,
 		Pipe: &plan.Pipe{Axis: g.Pipeline.Axis, Schedule: sched.String()}}
-	for r := range sched.Ranks {
-		prog, err := b.program(r)
-		if err != nil {
-			return err
-		}
-		ex.Programs = append(ex.Programs, prog)
+	// each rank's program reads the pass's state and writes only its own:
+	// the ranks are emitted in parallel
+	ex.Programs = make([]*plan.Program, sched.Ranks)
+	if err := inParallel(len(ex.Programs), func(r int) (err error) {
+		ex.Programs[r], err = b.program(r)
+		return err
+	}); err != nil {
+		return err
 	}
 	if err := b.homes(ex); err != nil {
 		return err
 	}
 	widenPlan(ex, p.Exec.Groups, g.Pipeline.Axis)
-	for _, prog := range ex.Programs {
-		freeAfterLastUse(prog)
-	}
+	inParallel(len(ex.Programs), func(r int) error {
+		freeAfterLastUse(ex.Programs[r])
+		return nil
+	})
 	ex.RankProgram = make([]int, full.Size())
 	for r := range ex.RankProgram {
 		ex.RankProgram[r] = full.Coord(r)[g.Pipeline.Axis]
@@ -329,4 +335,28 @@ func (b *pipeBuild) stageTimes(work *unitWork) []float64 {
 		out[s] += c / float64(b.p.Mesh.Size()) // the stage's devices share its work
 	}
 	return out
+}
+
+// inParallel runs f(0) … f(n-1) on up to GOMAXPROCS goroutines and
+// returns the error of the lowest i that failed, as a loop would.
+func inParallel(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for w := 0; w < min(n, runtime.GOMAXPROCS(0)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				errs[i] = f(i)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
