@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
@@ -152,38 +153,18 @@ func Explain(p *Plan) *Report {
 		l := p.Planner.Topo.Link(i)
 		r.Mesh.Axes = append(r.Mesh.Axes, AxisReport{Name: a.Name, Size: a.Size, AlphaUs: round6(l.Alpha * 1e6), GBPerSec: round6(1 / l.Beta / 1e9), ReduceGBps: round6(1 / l.Gamma / 1e9)})
 	}
+	// the ops' rows are independent of each other and of the rest: their
+	// parts are made in parallel with it, each with its own memos
 	r.Ops = make([]OpReport, len(p.Values))
-	blocks := &blockMemo{p: p, local: map[string][]int{}, distinct: map[string][][]int{}}
-	memo := newReportMemo(len(p.Graph.Values))
-	dtypes := map[ir.DType]string{}
-	var inputs window[ArgReport]
-	for k, v := range p.Values {
-		pl := p.placementOf(v)
-		dt, ok := dtypes[v.Type.DType]
-		if !ok {
-			dt = v.Type.DType.String()
-			dtypes[v.Type.DType] = dt
-		}
-		r.Ops[k] = OpReport{ID: v.ID, Op: v.Op, Value: memo.label(v), Where: memo.where(v.Pos), Line: v.Pos.Line, CalledFrom: memo.callSites(v.Calls), Shape: v.Type.Shape, DType: dt,
-			Placement: memo.placedAs(v, pl), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
-		op := &r.Ops[k]
-		if ch := p.choiceOf(v); ch != nil {
-			op.Candidates = ch.Candidates
-			if v.Op != "to" {
-				op.Why = memo.dedupe(ch.Sig.Why)
-			}
-			if len(v.Args) > 0 {
-				op.Inputs = inputs.take(len(v.Args))
-			}
-			for i, a := range v.Args {
-				ar := ArgReport{Value: memo.label(a), Placement: memo.placedOf(p, a), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
-				if ch.ArgConv[i] != nil {
-					ar.Converted = memo.placement(ch.Sig.In[i])
-				}
-				op.Inputs[i] = ar
-			}
-		}
+	var wg sync.WaitGroup
+	for _, part := range parts(len(p.Values), opsPerPart) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			explainOps(p, r.Ops[part[0]:part[1]], p.Values[part[0]:part[1]])
+		}()
 	}
+	memo := newReportMemo(len(p.Graph.Values))
 	lines := newSourceLines(p.Graph.Sources)
 	for _, c := range p.Convs {
 		for _, st := range c.Path.Steps {
@@ -216,6 +197,7 @@ func Explain(p *Plan) *Report {
 		r.Memory = append(r.Memory, mr)
 		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
 	}
+	wg.Wait()
 	r.Notes = explainNotes(p, r)
 	if p.Pipe != nil {
 		r.Pipeline = explainPipeline(p)
@@ -227,6 +209,58 @@ func Explain(p *Plan) *Report {
 		r.Mesh.Axes = append(r.Mesh.Axes[:p.Pipe.Axis], append([]AxisReport{axis}, r.Mesh.Axes[p.Pipe.Axis:]...)...)
 	}
 	return r
+}
+
+// opsPerPart is the fewest ops explain gives a goroutine of their own.
+var opsPerPart = 16384 // a variable: tests cut small programs into parts
+
+// parts cuts [0, n) into at most GOMAXPROCS ranges of at least least
+// items each (one range when n is smaller), as [start, end) pairs.
+func parts(n, least int) [][2]int {
+	k := max(1, min(runtime.GOMAXPROCS(0), n/least))
+	out := make([][2]int, k)
+	for i := range out {
+		out[i] = [2]int{i * n / k, (i + 1) * n / k}
+	}
+	return out
+}
+
+// explainOps fills ops with the rows of vals (p.Values from some index
+// on): its own memos, so that parts of the list can be made in parallel.
+func explainOps(p *Plan, ops []OpReport, vals []*ir.Value) {
+	blocks := &blockMemo{p: p, local: map[string][]int{}, distinct: map[string][][]int{}}
+	memo := newReportMemo(len(p.Graph.Values))
+	dtypes := map[ir.DType]string{}
+	var inputs window[ArgReport]
+	for k, v := range vals {
+		pl := p.placementOf(v)
+		dt, ok := dtypes[v.Type.DType]
+		if !ok {
+			dt = v.Type.DType.String()
+			dtypes[v.Type.DType] = dt
+		}
+		ops[k] = OpReport{ID: v.ID, Op: v.Op, Value: memo.label(v), Where: memo.where(v.Pos), Line: v.Pos.Line, CalledFrom: memo.callSites(v.Calls), Shape: v.Type.Shape, DType: dt,
+			Placement: memo.placedAs(v, pl), Local: blocks.localShape(v.Type.Shape, pl), LocalShapes: blocks.distinctShapes(v.Type.Shape, pl)}
+		op := &ops[k]
+		ch := p.choiceOf(v)
+		if ch == nil {
+			continue
+		}
+		op.Candidates = ch.Candidates
+		if v.Op != "to" {
+			op.Why = memo.dedupe(ch.Sig.Why)
+		}
+		if len(v.Args) > 0 {
+			op.Inputs = inputs.take(len(v.Args))
+		}
+		for i, a := range v.Args {
+			ar := ArgReport{Value: memo.label(a), Placement: memo.placedOf(p, a), Local: blocks.localShape(a.Type.Shape, ch.Sig.In[i])}
+			if ch.ArgConv[i] != nil {
+				ar.Converted = memo.placement(ch.Sig.In[i])
+			}
+			op.Inputs[i] = ar
+		}
+	}
 }
 
 // round6 drops float noise from unit conversions (50.00000000000001 → 50).
@@ -527,24 +561,26 @@ func (r *Report) write(b textSink, grow func(int)) {
 		fmt.Fprintf(b, "  link %-4s alpha %.1f us, %.0f GB/s\n", a.Name, a.AlphaUs, a.GBPerSec)
 	}
 	b.WriteString("\nops (placement per mesh axis; local shape on device 0)\n")
-	tw := newTable("where", "value", "op", "inputs", "output", "local")
-	tw.rows = slices.Grow(tw.rows, len(r.Ops))
-	memo := newTextMemo()
-	var ins []byte
-	for k := range r.Ops {
-		o := &r.Ops[k]
-		ins = appendInputs(ins[:0], o)
-		local := memo.shape(o.Local)
-		if len(o.LocalShapes) > 1 {
-			local += fmt.Sprintf(" (+%d other shapes: uneven)", len(o.LocalShapes)-1)
-		}
-		tw.row(memo.where(o.Where, o.CalledFrom), o.Value, o.Op, string(ins), o.Placement, local)
+	// the rows of the two large tables are made, and measured, in
+	// parallel: the ops table in parts, each with its own memo
+	ps := parts(len(r.Ops), opsPerPart)
+	opParts := make([]*table, len(ps))
+	var wg sync.WaitGroup
+	for i, part := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opParts[i] = opRows(r.Ops[part[0]:part[1]])
+		}()
 	}
 	tc := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
 	for _, c := range r.Collectives {
 		tc.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
 			fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
 	}
+	tc.widths()
+	wg.Wait()
+	tw := joinTables([]string{"where", "value", "op", "inputs", "output", "local"}, opParts)
 	// the two tables are nearly all of the text: size it once
 	if grow != nil {
 		grow(tw.size() + tc.size() + 64<<10)
@@ -609,6 +645,24 @@ func (r *Report) write(b textSink, grow func(int)) {
 	}
 	fmt.Fprintf(b, "\ntotals: %d collective steps (%d local), %s sent per device, %.2f us modelled, peak %s\n",
 		r.Totals.Collectives, r.Totals.LocalSteps, HumanBytes(r.Totals.Bytes), r.Totals.TimeUs, HumanBytes(float64(r.Totals.MaxPeakBytes)))
+}
+
+// opRows is the ops table's rows of ops, measured, without the heading.
+func opRows(ops []OpReport) *table {
+	t := &table{rows: make([][]string, 0, len(ops))}
+	memo := newTextMemo()
+	var ins []byte
+	for k := range ops {
+		o := &ops[k]
+		ins = appendInputs(ins[:0], o)
+		local := memo.shape(o.Local)
+		if len(o.LocalShapes) > 1 {
+			local += fmt.Sprintf(" (+%d other shapes: uneven)", len(o.LocalShapes)-1)
+		}
+		t.row(memo.where(o.Where, o.CalledFrom), o.Value, o.Op, string(ins), o.Placement, local)
+	}
+	t.measure(6)
+	return t
 }
 
 // shortWhere drops the directory of a file:line:col.

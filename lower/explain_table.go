@@ -38,10 +38,16 @@ func (t *table) String() string {
 
 // widths is the widest cell of each column, in runes.
 func (t *table) widths() []int {
-	if t.w != nil {
-		return t.w
+	if t.w == nil {
+		t.measure(len(t.rows[0]))
 	}
-	t.w = make([]int, len(t.rows[0]))
+	return t.w
+}
+
+// measure counts each cell's runes and the widest of each of the cols
+// columns.
+func (t *table) measure(cols int) {
+	t.w = make([]int, cols)
 	cells := 0
 	for _, r := range t.rows {
 		cells += len(r)
@@ -54,7 +60,21 @@ func (t *table) widths() []int {
 			t.w[i] = max(t.w[i], n)
 		}
 	}
-	return t.w
+}
+
+// joinTables is the table of heading head followed by the rows of parts
+// (measured, without headings), in order.
+func joinTables(head []string, parts []*table) *table {
+	t := newTable(head...)
+	t.widths()
+	for _, p := range parts {
+		t.rows = append(t.rows, p.rows...)
+		t.runes = append(t.runes, p.runes...)
+		for i, w := range p.w {
+			t.w[i] = max(t.w[i], w)
+		}
+	}
+	return t
 }
 
 // size bounds the bytes writeTo writes: each cell padded to its column's
