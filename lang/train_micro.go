@@ -55,6 +55,9 @@ type microCopy struct {
 	// [body, end)), the one place the backward reads which rows a
 	// micro-batch took (see rowPads).
 	pads map[int]bool
+	// outer are the values before micro-batch 0 that have an adjoint in
+	// its backward (its params and their views)
+	outer []*Value
 }
 
 // rowPads finds, among micro-batch 0's statements and backward vals
@@ -104,6 +107,11 @@ func (c *Checker) keepMicro(tr *Train, start int, at microAt, mb *microBody) *mi
 		return nil
 	}
 	t := &microCopy{start: start, body: at.values, end: end, work: c.work - at.work, mb: mb, pads: pads}
+	for x := range mb.adj.Of {
+		if x.ID < start {
+			t.outer = append(t.outer, x)
+		}
+	}
 	if tr.Pipe != nil {
 		t.units = tr.Pipe.Units[0]
 	}
@@ -157,10 +165,20 @@ func (t *microCopy) copyTo(c *Checker, tr *Train, micro int) *microBody {
 	}
 	c.work += t.work
 	c.copied++
-	adj := &ad.Adjoints{Of: remapMap(t.mb.adj.Of, remap), For: remapMap(t.mb.adj.For, remap)}
-	mb := &microBody{loss: remap(t.mb.loss), seed: remap(t.mb.seed), adj: adj, bwd: t.mb.bwd + off}
-	c.grads[mb.seed] = adj
+	// of the adjoints, only those of values before the micro-batch (its
+	// params and their views) are read again, by accumulateGrads; the
+	// stages of the backward's values go straight into the pipeline's
+	// table. (Checker.grads keeps micro-batch 0's backward only: nothing
+	// asks for a later micro-batch's seed again.)
+	of := make(map[*Value]*Value, len(t.outer))
+	for _, x := range t.outer {
+		of[x] = remap(t.mb.adj.Of[x])
+	}
+	mb := &microBody{loss: remap(t.mb.loss), seed: remap(t.mb.seed), adj: &ad.Adjoints{Of: of}, bwd: t.mb.bwd + off}
 	if tr.Pipe != nil {
+		for k, v := range t.mb.adj.For {
+			tr.Pipe.BackwardOf[remap(k)] = remap(v)
+		}
 		units := make([]ir.IDRange, len(t.units))
 		for i, u := range t.units {
 			units[i] = ir.IDRange{Start: u.Start + off, End: u.End + off}
@@ -168,12 +186,4 @@ func (t *microCopy) copyTo(c *Checker, tr *Train, micro int) *microBody {
 		tr.Pipe.Units[micro] = units
 	}
 	return mb
-}
-
-func remapMap(m map[*Value]*Value, remap func(*Value) *Value) map[*Value]*Value {
-	out := make(map[*Value]*Value, len(m))
-	for k, v := range m {
-		out[remap(k)] = remap(v)
-	}
-	return out
 }
