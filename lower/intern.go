@@ -21,10 +21,23 @@ type interner struct {
 	buf     []byte
 	wheres  map[string]string
 	kernels map[string]*plan.Kernel
+	// byPos finds a value's Where without formatting it: by its position
+	// and its call chain's array, which the checker shares among the
+	// values of one call and a copied micro-batch shares with the first
+	byPos map[whereKey]string
+}
+
+// whereKey is what v.Where() is made of: the position's file, line and
+// column, and the call chain (the same array holds the same positions).
+type whereKey struct {
+	file      string
+	line, col int
+	calls     *ir.Pos
+	n         int
 }
 
 func newInterner() *interner {
-	return &interner{wheres: map[string]string{}, kernels: map[string]*plan.Kernel{}}
+	return &interner{wheres: map[string]string{}, kernels: map[string]*plan.Kernel{}, byPos: map[whereKey]string{}}
 }
 
 // text returns the interned copy of in.buf's text.
@@ -39,8 +52,17 @@ func (in *interner) text() string {
 
 // where is v.Where(), shared.
 func (in *interner) where(v *ir.Value) string {
+	k := whereKey{file: v.Pos.Filename, line: v.Pos.Line, col: v.Pos.Column, n: len(v.Calls)}
+	if k.n > 0 {
+		k.calls = &v.Calls[0]
+	}
+	if s, ok := in.byPos[k]; ok {
+		return s
+	}
 	in.buf = v.AppendWhere(in.buf[:0])
-	return in.text()
+	s := in.text()
+	in.byPos[k] = s
+	return s
 }
 
 // convWhere is the position of a conversion with its call sites, each as
