@@ -17,10 +17,12 @@ import (
 // after them one for one, pointing every argument that lay inside
 // micro-batch 0 at the copy of that argument, and every other argument
 // (params, their views, constants made before the block) where it was.
-// Its adjoints, the backward's stages (ir.PipeTrain.BackwardOf) and its
-// units are micro-batch 0's, moved the same way. The gradients are then
-// accumulated as written (they differ: micro-batch 0 has nothing to add
-// to), and so is the step's loss.
+// The backward's stages (ir.PipeTrain.BackwardOf), the units and the
+// adjoints of the params are micro-batch 0's, moved the same way. The
+// gradients are then accumulated as written (they differ: micro-batch 0
+// has nothing to add to), and so is the step's loss. One thing in the
+// backward depends on the rows: the gradient of the rows' slice pads it
+// back into the whole input at the slice's place (rowPads).
 //
 // The copy is the graph a second check would build only where checking
 // micro-batch 0 reused nothing it had made for itself that a later
@@ -60,15 +62,15 @@ type microCopy struct {
 	outer []*Value
 }
 
-// rowPads finds, among micro-batch 0's statements and backward vals
-// (IDs from body on), the values that depend on which rows the
-// micro-batch took: the backward of its input rows [start, body)
-// (train.MicroBatch's reshape, slice, reshape, and a cast) reshapes and
-// casts the adjoint back, which does not, and pads it into the whole
-// input where its slice took the rows (ops' sliceVJP), which does: the
-// pad keeps the slice's axis, start and end. It returns them by index,
-// or false when the backward of a slice is anything else, which would
-// make a copy differ from a check.
+// rowPads finds, among micro-batch 0's statements and backward (vals,
+// from ID body on), the values that depend on which rows the micro-batch
+// took. Its input rows [start, body) are train.MicroBatch's reshape,
+// slice and reshape (and a cast): their backward reshapes and casts the
+// adjoint back, the same for every micro-batch, and pads it into the
+// whole input at the slice's place (ops' sliceVJP: the pad has the
+// slice's axis, start and end), which is not. It returns the pads by index
+// in vals, or false when a slice's backward is anything else, which a
+// copy could get wrong.
 func rowPads(vals []*Value, backwardOf map[*Value]*Value, start, body int) (map[int]bool, bool) {
 	pads := map[int]bool{}
 	for i, v := range vals {

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
@@ -156,14 +155,10 @@ func Explain(p *Plan) *Report {
 	// the ops' rows are independent of each other and of the rest: their
 	// parts are made in parallel with it, each with its own memos
 	r.Ops = make([]OpReport, len(p.Values))
-	var wg sync.WaitGroup
-	for _, part := range parts(len(p.Values), opsPerPart) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			explainOps(p, r.Ops[part[0]:part[1]], p.Values[part[0]:part[1]])
-		}()
-	}
+	ps := parts(len(p.Values), opsPerPart)
+	opsDone := inBackground(len(ps), func(i int) {
+		explainOps(p, r.Ops[ps[i][0]:ps[i][1]], p.Values[ps[i][0]:ps[i][1]])
+	})
 	memo := newReportMemo(len(p.Graph.Values))
 	lines := newSourceLines(p.Graph.Sources)
 	for _, c := range p.Convs {
@@ -197,7 +192,7 @@ func Explain(p *Plan) *Report {
 		r.Memory = append(r.Memory, mr)
 		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
 	}
-	wg.Wait()
+	opsDone()
 	r.Notes = explainNotes(p, r)
 	if p.Pipe != nil {
 		r.Pipeline = explainPipeline(p)
@@ -565,21 +560,14 @@ func (r *Report) write(b textSink, grow func(int)) {
 	// parallel: the ops table in parts, each with its own memo
 	ps := parts(len(r.Ops), opsPerPart)
 	opParts := make([]*table, len(ps))
-	var wg sync.WaitGroup
-	for i, part := range ps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			opParts[i] = opRows(r.Ops[part[0]:part[1]])
-		}()
-	}
+	rowsDone := inBackground(len(ps), func(i int) { opParts[i] = opRows(r.Ops[ps[i][0]:ps[i][1]]) })
 	tc := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
 	for _, c := range r.Collectives {
 		tc.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
 			fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
 	}
 	tc.widths()
-	wg.Wait()
+	rowsDone()
 	tw := joinTables([]string{"where", "value", "op", "inputs", "output", "local"}, opParts)
 	// the two tables are nearly all of the text: size it once
 	if grow != nil {

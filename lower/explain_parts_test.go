@@ -3,6 +3,7 @@ package lower
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -66,4 +67,35 @@ func TestPartsCoverTheRange(t *testing.T) {
 		}
 		require.Equal(t, c.n, next)
 	}
+}
+
+// inParallel returns the failure of the lowest index, as a loop would,
+// and raises a worker's panic in the caller (runPass recovers a pass's
+// panic there); inBackground's wait raises it too.
+func TestInParallelErrorsAndPanics(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	ran := make([]bool, 50)
+	err := inParallel(50, func(i int) error {
+		ran[i] = true
+		if i == 7 || i == 30 {
+			return fmt.Errorf("rank %d", i)
+		}
+		return nil
+	})
+	require.EqualError(t, err, "rank 7")
+	require.NotContains(t, ran, false)
+	require.PanicsWithValue(t, "boom 3", func() {
+		_ = inParallel(10, func(i int) error {
+			if i == 3 || i == 8 {
+				panic(fmt.Sprintf("boom %d", i))
+			}
+			return nil
+		})
+	})
+	wait := inBackground(5, func(i int) {
+		if i == 4 {
+			panic("late")
+		}
+	})
+	require.PanicsWithValue(t, "late", wait)
 }

@@ -338,25 +338,50 @@ func (b *pipeBuild) stageTimes(work *unitWork) []float64 {
 }
 
 // inParallel runs f(0) … f(n-1) on up to GOMAXPROCS goroutines and
-// returns the error of the lowest i that failed, as a loop would.
+// returns the error of the lowest i that failed, as a loop would. A panic
+// in f is raised again in the caller's goroutine (where runPass turns a
+// pass's panic into an internal error), not left to crash the process.
 func inParallel(n int, f func(i int) error) error {
 	errs := make([]error, n)
+	panics := make([]any, n)
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
+	run := func(i int) {
+		defer func() { panics[i] = recover() }()
+		errs[i] = f(i)
+	}
 	for w := 0; w < min(n, runtime.GOMAXPROCS(0)); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				errs[i] = f(i)
+				run(i)
 			}
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
+	for i, err := range errs {
+		if panics[i] != nil {
+			panic(panics[i])
+		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// inBackground starts f(0) … f(n-1) (inParallel) and returns the function
+// that waits for them, raising a panic of theirs in its caller.
+func inBackground(n int, f func(i int)) (wait func()) {
+	done := make(chan any, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		inParallel(n, func(i int) error { f(i); return nil })
+	}()
+	return func() {
+		if r := <-done; r != nil {
+			panic(r)
+		}
+	}
 }
