@@ -44,3 +44,33 @@ func Moment(out, m, g []float32, beta float32, square bool) {
 		out[i] = float32(m[i]*beta) + float32(g[i]*w)
 	}
 }
+
+// AdamHyper are the scalars of one fused Adam step (AdamFused): the two
+// moments' betas and the update's step size, root of the second bias
+// correction, epsilon and weight decay factor, as the three separate ops
+// take them.
+type AdamHyper struct {
+	Beta1, Beta2, Step, RootBC2, Eps, Decay float32
+}
+
+// AdamFused writes, in one pass over p, m, v and g, what Moment (β1),
+// Moment with the square (β2) and AdamUpdate on their results write in
+// three: mOut = m·β1 + g·(1−β1), vOut = v·β2 + g²·(1−β2), pOut =
+// p·decay − step·(mOut/(√vOut/rootBC2 + eps)), bit for bit. The three
+// passes stream ten slices through memory (read m, g; read v, g; read p
+// and both new moments), this one seven; on the MLP's parameters,
+// beyond the caches, the optimizer is bound by that traffic (issue 10).
+// The outputs must not overlap the inputs.
+func AdamFused(pOut, mOut, vOut, p, m, v, g []float32, h AdamHyper) {
+	n := len(pOut)
+	mOut, vOut, p, m, v, g = mOut[:n], vOut[:n], p[:n], m[:n], v[:n], g[:n]
+	w1, w2 := 1-h.Beta1, 1-h.Beta2 // in f32, as Moment forms them
+	k := adamFusedVec(pOut, mOut, vOut, p, m, v, g, h, w1, w2)
+	for i := k; i < n; i++ {
+		nm := float32(m[i]*h.Beta1) + float32(g[i]*w1)
+		nv := float32(v[i]*h.Beta2) + float32(g[i]*g[i]*w2)
+		denom := float32(math.Sqrt(float64(nv)))/h.RootBC2 + h.Eps
+		mOut[i], vOut[i] = nm, nv
+		pOut[i] = float32(p[i]*h.Decay) - float32(h.Step*(nm/denom))
+	}
+}

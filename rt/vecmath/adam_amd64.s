@@ -88,3 +88,63 @@ mplain:
 mdone:
 	VZEROUPPER
 	RET
+
+// func adamFusedAVX(pOut, mOut, vOut, p, m, v, gr *float32, n int, b1, w1, b2, w2, step, rootBC2, eps, decay float32)
+//
+// Eight lanes of AdamFused: momentAVX's two moments and adamAVX's update
+// on them, operation for operation, each slice read or written once.
+TEXT ·adamFusedAVX(SB), NOSPLIT, $0-96
+	MOVQ pOut+0(FP), DI
+	MOVQ mOut+8(FP), R10
+	MOVQ vOut+16(FP), R11
+	MOVQ p+24(FP), SI
+	MOVQ m+32(FP), R8
+	MOVQ v+40(FP), R9
+	MOVQ gr+48(FP), R12
+	MOVQ n+56(FP), CX
+	VBROADCASTSS b1+64(FP), Y8
+	VBROADCASTSS w1+68(FP), Y9
+	VBROADCASTSS b2+72(FP), Y10
+	VBROADCASTSS w2+76(FP), Y11
+	VBROADCASTSS step+80(FP), Y12
+	VBROADCASTSS rootBC2+84(FP), Y13
+	VBROADCASTSS eps+88(FP), Y14
+	VBROADCASTSS decay+92(FP), Y15
+	SHRQ $3, CX
+	JEQ  fdone
+
+floop:
+	VMOVUPS (R12), Y0
+	VMOVUPS (R8), Y1
+	VMULPS  Y8, Y1, Y1
+	VMULPS  Y9, Y0, Y2
+	VADDPS  Y2, Y1, Y1
+	VMOVUPS Y1, (R10)
+	VMOVUPS (R9), Y3
+	VMULPS  Y10, Y3, Y3
+	VMULPS  Y0, Y0, Y4
+	VMULPS  Y11, Y4, Y4
+	VADDPS  Y4, Y3, Y3
+	VMOVUPS Y3, (R11)
+	VSQRTPS Y3, Y3
+	VDIVPS  Y13, Y3, Y3
+	VADDPS  Y14, Y3, Y3
+	VDIVPS  Y3, Y1, Y1
+	VMULPS  Y12, Y1, Y1
+	VMOVUPS (SI), Y2
+	VMULPS  Y15, Y2, Y2
+	VSUBPS  Y1, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, DI
+	ADDQ $32, R10
+	ADDQ $32, R11
+	ADDQ $32, SI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R12
+	DECQ CX
+	JNE  floop
+
+fdone:
+	VZEROUPPER
+	RET
