@@ -105,8 +105,9 @@ func (p *Plan) peaks(t tier) []int64 {
 	return peaks
 }
 
-// blockSizes are the bytes each instruction of a program allocates in one
-// tier, as replayTier counts them, computed once per program. Only the
+// blockSizes are the bytes each result of each instruction of a program
+// allocates in one tier (an instruction with several results, Instr.Outs,
+// allocates that many times over), as replayTier counts them, computed once per program. Only the
 // blocks that an uneven split makes depend on the rank are sized per
 // rank, once per distinct shape and placement among them; ranks whose
 // sizes of those agree share one replay. (A mesh of 4096 ranks whose
@@ -118,7 +119,7 @@ type blockSizes struct {
 	prog    *Program
 	tier    tier
 	varying []bool   // the axes that vary some block's size
-	bytes   []int64  // per instruction: the bytes it allocates (0: none)
+	bytes   []int64  // per instruction: the bytes each of its results allocates (0: none)
 	uneven  []int    // the instructions whose bytes depend on the rank
 	kind    []int    // per uneven instruction: its index in kinds
 	kinds   []*Instr // one instruction per distinct shape and placement
@@ -174,8 +175,10 @@ func (bs *blockSizes) peak(numels []int) int64 {
 	for i := range bs.prog.Instrs {
 		in := &bs.prog.Instrs[i]
 		if in.Out >= 0 && bs.tier.holds(in) {
-			slot[in.Out] = bs.bytes[i]
-			cur = size.AddBytes(cur, slot[in.Out])
+			in.Written(func(s int) {
+				slot[s] = bs.bytes[i]
+				cur = size.AddBytes(cur, slot[s])
+			})
 			peak = max(peak, cur)
 		}
 		for _, s := range in.Free {
@@ -260,8 +263,10 @@ func (p *Plan) walkTier(r int, t tier, visit func(i int, top, after int64) bool)
 		in := &prog.Instrs[i]
 		if in.Out >= 0 && t.holds(in) {
 			n := int64(sbp.LocalNumel(p.Mesh, in.Shape, in.Placement, coord))
-			slot[in.Out] = n * int64(in.DType.Size())
-			cur = size.AddBytes(cur, slot[in.Out])
+			in.Written(func(s int) { // every result has Out's block (Instr.Outs)
+				slot[s] = n * int64(in.DType.Size())
+				cur = size.AddBytes(cur, slot[s])
+			})
 		}
 		top := cur
 		for _, s := range in.Free {

@@ -163,7 +163,12 @@ type Instr struct {
 	ArgPlace  []sbp.NdSBP // placements of the arguments as read
 	Args      []int       // slots read
 	Out       int         // slot written; -1 for Send
-	Free      []int       // slots whose last use this is
+	// Outs are the further slots a Compute instruction writes, the other
+	// results of a kernel with several (lower's Adam fusion: the new
+	// moments beside the new parameter), each of Out's dtype, shape and
+	// placement; nil for one result. The memory replay counts each.
+	Outs []int
+	Free []int // slots whose last use this is
 	// Host says the instruction runs in, and its result lives in, the
 	// rank's host memory rather than its device's (ZeRO-Offload's host
 	// tier): every slot it reads is a host slot too, except that an
@@ -176,6 +181,18 @@ type Instr struct {
 	// Act is, in a pipelined plan, the schedule action the instruction
 	// belongs to (nil: before or after the schedule's actions).
 	Act *pipeline.Action
+}
+
+// Written calls f with each slot the instruction writes: Out, then Outs
+// (none for a Send or Mark).
+func (in *Instr) Written(f func(slot int)) {
+	if in.Out < 0 {
+		return
+	}
+	f(in.Out)
+	for _, s := range in.Outs {
+		f(s)
+	}
 }
 
 // Kernel is an op application as a backend sees it: plain attributes and
@@ -304,7 +321,11 @@ func (prog *Program) Dump() string {
 			}
 		}
 		if in.Out >= 0 {
-			fmt.Fprintf(&b, "  s%d = ", in.Out)
+			fmt.Fprintf(&b, "  s%d", in.Out)
+			for _, s := range in.Outs {
+				fmt.Fprintf(&b, ", s%d", s)
+			}
+			b.WriteString(" = ")
 		} else {
 			b.WriteString("  ")
 		}

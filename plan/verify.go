@@ -79,7 +79,7 @@ func (p *Plan) wellFormed(prog *Program) error {
 			}
 		}
 		if in.Kind == Send || in.Kind == Mark {
-			if in.Out != -1 {
+			if in.Out != -1 || len(in.Outs) > 0 {
 				return bad("a %s writes slot %d", in.Kind, in.Out)
 			}
 		} else {
@@ -88,6 +88,17 @@ func (p *Plan) wellFormed(prog *Program) error {
 			}
 			written[in.Out] = true
 			onHost[in.Out] = in.Host
+			for _, o := range in.Outs { // further results (Instr.Outs)
+				switch {
+				case in.Kind != Compute:
+					return bad("a %s with %d results", in.Kind, 1+len(in.Outs))
+				case !slot(o):
+					return bad("writes slot %d of %d", o, n)
+				case written[o]:
+					return bad("writes slot %d as a further result, which is already written", o)
+				}
+				written[o], onHost[o] = true, in.Host
+			}
 		}
 		for _, s := range in.Free {
 			if !slot(s) {
