@@ -84,6 +84,7 @@ const (
 	Optim                 // the fused optimizer ops the training step uses
 	LocalView             // the local view's boundary and collectives: placed by their attributes, not by rule tables
 	Tier                  // copies between device and host memory (ZeRO-Offload), made by the training step only
+	Fused                 // kernels lowering's fusion passes make from several ops a program calls; no program calls them
 )
 
 var (

@@ -25,7 +25,7 @@ func TestEveryOpIsRegisteredWhole(t *testing.T) {
 		r, ok := sbp.Lookup(name)
 		require.True(t, ok, name)
 		require.Equal(t, op.Family, r.Family, name)
-		if name != "const" && op.Kind != Tier {
+		if name != "const" && op.Kind != Tier && op.Kind != Fused {
 			require.NotNil(t, op.Type, name)
 			_, ok := TypeOf(name)
 			require.True(t, ok, name)
@@ -38,6 +38,10 @@ func TestEveryOpIsRegisteredWhole(t *testing.T) {
 	// only the training step makes the tier copies
 	require.NotContains(t, Calls(), "offload")
 	require.NotContains(t, Calls(), "fetch")
+	// nor can any program call a fused kernel
+	for _, name := range Names(Fused) {
+		require.NotContains(t, Calls(), name)
+	}
 }
 
 func TestRegisterRefusesDuplicates(t *testing.T) {

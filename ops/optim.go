@@ -22,6 +22,26 @@ func init() {
 	Register(Op{Name: "adam_update", Family: "optim", Kind: Optim, Type: fusedOp(3), Placement: Rule{Sigs: fusedSigs},
 		Doc: Doc{Rows: []Row{{"`adam_update(p, m, v, step, root_bc2, eps, decay)`", "", "p·decay − step·m / (√v / root_bc2 + eps)"}},
 			Examples: []Example{{"P'[m,n] = adam_update(P, M, V, step, root_bc2, eps, decay) (also adam_moment, adam_moment2)", OpDesc{In: [][]int{{4, 4}, {4, 4}, {4, 4}, {}, {}, {}, {}}, Out: []int{4, 4}}}}}})
+	// adam_fused is the three ops above in one kernel with three results,
+	// made by lowering (lower/fuse_adam.go), never by a program: a plan
+	// instruction with several results has no value of its own in the
+	// graph, which keeps one value per result. Its rule is the three ops'
+	// (fusedSigs: the four tensors split alike, the scalars replicated),
+	// so each rank's block of every result is what the three ops compute
+	// on its blocks. Its arithmetic is theirs (three per element).
+	Register(Op{Name: "adam_fused", Family: "optim", Kind: Fused, Placement: Rule{Sigs: fusedSigs}, NoGrad: true, FLOPs: threePerElement,
+		Doc: Doc{Rows: []Row{{"`adam_fused(p, m, v, g, beta1, beta2, step, root_bc2, eps, decay)` (lowering only)", "", "→ (p', m', v'): m' = adam_moment(m, g, beta1), v' = adam_moment2(v, g, beta2), p' = adam_update(p, m', v', step, root_bc2, eps, decay), in one pass"}},
+			Examples: []Example{{"(P', M', V')[m,n] = adam_fused(P, M, V, G, beta1, beta2, step, root_bc2, eps, decay) (each result placed as Out)", OpDesc{In: [][]int{{4, 4}, {4, 4}, {4, 4}, {4, 4}, {}, {}, {}, {}, {}, {}}, Out: []int{4, 4}}}}}})
+}
+
+// threePerElement counts adam_fused as the three ops it replaces: one
+// FLOP per element each (the cost model's default).
+func threePerElement(out []int, _ [][]int) float64 {
+	n := 1.0
+	for _, d := range out {
+		n *= float64(d)
+	}
+	return 3 * n
 }
 
 func fusedSigs(d *OpDesc) []Sig {

@@ -1,9 +1,13 @@
 package rt
 
 import (
+	"context"
+	"fmt"
 	"math"
 
+	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/rt/vecmath"
+	"github.com/meshrun/meshrun/sbp"
 )
 
 // Kernels of the fused optimizer ops (registered with their rules in ops/optim.go).
@@ -79,5 +83,142 @@ func adamUpdate[T Float](out, p, m, v []T, step, rootBC2, eps, decay T) {
 func adamUpdate32(out, p, m, v []float32, step, rootBC2, eps, decay float32) {
 	parallelFor(len(out), func(lo, hi int) {
 		vecmath.AdamUpdate(out[lo:hi], p[lo:hi], m[lo:hi], v[lo:hi], step, rootBC2, eps, decay)
+	})
+}
+
+// Kernels with several results (plan.Instr.Outs): lower's Adam fusion
+// (lower/fuse_adam.go) makes adam_fused, which writes p', m' and v' in one
+// pass where adam_moment, adam_moment2 and adam_update take three.
+
+// ResultsLauncher is a Backend that runs a kernel with several results in
+// one launch. LaunchResults runs such a kernel on a backend without it as
+// the kernels it fuses, into as many buffers.
+type ResultsLauncher interface {
+	// LaunchResults is Launch for a kernel with n results, every one of
+	// them of block out.
+	LaunchResults(ctx context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block, n int) ([]Buffer, error)
+}
+
+// LaunchResults runs kernel k with n results on be: in one launch where
+// be has a kernel for it, else as the separate kernels it fuses (the CUDA
+// backend runs adam_fused as its three optimizer kernels). Either way the
+// instruction's results are n buffers of block out, held from the
+// instruction on, as the plan's memory replay counts them; the
+// intermediate results of the separate kernels are those buffers.
+func LaunchResults(ctx context.Context, be Backend, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block, n int) ([]Buffer, error) {
+	if rl, ok := be.(ResultsLauncher); ok {
+		return rl.LaunchResults(ctx, k, args, in, out, n)
+	}
+	if k.Op != "adam_fused" || n != 3 || len(args) != 10 || len(in) != 10 {
+		return nil, fmt.Errorf("%s: no kernel for %s with %d results on the %s backend", k.Op, k.Op, n, be.Name())
+	}
+	return adamUnfused(ctx, be, k, args, in, out)
+}
+
+// adamUnfused runs adam_fused as adam_moment, adam_moment2 and
+// adam_update (the arguments as fuse_adam.go orders them: p, m, v, g,
+// β1, β2, step, root_bc2, eps, decay).
+func adamUnfused(ctx context.Context, be Backend, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block) ([]Buffer, error) {
+	part := func(op string, idx ...int) *plan.Kernel {
+		pk := &plan.Kernel{Op: op, DType: k.DType, Shape: k.Shape}
+		for _, i := range idx {
+			pk.ArgDTypes = append(pk.ArgDTypes, k.ArgDTypes[i])
+			pk.ArgShapes = append(pk.ArgShapes, k.ArgShapes[i])
+		}
+		return pk
+	}
+	pick := func(idx ...int) ([]Buffer, []sbp.Block) {
+		var bs []Buffer
+		var bl []sbp.Block
+		for _, i := range idx {
+			bs, bl = append(bs, args[i]), append(bl, in[i])
+		}
+		return bs, bl
+	}
+	ma, mb := pick(1, 3, 4)
+	nm, err := be.Launch(ctx, part("adam_moment", 1, 3, 4), ma, mb, out)
+	if err != nil {
+		return nil, err
+	}
+	va, vb := pick(2, 3, 5)
+	nv, err := be.Launch(ctx, part("adam_moment2", 2, 3, 5), va, vb, out)
+	if err != nil {
+		be.Free(nm)
+		return nil, err
+	}
+	ua, ub := pick(0, 1, 2, 6, 7, 8, 9)
+	ua[1], ua[2], ub[1], ub[2] = nm, nv, out, out
+	np, err := be.Launch(ctx, part("adam_update", 0, 1, 2, 6, 7, 8, 9), ua, ub, out)
+	if err != nil {
+		be.Free(nm)
+		be.Free(nv)
+		return nil, err
+	}
+	return []Buffer{np, nm, nv}, nil
+}
+
+// LaunchResults implements ResultsLauncher: the CPU has adam_fused.
+func (c *CPU) LaunchResults(_ context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block, n int) ([]Buffer, error) {
+	if k.Op != "adam_fused" || n != 3 || len(args) != 10 {
+		return nil, fmt.Errorf("no CPU kernel for %s with %d results", k.Op, n)
+	}
+	ts := make([]*Tensor, len(args))
+	for i, a := range args {
+		t, err := host(a)
+		if err != nil {
+			return nil, err
+		}
+		if t.DType != k.DType || (i < 4 && t.Numel() != numel(out.Len)) || (i >= 4 && t.Numel() != 1) {
+			return nil, fmt.Errorf("adam_fused: argument %d is %s%v, the kernel's results %s%v", i+1, t.DType, t.Shape, k.DType, out.Len)
+		}
+		ts[i] = t
+	}
+	res := adamFused(c.alloc(), ts, out.Len)
+	if res == nil {
+		return nil, fmt.Errorf("adam_fused on %s: only f32 and f64 (lower fuses no other dtype)", k.DType)
+	}
+	return []Buffer{res[0], res[1], res[2]}, nil
+}
+
+// adamFused computes p', m', v' from (p, m, v, g, β1, β2, step,
+// root_bc2, eps, decay): bit for bit adam_moment, adam_moment2 and
+// adam_update in turn (vecmath.AdamFused for f32; adamFusedLoop, the
+// same expressions as moment and adamUpdate, for f64). Nil for another
+// dtype.
+func adamFused(pool *hostPool, a []*Tensor, shape []int) []*Tensor {
+	dt := a[0].DType
+	out := []*Tensor{uninitialised(pool, dt, shape), uninitialised(pool, dt, shape), uninitialised(pool, dt, shape)}
+	switch d := out[0].Data.(type) {
+	case []float32:
+		f := func(i int) []float32 { return a[i].Data.([]float32) }
+		s := func(i int) float32 { return f(i)[0] }
+		h := vecmath.AdamHyper{Beta1: s(4), Beta2: s(5), Step: s(6), RootBC2: s(7), Eps: s(8), Decay: s(9)}
+		nm, nv := out[1].Data.([]float32), out[2].Data.([]float32)
+		p, m, v, g := f(0), f(1), f(2), f(3)
+		parallelFor(len(d), func(lo, hi int) {
+			vecmath.AdamFused(d[lo:hi], nm[lo:hi], nv[lo:hi], p[lo:hi], m[lo:hi], v[lo:hi], g[lo:hi], h)
+		})
+	case []float64:
+		f := func(i int) []float64 { return a[i].Data.([]float64) }
+		adamFusedLoop(d, out[1].Data.([]float64), out[2].Data.([]float64), f(0), f(1), f(2), f(3), f(4)[0], f(5)[0], [4]float64{f(6)[0], f(7)[0], f(8)[0], f(9)[0]})
+	default:
+		return nil
+	}
+	return out
+}
+
+// adamFusedLoop is moment (β1), moment squared (β2) and adamUpdate
+// (hyper: step, root_bc2, eps, decay) in one loop, each product rounded
+// as they round it.
+func adamFusedLoop[T Float](np, nm, nv, p, m, v, g []T, b1, b2 T, hyper [4]T) {
+	w1, w2 := 1-b1, 1-b2
+	step, rootBC2, eps, decay := hyper[0], hyper[1], hyper[2], hyper[3]
+	parallelFor(len(np), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			nm[i] = T(m[i]*b1) + T(g[i]*w1)
+			nv[i] = T(v[i]*b2) + T(g[i]*g[i]*w2)
+			denom := T(math.Sqrt(float64(nv[i])))/rootBC2 + eps
+			np[i] = T(p[i]*decay) - T(step*(nm[i]/denom))
+		}
 	})
 }

@@ -25,13 +25,25 @@ func Sections() map[string]string {
 		"boxing":  Boxing(),
 		"ops":     OpTable(ops.Forward, lang.BuiltinRows()),
 		"helpers": OpTable(ops.Helper, nil),
-		"optim":   OpTable(ops.Optim, nil),
+		"optim":   OpTable(ops.Optim, rowsOf(ops.Fused)),
 		"local":   OpTable(ops.LocalView, nil),
 	}
 }
 
 // kinds orders the op kinds in the rule tables.
-var kinds = []ops.Kind{ops.Forward, ops.Optim, ops.Helper, ops.Tier}
+var kinds = []ops.Kind{ops.Forward, ops.Optim, ops.Fused, ops.Helper, ops.Tier}
+
+// rowsOf is the op-table rows of a kind's ops (the fused kernels join the
+// optimizer table, after the ops they fuse).
+func rowsOf(k ops.Kind) []ops.Row {
+	var rows []ops.Row
+	for _, op := range ops.All() {
+		if op.Kind == k {
+			rows = append(rows, op.Doc.Rows...)
+		}
+	}
+	return rows
+}
 
 // Rules renders every op's one-axis signatures, from the examples each op
 // registers (package ops).
