@@ -74,7 +74,8 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 	w.onHost = make([]bool, rp.Prog.NumSlots())
 	for i := range rp.Prog.Instrs {
 		if in := &rp.Prog.Instrs[i]; in.Out >= 0 && in.Host {
-			w.onHost[in.Out], w.Host = true, &CPU{BLAS: DefaultBLAS()}
+			in.Written(func(s int) { w.onHost[s] = true })
+			w.Host = &CPU{BLAS: DefaultBLAS()}
 		}
 	}
 	for gi, g := range p.Groups {
@@ -127,6 +128,7 @@ type execution struct {
 	refs  map[Buffer]int // slots (and sends in flight) holding each buffer: freed when none does
 	sent  []Buffer       // buffers of buffered sends, held until Flush
 	args  []Buffer       // the current instruction's arguments
+	more  []Buffer       // its further results (plan.Instr.Outs), in order
 	cur   int64
 	peak  int64
 	// the host tier's bytes held and peak, and the bytes copied each way
@@ -178,8 +180,8 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		t0 := x.now()
 		before := w.Comm.BytesSent()
 		out, err := x.exec(ctx, in, b)
-		if err == nil && out != nil && !slices.Equal(out.Dims(), b.Out.Len) {
-			err = fmt.Errorf("result has local shape %s, the plan says %s", ir.ShapeString(out.Dims()), ir.ShapeString(b.Out.Len))
+		if err == nil && out != nil {
+			err = checkShapes(b.Out.Len, out, x.more)
 		}
 		if err != nil {
 			return nil, w.fault(in, b, err)
@@ -190,7 +192,10 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 			x.pipe.step(in, t0, t1)
 		}
 		if in.Out >= 0 {
-			x.hold(in, out)
+			x.hold(in, in.Out, out)
+			for k, s := range in.Outs {
+				x.hold(in, s, x.more[k])
+			}
 		}
 		for _, s := range in.Free {
 			x.release(s)
@@ -266,10 +271,25 @@ func (x *execution) record(in *plan.Instr, ev Event, out Buffer) {
 	x.events = append(x.events, ev)
 }
 
-// hold puts an instruction's result in its slot and counts it in its
+// checkShapes checks an instruction's results (out, then more: every
+// result of an instruction has one block) against the plan's block.
+func checkShapes(want []int, out Buffer, more []Buffer) error {
+	for i := -1; i < len(more); i++ {
+		r := out
+		if i >= 0 {
+			r = more[i]
+		}
+		if !slices.Equal(r.Dims(), want) {
+			return fmt.Errorf("result has local shape %s, the plan says %s", ir.ShapeString(r.Dims()), ir.ShapeString(want))
+		}
+	}
+	return nil
+}
+
+// hold puts a result of an instruction in slot s and counts it in its
 // tier's memory.
-func (x *execution) hold(in *plan.Instr, out Buffer) {
-	x.slots[in.Out] = out
+func (x *execution) hold(in *plan.Instr, s int, out Buffer) {
+	x.slots[s] = out
 	x.refs[out]++
 	if in.Host {
 		x.hostCur += out.Bytes()
@@ -393,6 +413,7 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 		}
 	}()
 	w := x.w
+	x.more = nil
 	x.args = x.args[:0] // one argument list per execution, reused
 	for _, s := range in.Args {
 		x.args = append(x.args, x.slots[s])
@@ -403,6 +424,14 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 	case plan.Source:
 		return x.source(in)
 	case plan.Compute:
+		if len(in.Outs) > 0 {
+			res, err := LaunchResults(ctx, be, in.Kernel, args, b.In, b.Out, 1+len(in.Outs))
+			if err != nil {
+				return nil, err
+			}
+			x.more = res[1:]
+			return res[0], nil
+		}
 		return be.Launch(ctx, in.Kernel, args, b.In, b.Out)
 	case plan.Local:
 		return localStep(be, in, b, args[0])
