@@ -61,9 +61,13 @@ type Options struct {
 	Dump      io.Writer      // where dumps go
 	// KeepDead keeps values no output needs (the REPL shows every name).
 	KeepDead bool
-	// NoFuse skips the gemm fusion pass (fuse_gemm.go): every transpose
+	// NoFuse skips the fusion passes: the Adam fusion (fuse_adam.go), and
+	// the gemm fusion (fuse_gemm.go): every transpose
 	// is materialised, as before it (the fused-versus-unfused tests).
 	NoFuse bool
+	// NoFuseAdam skips the Adam fusion alone (the fused-versus-unfused
+	// Adam tests; NoFuse skips it too).
+	NoFuseAdam bool
 	// Memory is the budget of bytes a device may hold at once; a plan
 	// whose peak (memory pass) exceeds it fails to lower. 0: no budget.
 	Memory int64
@@ -176,6 +180,7 @@ var Passes = []Pass{
 	{Name: "fuse", Run: fuseGemms, Requires: []string{"spmd"}},
 	{Name: "tier", Run: assignTiers, Requires: []string{"spmd"}},
 	{Name: "pipeline", Run: buildPipeline, Requires: []string{"spmd"}},
+	{Name: "fuseadam", Run: fuseAdams, Requires: []string{"spmd"}},
 	{Name: "memory", Run: simulateMemory, Requires: []string{"spmd"}},
 }
 

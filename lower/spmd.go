@@ -163,9 +163,7 @@ func freeAfterLastUse(prog *plan.Program) {
 		last[i] = -1
 	}
 	for i, in := range prog.Instrs {
-		if in.Out >= 0 {
-			last[in.Out] = max(last[in.Out], i)
-		}
+		in.Written(func(s int) { last[s] = max(last[s], i) })
 		for _, a := range in.Args {
 			last[a] = i
 		}

@@ -17,6 +17,8 @@ import (
 //     slots already written, and its local shapes are its layout blocks.
 //   - fuse: a matmul reading an operand transposed reads a slot of the
 //     stored shape its kernel names, and the operands fit its result.
+//   - fuseadam: a fused Adam instruction reads four tensors placed and
+//     shaped as its three results, and six scalars.
 func Verify(p *Plan) error {
 	n := p.Mesh.NumAxes()
 	if p.done["infer"] {
@@ -86,6 +88,11 @@ func Verify(p *Plan) error {
 	}
 	if p.done["fuse"] {
 		if err := verifyFusedGemms(p); err != nil {
+			return err
+		}
+	}
+	if p.done["fuseadam"] {
+		if err := verifyFusedAdams(p); err != nil {
 			return err
 		}
 	}

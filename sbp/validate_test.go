@@ -99,6 +99,11 @@ var opCases = []opCase{
 	{"adam_moment", "input m : f64[3, 5] = normal(0, 1)\ninput g : f64[3, 5] = normal(0, 1)\ny = adam_moment(m, g, 0.9)"},
 	{"adam_moment2", "input m : f64[3, 5] = uniform(0, 1)\ninput g : f64[3, 5] = normal(0, 1)\ny = adam_moment2(m, g, 0.99)"},
 	{"adam_update", "input p : f64[3, 5] = normal(0, 1)\ninput s : f64[] = uniform(0.1, 0.2)\ny = adam_update(p, p * 0.5, p * p + 0.1, s, 0.9, 0.00000001, 0.99)"},
+	// the three chained, which lowering fuses into adam_fused (one
+	// instruction, three results: see TestFusedRulesAgainstReference)
+	// (two sources, as adam_update's case: every input placement of five
+	// would be hundreds of thousands of runs)
+	{"adam_fused", "input p : f64[3, 5] = normal(0, 1)\ninput s : f64[] = uniform(0.1, 0.2)\ng = p - 0.25\ny = adam_update(p, adam_moment(p * 0.5, g, 0.9), adam_moment2(p * p + 0.1, g, 0.99), s, 0.9, 0.00000001, 0.99)"},
 	// gradient helper ops
 	{"relu_grad", "input a : f64[3, 5] = normal(0, 1)\ny = relu_grad(a)"},
 	{"gelu_grad", "input a : f64[3, 5] = normal(0, 1)\ny = gelu_grad(a)"},
@@ -152,6 +157,17 @@ func TestEveryOpHasARule(t *testing.T) {
 	}
 	for _, op := range all {
 		require.True(t, covered[op], "the validator has no case for op %s", op)
+	}
+	for _, c := range opCases { // the fused kernels: in the plans, never in the graphs
+		p, err := lower.Lower(checkCase(t, c, meshes[0]), lower.Options{})
+		require.NoError(t, err, c.name)
+		for _, prog := range p.Exec.Programs {
+			for _, in := range prog.Instrs {
+				if in.Kernel != nil {
+					covered[in.Kernel.Op] = true
+				}
+			}
+		}
 	}
 	for _, op := range sbp.Ops() {
 		if o, ok := ops.Lookup(op); ok && o.Kind == ops.Tier {

@@ -1,0 +1,287 @@
+package lower
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/plan"
+)
+
+// The Adam fusion pass ("fuseadam"): one instruction for Adam's three.
+//
+// The training step (package train) writes Adam's update of a parameter
+// as three ops: m' = adam_moment(m, g, β1), v' = adam_moment2(v, g, β2),
+// p' = adam_update(p, m', v', step, root_bc2, eps, decay). Each is a pass
+// over memory: ten parameter-sized streams in all (read m and g, write m';
+// read v and g, write v'; read p, m', v', write p'), where one pass that
+// reads p, m, v, g once and writes p', m', v' streams seven. On the MLP of
+// bench/torch_mlp.sh the three passes were 16–19% of the step (issue 10).
+//
+// The graph keeps one value per result (value semantics, and every pass
+// before this one, stays as it was); this pass merges the three
+// instructions that compute them into one Compute instruction of the
+// fused kernel adam_fused (ops/optim.go) with three results: Out is p',
+// Outs are m' and v' (plan.Instr.Outs). It merges an adam_update with the
+// moments it reads when
+//   - the moments are an adam_moment and an adam_moment2 of one gradient
+//     slot, in the same program, tier (Host) and pipeline action;
+//   - all three, and every tensor argument as read, have one placement,
+//     shape and dtype, and the dtype is f32 or f64 (a half-precision op
+//     rounds each result to its dtype, so the update would read rounded
+//     moments that one pass never rounds);
+//   - nothing between a moment and the update reads the moment's result
+//     (the fused instruction writes it at the update's place), and nothing
+//     between them writes a slot the moments read.
+//
+// The fused instruction takes the update's place. Its results appear
+// together, as the runtime allocates them (rt holds every result of an
+// instruction before freeing what it frees), and the moments' arguments
+// now live until it: each slot a moment read that was freed between the
+// moment and the update is freed at the fused instruction instead. The
+// memory pass replays that program, so explain's peaks and the runtime's
+// measured ones still count the same allocations.
+//
+// The price is memory at that instant: the fused instruction holds p, m,
+// v, g and its three results at once, seven blocks of the parameter,
+// where the separate ops held at most five (the first moment frees m
+// before v' is made). Where the optimizer step is a program's peak (small
+// activations: the shipped MLPs), the peak grows by two blocks of the
+// largest fused parameter; elsewhere it does not change. Under a memory
+// budget (Options.Memory) a plan that fits only without the fusion keeps
+// the three ops.
+//
+// It runs after the tier and pipeline passes, on every program they left
+// (those passes, and InstrValue, see only one-result instructions), and
+// before the memory pass. Options.NoFuse skips it with the gemm fusion.
+func fuseAdams(p *Plan) error {
+	if p.Opts.NoFuse || p.Opts.NoFuseAdam {
+		return nil
+	}
+	// InstrValue follows the spmd program while it is the only one
+	// (no pipeline): it loses the merged moments' entries with them
+	vals := p.Pipe == nil && len(p.Exec.Programs) == 1 && len(p.InstrValue) == len(p.Exec.Programs[0].Instrs)
+	var undo []*plan.Program
+	undoValues := p.InstrValue
+	if p.Opts.Memory > 0 {
+		for _, prog := range p.Exec.Programs {
+			c := *prog
+			undo = append(undo, &c)
+		}
+	}
+	fused := false
+	for _, prog := range p.Exec.Programs {
+		var iv *[]*ir.Value
+		if vals {
+			iv = &p.InstrValue
+		}
+		fused = fuseAdamsIn(prog, iv) || fused
+	}
+	if !fused {
+		return nil
+	}
+	if undo != nil && overBudget(p) {
+		// the fused instruction holds two more blocks at once (see
+		// above): over the budget, keep the three ops (the memory pass
+		// then says whether those fit)
+		for i, c := range undo {
+			*p.Exec.Programs[i] = *c
+		}
+		if vals {
+			p.InstrValue = undoValues
+		}
+		return nil
+	}
+	if p.HostPeak != nil { // the tier pass's, of the programs before
+		p.HostPeak = p.Exec.HostPeaks()
+	}
+	return nil
+}
+
+// fuseAdamsIn merges every fusible update of one program, and drops the
+// merged instructions' entries of vals too when it is given (InstrValue,
+// parallel to the program). It reports whether it merged any.
+func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value) bool {
+	producer := make([]int, prog.NumSlots())
+	firstRead := make([]int, prog.NumSlots())
+	for i := range producer {
+		producer[i], firstRead[i] = -1, -1
+	}
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i]
+		for _, a := range in.Args {
+			if firstRead[a] < 0 {
+				firstRead[a] = i
+			}
+		}
+		in.Written(func(s int) { producer[s] = i })
+	}
+	drop := make([]bool, len(prog.Instrs))
+	fused := false
+	for u := range prog.Instrs {
+		up := &prog.Instrs[u]
+		if up.Kind != plan.Compute || up.Kernel.Op != "adam_update" || len(up.Args) != 7 {
+			continue
+		}
+		mi, vi := producer[up.Args[1]], producer[up.Args[2]]
+		if mi < 0 || vi < 0 || drop[mi] || drop[vi] || !fusibleAdam(prog, mi, vi, u, firstRead) {
+			continue
+		}
+		if !fused { // writes go to a copy: the caller may keep the old program
+			prog.Instrs = slices.Clone(prog.Instrs)
+		}
+		prog.Instrs[u] = fusedAdam(prog, mi, vi, u)
+		drop[mi], drop[vi], fused = true, true, true
+	}
+	if !fused {
+		return false
+	}
+	keep := make([]plan.Instr, 0, len(prog.Instrs))
+	var kv []*ir.Value
+	for i, in := range prog.Instrs {
+		if !drop[i] {
+			keep = append(keep, in)
+			if vals != nil {
+				kv = append(kv, (*vals)[i])
+			}
+		}
+	}
+	prog.Instrs = keep
+	if vals != nil {
+		*vals = kv
+	}
+	return true
+}
+
+// fusibleAdam says whether instructions mi (adam_moment), vi
+// (adam_moment2) and u (the adam_update reading both) may become one (see
+// fuseAdams for the conditions).
+func fusibleAdam(prog *plan.Program, mi, vi, u int, firstRead []int) bool {
+	m, v, up := &prog.Instrs[mi], &prog.Instrs[vi], &prog.Instrs[u]
+	if m.Kind != plan.Compute || m.Kernel.Op != "adam_moment" || v.Kind != plan.Compute || v.Kernel.Op != "adam_moment2" ||
+		len(m.Args) != 3 || len(v.Args) != 3 || m.Args[1] != v.Args[1] || mi >= u || vi >= u {
+		return false
+	}
+	if dt := up.DType; (dt != ir.F32 && dt != ir.F64) || m.DType != dt || v.DType != dt {
+		return false
+	}
+	for _, in := range []*plan.Instr{m, v} {
+		if in.Host != up.Host || in.Act != up.Act || !slices.Equal(in.Shape, up.Shape) || !in.Placement.Equal(up.Placement) || len(in.Outs) > 0 {
+			return false
+		}
+	}
+	tensors := []struct {
+		in   *plan.Instr
+		args int
+	}{{m, 2}, {v, 2}, {up, 3}}
+	for _, t := range tensors {
+		for k := range t.args {
+			if !t.in.ArgPlace[k].Equal(up.Placement) || !slices.Equal(t.in.Kernel.ArgShapes[k], up.Shape) || t.in.Kernel.ArgDTypes[k] != up.DType {
+				return false
+			}
+		}
+	}
+	if firstRead[m.Out] != u || firstRead[v.Out] != u {
+		return false
+	}
+	return !rewritten(prog, m.Args, mi, u) && !rewritten(prog, v.Args, vi, u)
+}
+
+// rewritten says whether an instruction after from and before to writes
+// one of slots (read at from, they would not hold the same at to).
+func rewritten(prog *plan.Program, slots []int, from, to int) bool {
+	hit := false
+	for j := from + 1; j < to; j++ {
+		prog.Instrs[j].Written(func(s int) { hit = hit || slices.Contains(slots, s) })
+	}
+	return hit
+}
+
+// fusedAdam is the one instruction that replaces mi, vi and u: the
+// update's, reading (p, m, v, g, β1, β2, step, root_bc2, eps, decay) and
+// writing p' (Out), m' and v' (Outs), freeing what the three freed. Frees
+// of the moments' arguments between a moment and the update move to it.
+func fusedAdam(prog *plan.Program, mi, vi, u int) plan.Instr {
+	m, v, up := &prog.Instrs[mi], &prog.Instrs[vi], &prog.Instrs[u]
+	// each argument of the fused kernel: which instruction's, which position
+	from := []struct {
+		in *plan.Instr
+		k  int
+	}{{up, 0}, {m, 0}, {v, 0}, {m, 1}, {m, 2}, {v, 2}, {up, 3}, {up, 4}, {up, 5}, {up, 6}}
+	f := *up
+	k := plan.Kernel{Op: "adam_fused", DType: up.Kernel.DType, Shape: slices.Clone(up.Kernel.Shape)}
+	f.Args, f.ArgPlace = nil, nil
+	for _, a := range from {
+		f.Args = append(f.Args, a.in.Args[a.k])
+		f.ArgPlace = append(f.ArgPlace, a.in.ArgPlace[a.k].Clone())
+		k.ArgDTypes = append(k.ArgDTypes, a.in.Kernel.ArgDTypes[a.k])
+		k.ArgShapes = append(k.ArgShapes, slices.Clone(a.in.Kernel.ArgShapes[a.k]))
+	}
+	f.Kernel = &k
+	f.Outs = []int{m.Out, v.Out}
+	read := append(slices.Clone(m.Args), v.Args...)
+	f.Free = slices.Clone(up.Free)
+	for j := min(mi, vi); j < u; j++ {
+		in := &prog.Instrs[j]
+		gone := j == mi || j == vi // dropped: whatever it freed moves
+		if !gone && !slices.ContainsFunc(in.Free, func(s int) bool { return slices.Contains(read, s) }) {
+			continue
+		}
+		// the lists share one array (freeAfterLastUse): filter into a new one
+		var kept []int
+		for _, s := range in.Free {
+			if gone || slices.Contains(read, s) {
+				if !slices.Contains(f.Free, s) {
+					f.Free = append(f.Free, s)
+				}
+				continue
+			}
+			kept = append(kept, s)
+		}
+		in.Free = kept
+	}
+	return f
+}
+
+// verifyFusedAdams checks every fused Adam instruction of every program:
+// ten arguments, the four tensors of the result's shape, dtype and
+// placement and the six scalars of rank 0, and two further results.
+func verifyFusedAdams(p *Plan) error {
+	for _, prog := range p.Exec.Programs {
+		for i := range prog.Instrs {
+			in := &prog.Instrs[i]
+			if in.Kind != plan.Compute || in.Kernel.Op != "adam_fused" {
+				continue
+			}
+			k := in.Kernel
+			if len(in.Args) != 10 || len(k.ArgShapes) != 10 || len(in.Outs) != 2 {
+				return errFusedAdam(in, "adam_fused with %d arguments and %d results, not 10 and 3", len(in.Args), 1+len(in.Outs))
+			}
+			for j, s := range k.ArgShapes {
+				tensor := j < 4
+				if tensor && (!slices.Equal(s, in.Shape) || k.ArgDTypes[j] != in.DType || !in.ArgPlace[j].Equal(in.Placement)) {
+					return errFusedAdam(in, "argument %d is %s%s %s, the results %s%s %s", j+1, k.ArgDTypes[j], ir.ShapeString(s), in.ArgPlace[j], in.DType, ir.ShapeString(in.Shape), in.Placement)
+				}
+				if !tensor && len(s) != 0 {
+					return errFusedAdam(in, "argument %d has shape %s, not a scalar", j+1, ir.ShapeString(s))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// errFusedAdam is the verifier's complaint about a fused instruction.
+func errFusedAdam(in *plan.Instr, format string, a ...any) error {
+	return fmt.Errorf("%s at %s: %s", in.Label, ir.FormatPos(in.Pos), fmt.Sprintf(format, a...))
+}
+
+// overBudget says whether some rank's device peak, or with HostInBudget
+// its host peak too, exceeds Options.Memory (what the memory pass
+// refuses).
+func overBudget(p *Plan) bool {
+	if slices.Max(p.Exec.Peaks()) > p.Opts.Memory {
+		return true
+	}
+	return p.Opts.HostInBudget && p.Exec.HasHost() && slices.Max(p.Exec.HostPeaks()) > p.Opts.Memory
+}
