@@ -42,14 +42,18 @@ import (
 // memory pass replays that program, so explain's peaks and the runtime's
 // measured ones still count the same allocations.
 //
-// The price is memory at that instant: the fused instruction holds p, m,
-// v, g and its three results at once, seven blocks of the parameter,
-// where the separate ops held at most five (the first moment frees m
-// before v' is made). Where the optimizer step is a program's peak (small
-// activations: the shipped MLPs), the peak grows by two blocks of the
-// largest fused parameter; elsewhere it does not change. Under a memory
-// budget (Options.Memory) a plan that fits only without the fusion keeps
-// the three ops.
+// The fused instruction holds p, m, v, g and its three results at once,
+// seven blocks of the parameter, where the separate ops held at most five
+// (the first moment frees m before v' is made). So that no rank's peak
+// grows (the contract of the gemm fusion too), the pass replays the fused
+// programs and leaves alone each update whose fused instruction would
+// take its rank's device or host memory above the unfused peak (and every
+// update when a peak grows at another instruction, a lifetime the fusion
+// lengthened), then replays again until no peak grows. Where the
+// optimizer step is a program's peak (small activations: bench/'s MLP,
+// most shipped training examples) its largest updates therefore stay
+// three ops; where activations dominate (a GPT's backward) every update
+// is fused.
 //
 // It runs after the tier and pipeline passes, on every program they left
 // (those passes, and InstrValue, see only one-result instructions), and
@@ -61,36 +65,47 @@ func fuseAdams(p *Plan) error {
 	// InstrValue follows the spmd program while it is the only one
 	// (no pipeline): it loses the merged moments' entries with them
 	vals := p.Pipe == nil && len(p.Exec.Programs) == 1 && len(p.InstrValue) == len(p.Exec.Programs[0].Instrs)
-	var undo []*plan.Program
-	undoValues := p.InstrValue
-	if p.Opts.Memory > 0 {
-		for _, prog := range p.Exec.Programs {
-			c := *prog
-			undo = append(undo, &c)
-		}
+	before := make([]plan.Program, len(p.Exec.Programs))
+	for i, prog := range p.Exec.Programs {
+		before[i] = *prog // fuseAdamsIn writes to copies of the arrays
 	}
-	fused := false
-	for _, prog := range p.Exec.Programs {
-		var iv *[]*ir.Value
-		if vals {
-			iv = &p.InstrValue
-		}
-		fused = fuseAdamsIn(prog, iv) || fused
+	values := p.InstrValue
+	peaks, host := p.Exec.Peaks(), hostPeaks(p.Exec)
+	skip := make([]map[int]bool, len(before)) // per program: updates left alone
+	for i := range skip {
+		skip[i] = map[int]bool{}
 	}
-	if !fused {
-		return nil
-	}
-	if undo != nil && overBudget(p) {
-		// the fused instruction holds two more blocks at once (see
-		// above): over the budget, keep the three ops (the memory pass
-		// then says whether those fit)
-		for i, c := range undo {
-			*p.Exec.Programs[i] = *c
+	for {
+		fused := false
+		origin := make([][]int, len(before)) // per program: each instruction's index before
+		for i, prog := range p.Exec.Programs {
+			*prog = before[i]
+			var iv *[]*ir.Value
+			if vals {
+				p.InstrValue = values
+				iv = &p.InstrValue
+			}
+			var f bool
+			f, origin[i] = fuseAdamsIn(prog, iv, skip[i])
+			fused = fused || f
 		}
-		if vals {
-			p.InstrValue = undoValues
+		if !fused {
+			return nil
 		}
-		return nil
+		n := skipped(skip)
+		if !growsPeak(p, peaks, host, origin, skip) {
+			break
+		}
+		if skipped(skip) == n { // a peak grew elsewhere (a lifetime the fusion
+			// lengthened): leave every update of those programs alone
+			for i, prog := range p.Exec.Programs {
+				for j := range prog.Instrs {
+					if len(prog.Instrs[j].Outs) > 0 {
+						skip[i][origin[i][j]] = true
+					}
+				}
+			}
+		}
 	}
 	if p.HostPeak != nil { // the tier pass's, of the programs before
 		p.HostPeak = p.Exec.HostPeaks()
@@ -98,10 +113,61 @@ func fuseAdams(p *Plan) error {
 	return nil
 }
 
-// fuseAdamsIn merges every fusible update of one program, and drops the
-// merged instructions' entries of vals too when it is given (InstrValue,
-// parallel to the program). It reports whether it merged any.
-func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value) bool {
+// skipped counts the updates left alone.
+func skipped(skip []map[int]bool) int {
+	n := 0
+	for _, m := range skip {
+		n += len(m)
+	}
+	return n
+}
+
+func hostPeaks(p *plan.Plan) []int64 {
+	if !p.HasHost() {
+		return nil
+	}
+	return p.HostPeaks()
+}
+
+// growsPeak says whether the fused programs raise some rank's peak above
+// peaks (device) or host (host tier), and adds to skip, by their index in
+// the unfused program, each fused instruction whose allocation takes its
+// rank's tier above its old peak.
+func growsPeak(p *Plan, peaks, host []int64, origin [][]int, skip []map[int]bool) bool {
+	progIndex := map[*plan.Program]int{}
+	for i, prog := range p.Exec.Programs {
+		progIndex[prog] = i
+	}
+	grew := false
+	check := func(old, now []int64, held func(r int) ([]int64, []int64)) {
+		seen := map[[3]int64]bool{} // ranks of one program with equal peaks replay alike
+		for r := range now {
+			pi := progIndex[p.Exec.ProgramOf(r)]
+			k := [3]int64{int64(pi), old[r], now[r]}
+			if now[r] <= old[r] || seen[k] {
+				continue
+			}
+			seen[k], grew = true, true
+			top, _ := held(r)
+			for j, in := range p.Exec.Programs[pi].Instrs {
+				if len(in.Outs) > 0 && top[j] > old[r] {
+					skip[pi][origin[pi][j]] = true
+				}
+			}
+		}
+	}
+	check(peaks, p.Exec.Peaks(), p.Exec.Held)
+	if host != nil {
+		check(host, p.Exec.HostPeaks(), p.Exec.HostHeld)
+	}
+	return grew
+}
+
+// fuseAdamsIn merges every fusible update of one program but those at
+// the indices in skip, and drops the merged instructions' entries of vals
+// too when it is given (InstrValue, parallel to the program). It reports
+// whether it merged any, and each remaining instruction's index before.
+func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value, skip map[int]bool) (bool, []int) {
 	producer := make([]int, prog.NumSlots())
 	firstRead := make([]int, prog.NumSlots())
 	for i := range producer {
@@ -120,27 +186,29 @@ func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value) bool {
 	fused := false
 	for u := range prog.Instrs {
 		up := &prog.Instrs[u]
-		if up.Kind != plan.Compute || up.Kernel.Op != "adam_update" || len(up.Args) != 7 {
+		if skip[u] || up.Kind != plan.Compute || up.Kernel.Op != "adam_update" || len(up.Args) != 7 {
 			continue
 		}
 		mi, vi := producer[up.Args[1]], producer[up.Args[2]]
 		if mi < 0 || vi < 0 || drop[mi] || drop[vi] || !fusibleAdam(prog, mi, vi, u, firstRead) {
 			continue
 		}
-		if !fused { // writes go to a copy: the caller may keep the old program
+		if !fused { // writes go to a copy: fuseAdams may return to the old program
 			prog.Instrs = slices.Clone(prog.Instrs)
 		}
 		prog.Instrs[u] = fusedAdam(prog, mi, vi, u)
 		drop[mi], drop[vi], fused = true, true, true
 	}
 	if !fused {
-		return false
+		return false, nil
 	}
 	keep := make([]plan.Instr, 0, len(prog.Instrs))
+	origin := make([]int, 0, len(prog.Instrs))
 	var kv []*ir.Value
 	for i, in := range prog.Instrs {
 		if !drop[i] {
 			keep = append(keep, in)
+			origin = append(origin, i)
 			if vals != nil {
 				kv = append(kv, (*vals)[i])
 			}
@@ -150,7 +218,7 @@ func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value) bool {
 	if vals != nil {
 		*vals = kv
 	}
-	return true
+	return true, origin
 }
 
 // fusibleAdam says whether instructions mi (adam_moment), vi
@@ -274,14 +342,4 @@ func verifyFusedAdams(p *Plan) error {
 // errFusedAdam is the verifier's complaint about a fused instruction.
 func errFusedAdam(in *plan.Instr, format string, a ...any) error {
 	return fmt.Errorf("%s at %s: %s", in.Label, ir.FormatPos(in.Pos), fmt.Sprintf(format, a...))
-}
-
-// overBudget says whether some rank's device peak, or with HostInBudget
-// its host peak too, exceeds Options.Memory (what the memory pass
-// refuses).
-func overBudget(p *Plan) bool {
-	if slices.Max(p.Exec.Peaks()) > p.Opts.Memory {
-		return true
-	}
-	return p.Opts.HostInBudget && p.Exec.HasHost() && slices.Max(p.Exec.HostPeaks()) > p.Opts.Memory
 }

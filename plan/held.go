@@ -5,9 +5,18 @@ package plan
 // and once it has freed what it frees (after). Package planner composes
 // a pipeline rank's memory from its actions' profiles.
 func (p *Plan) Held(r int) (top, after []int64) {
+	return p.heldIn(r, deviceTier)
+}
+
+// HostHeld is Held for rank r's host tier (HostPeak's replay).
+func (p *Plan) HostHeld(r int) (top, after []int64) {
+	return p.heldIn(r, hostTier)
+}
+
+func (p *Plan) heldIn(r int, t tier) (top, after []int64) {
 	n := len(p.ProgramOf(r).Instrs)
 	top, after = make([]int64, n), make([]int64, n)
-	p.walkTier(r, deviceTier, func(i int, t, a int64) bool {
+	p.walkTier(r, t, func(i int, t, a int64) bool {
 		top[i], after[i] = t, a
 		return true
 	})

@@ -116,9 +116,10 @@ func setFloats(x *Tensor, v []float64) {
 }
 
 // adamMLP is a two-layer MLP on [dp=2] trained 3 steps with an optimizer
-// and extra train-block lines.
+// and extra train-block lines; its activations outweigh its parameters,
+// so that the optimizer step is not its peak and the fusion applies.
 func adamMLP(opt, extra string) string {
-	return "mesh M = [dp=2]\ninput x : f32[8, 6] {S(0)} = normal(0, 1)\ninput t : f32[8, 4] {S(0)} = normal(0, 1)\n" +
+	return "mesh M = [dp=2]\ninput x : f32[64, 6] {S(0)} = normal(0, 1)\ninput t : f32[64, 4] {S(0)} = normal(0, 1)\n" +
 		"param W1 : f32[6, 10] = normal(0, 0.3)\nparam b1 : f32[10] = normal(0, 0.1)\nparam W2 : f32[10, 4] = normal(0, 0.3)\n" +
 		"train {\n    loss = mse(gelu(x @ W1 + b1) @ W2, t)\n    optimizer = " + opt + "\n    steps = 3\n    data_axis = dp\n" + extra + "}\n"
 }
@@ -129,8 +130,10 @@ func adamMLP(opt, extra string) string {
 // clipping, offload, and a pipeline (pp×dp×tp with every ZeRO stage,
 // offload and f16) train to the same losses and parameters with the
 // fusion as without (lower.Options.NoFuseAdam); every fused plan holds
-// one adam_fused per parameter update and no separate Adam op; and each
-// fused run's measured device and host peaks equal its plan's.
+// some adam_fused, and the separate ops only in threes (the updates the
+// pass left alone so that no peak grows); no rank's plan peak, device or
+// host, is above the unfused plan's; and each fused run's measured device
+// and host peaks equal its plan's.
 func TestFusedAdamTrainsAsThreeOps(t *testing.T) {
 	cases := map[string]string{
 		"adam":            adamMLP("adam(lr=0.01)", ""),
@@ -156,7 +159,13 @@ func TestFusedAdamTrainsAsThreeOps(t *testing.T) {
 			return p, res
 		}
 		fp, fused := run(false)
-		_, plain := run(true)
+		pp, plain := run(true)
+		for r := range pp.Peak {
+			require.LessOrEqual(t, fp.Peak[r], pp.Peak[r], "%s: rank %d's peak grew", name, r)
+			if pp.HostPeak != nil {
+				require.LessOrEqual(t, fp.HostPeak[r], pp.HostPeak[r], "%s: rank %d's host peak grew", name, r)
+			}
+		}
 		requireSameTraining(t, plain, fused, name)
 		n, parts := 0, 0
 		for _, prog := range fp.Exec.Programs {
@@ -172,8 +181,8 @@ func TestFusedAdamTrainsAsThreeOps(t *testing.T) {
 				}
 			}
 		}
-		require.Zero(t, parts, "%s: an Adam op left unfused", name)
-		require.GreaterOrEqual(t, n, len(fused.Params), "%s: one adam_fused per parameter at least", name)
+		require.Positive(t, n, "%s: no update fused", name)
+		require.Zero(t, parts%3, "%s: %d separate Adam ops, not whole updates", name, parts)
 		for _, d := range fused.Last.Devices {
 			require.Equal(t, fp.Peak[d.Device], d.Peak, "%s: rank %d's measured peak equals the plan's", name, d.Device)
 			if fp.HostPeak != nil {

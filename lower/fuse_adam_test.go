@@ -1,0 +1,115 @@
+package lower
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+	"github.com/stretchr/testify/require"
+)
+
+// countAdam counts a plan's fused Adam instructions and separate Adam ops.
+func countAdam(p *Plan) (fused, parts int) {
+	for _, prog := range p.Exec.Programs {
+		for _, in := range prog.Instrs {
+			if in.Kind != plan.Compute {
+				continue
+			}
+			switch in.Kernel.Op {
+			case "adam_fused":
+				fused++
+			case "adam_moment", "adam_moment2", "adam_update":
+				parts++
+			}
+		}
+	}
+	return fused, parts
+}
+
+// TestFuseAdamNeverGrowsAPeak: on every shipped training example, no
+// rank's device or host peak in the fused plan is above the unfused
+// plan's (lower.Options.NoFuseAdam); each update is either fused whole or
+// left whole; the transformer on its 2-D mesh, whose activations are its
+// peak, has every update fused; the data-parallel MLP, whose peak is its
+// optimizer step, has some left as three ops.
+func TestFuseAdamNeverGrowsAPeak(t *testing.T) {
+	files, err := filepath.Glob("../examples/train/*.mesh")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		g, _, err := lang.CheckFile(f, lang.CheckOptions{})
+		require.NoError(t, err, f)
+		fp, err := Lower(g, Options{Verify: true})
+		require.NoError(t, err, f)
+		pp, err := Lower(g, Options{NoFuseAdam: true})
+		require.NoError(t, err, f)
+		for r := range pp.Peak {
+			require.LessOrEqual(t, fp.Peak[r], pp.Peak[r], "%s: rank %d", f, r)
+			require.LessOrEqual(t, fp.Exec.HostPeak(r), pp.Exec.HostPeak(r), "%s: rank %d's host tier", f, r)
+		}
+		fused, parts := countAdam(fp)
+		_, all := countAdam(pp)
+		require.Equal(t, all, 3*fused+parts, "%s: whole updates", f)
+		switch filepath.Base(f) {
+		case "transformer_2d.mesh":
+			require.Zero(t, parts, f)
+			require.Positive(t, fused, f)
+		case "mlp_dp.mesh":
+			require.Positive(t, parts, f)
+		}
+		t.Logf("%s: %d of %d updates fused", filepath.Base(f), fused, fused+parts/3)
+	}
+}
+
+// bigPeak is a product larger than any update (output w), so that a
+// fused update grows no peak.
+const bigPeak = "input a : f32[128, 128] = normal(0, 1)\nw = sum(a @ a)\noutput w\n"
+
+// TestFuseAdamLeavesWhatItMustNot: an update whose first moment another
+// op reads before it, whose moments read different gradients, or in
+// bf16, stays three ops; one whose moments only the update reads fuses.
+func TestFuseAdamLeavesWhatItMustNot(t *testing.T) {
+	head := "mesh M = [x=2]\ninput p : f32[64, 8] = normal(0, 1)\ninput m : f32[64, 8] = normal(0, 1)\ninput v : f32[64, 8] = uniform(0, 1)\n" +
+		"input g : f32[64, 8] = normal(0, 1)\ninput h : f32[64, 8] = normal(0, 1)\ninput s : f32[] = uniform(0.1, 0.2)\n" + bigPeak
+	for _, c := range []struct {
+		body  string
+		fused int
+	}{
+		{"y = adam_update(p, adam_moment(m, g, 0.9), adam_moment2(v, g, 0.99), s, 0.9, 0.00000001, 0.99)\noutput y\n", 1},
+		{"nm = adam_moment(m, g, 0.9)\nz = nm * 2\ny = adam_update(p, nm, adam_moment2(v, g, 0.99), s, 0.9, 0.00000001, 0.99)\noutput y\noutput z\n", 0},
+		{"y = adam_update(p, adam_moment(m, g, 0.9), adam_moment2(v, h, 0.99), s, 0.9, 0.00000001, 0.99)\noutput y\n", 0},
+		{"y = adam_update(cast(p, \"bf16\"), adam_moment(cast(m, \"bf16\"), cast(g, \"bf16\"), 0.9), adam_moment2(cast(v, \"bf16\"), cast(g, \"bf16\"), 0.99), cast(s, \"bf16\"), 0.9, 0.00000001, 0.99)\noutput y\n", 0},
+	} {
+		p := lowerFuse(t, head+c.body, Options{})
+		fused, _ := countAdam(p)
+		require.Equal(t, c.fused, fused, "%s", c.body)
+	}
+}
+
+// TestFuseAdamVerifierCatchesABadInstruction: the verifier rejects an
+// adam_fused whose gradient is read under another placement than its
+// results, and the plan's a further result in a slot already written.
+func TestFuseAdamVerifierCatchesABadInstruction(t *testing.T) {
+	src := "mesh M = [x=2]\ninput p : f32[64, 8] = normal(0, 1)\ninput m : f32[64, 8] = normal(0, 1)\ninput v : f32[64, 8] = uniform(0, 1)\n" +
+		"input g : f32[64, 8] = normal(0, 1)\ninput s : f32[] = uniform(0.1, 0.2)\n" + bigPeak +
+		"y = adam_update(p, adam_moment(m, g, 0.9), adam_moment2(v, g, 0.99), s, 0.9, 0.00000001, 0.99)\noutput y\n"
+	for _, breakIt := range []func(in *plan.Instr){
+		func(in *plan.Instr) { in.ArgPlace = slices.Clone(in.ArgPlace); in.ArgPlace[3] = sbp.NdSBP{sbp.P} },
+		func(in *plan.Instr) { in.Outs = []int{in.Outs[0], in.Outs[0]} },
+	} {
+		p := lowerFuse(t, src, Options{})
+		require.NoError(t, Verify(p))
+		hit := false
+		for i := range p.Exec.Programs[0].Instrs {
+			if in := &p.Exec.Programs[0].Instrs[i]; in.Kind == plan.Compute && in.Kernel.Op == "adam_fused" {
+				breakIt(in)
+				hit = true
+			}
+		}
+		require.True(t, hit)
+		require.Error(t, Verify(p))
+	}
+}
