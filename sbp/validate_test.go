@@ -102,8 +102,9 @@ var opCases = []opCase{
 	// the three chained, which lowering fuses into adam_fused (one
 	// instruction, three results: see TestFusedRulesAgainstReference)
 	// (two sources, as adam_update's case: every input placement of five
-	// would be hundreds of thousands of runs)
-	{"adam_fused", "input p : f64[3, 5] = normal(0, 1)\ninput s : f64[] = uniform(0.1, 0.2)\ng = p - 0.25\ny = adam_update(p, adam_moment(p * 0.5, g, 0.9), adam_moment2(p * p + 0.1, g, 0.99), s, 0.9, 0.00000001, 0.99)"},
+	// would be hundreds of thousands of runs; the broadcast is the
+	// program's peak, so that fusing grows none and the pass fuses)
+	{"adam_fused", "input p : f64[3, 5] = normal(0, 1)\ninput s : f64[] = uniform(0.1, 0.2)\ng = p - 0.25\nk = s + sum(broadcast_to(p, 20, 3, 5)) * 0\ny = adam_update(p, adam_moment(p * 0.5, g, 0.9), adam_moment2(p * p + 0.1, g, 0.99), k, 0.9, 0.00000001, 0.99)"},
 	// gradient helper ops
 	{"relu_grad", "input a : f64[3, 5] = normal(0, 1)\ny = relu_grad(a)"},
 	{"gelu_grad", "input a : f64[3, 5] = normal(0, 1)\ny = gelu_grad(a)"},
