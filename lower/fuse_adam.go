@@ -59,8 +59,8 @@ import (
 // (those passes, and InstrValue, see only one-result instructions), and
 // before the memory pass. Options.NoFuse skips it with the gemm fusion.
 func fuseAdams(p *Plan) error {
-	if p.Opts.NoFuse || p.Opts.NoFuseAdam {
-		return nil
+	if p.Opts.NoFuse || p.Opts.NoFuseAdam || !hasAdamUpdate(p.Exec) {
+		return nil // (no replay for a plan without Adam: it costs)
 	}
 	// InstrValue follows the spmd program while it is the only one
 	// (no pipeline): it loses the merged moments' entries with them
@@ -93,7 +93,9 @@ func fuseAdams(p *Plan) error {
 			return nil
 		}
 		n := skipped(skip)
-		if !growsPeak(p, peaks, host, origin, skip) {
+		grew, now := growsPeak(p, peaks, host, origin, skip)
+		if !grew {
+			p.Peak = now // the memory pass's figure, replayed already
 			break
 		}
 		if skipped(skip) == n { // a peak grew elsewhere (a lifetime the fusion
@@ -113,6 +115,18 @@ func fuseAdams(p *Plan) error {
 	return nil
 }
 
+// hasAdamUpdate says whether some program computes an adam_update.
+func hasAdamUpdate(p *plan.Plan) bool {
+	for _, prog := range p.Programs {
+		for i := range prog.Instrs {
+			if in := &prog.Instrs[i]; in.Kind == plan.Compute && in.Kernel.Op == "adam_update" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // skipped counts the updates left alone.
 func skipped(skip []map[int]bool) int {
 	n := 0
@@ -130,10 +144,11 @@ func hostPeaks(p *plan.Plan) []int64 {
 }
 
 // growsPeak says whether the fused programs raise some rank's peak above
-// peaks (device) or host (host tier), and adds to skip, by their index in
+// peaks (device) or host (host tier), and returns their device peaks; it
+// adds to skip, by their index in
 // the unfused program, each fused instruction whose allocation takes its
 // rank's tier above its old peak.
-func growsPeak(p *Plan, peaks, host []int64, origin [][]int, skip []map[int]bool) bool {
+func growsPeak(p *Plan, peaks, host []int64, origin [][]int, skip []map[int]bool) (bool, []int64) {
 	progIndex := map[*plan.Program]int{}
 	for i, prog := range p.Exec.Programs {
 		progIndex[prog] = i
@@ -156,11 +171,12 @@ func growsPeak(p *Plan, peaks, host []int64, origin [][]int, skip []map[int]bool
 			}
 		}
 	}
-	check(peaks, p.Exec.Peaks(), p.Exec.Held)
+	now := p.Exec.Peaks()
+	check(peaks, now, p.Exec.Held)
 	if host != nil {
 		check(host, p.Exec.HostPeaks(), p.Exec.HostHeld)
 	}
-	return grew
+	return grew, now
 }
 
 // fuseAdamsIn merges every fusible update of one program but those at
@@ -202,7 +218,7 @@ func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value, skip map[int]bool) (bool
 	if !fused {
 		return false, nil
 	}
-	keep := make([]plan.Instr, 0, len(prog.Instrs))
+	keep := prog.Instrs[:0] // the copy made above: compacted in place
 	origin := make([]int, 0, len(prog.Instrs))
 	var kv []*ir.Value
 	for i, in := range prog.Instrs {

@@ -243,7 +243,9 @@ func hostInBudget(p *Plan, budget int64) error {
 // program would not fit, and finding out at run time costs the work done
 // until then (or the process, to the kernel's out-of-memory killer).
 func simulateMemory(p *Plan) error {
-	p.Peak = p.Exec.Peaks()
+	if p.Peak == nil { // the Adam fusion, which replays the programs it leaves, may have
+		p.Peak = p.Exec.Peaks()
+	}
 	worst := 0
 	for r := range p.Peak {
 		if p.Peak[r] > p.Peak[worst] {
