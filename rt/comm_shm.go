@@ -81,7 +81,10 @@ type shmMember struct {
 	wide []float32     // a tile of f32 scratch for half precision
 	// steps is scratch for the ring steps a collective reports
 	steps []ringStep
-	par   int // the posting set of the current collective (shmShared.post)
+	// late: the worker lays the steps over the collective's span
+	// (stepsLater), so the collective reads no clock
+	late bool
+	par  int // the posting set of the current collective (shmShared.post)
 	// timeout, if positive, bounds each wait at a barrier besides the
 	// context (SetTimeout)
 	timeout time.Duration
@@ -284,7 +287,7 @@ func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer
 	if g.isSmall(t.Bytes()) {
 		return g.smallAllReduce(ctx, t, op)
 	}
-	start := time.Now()
+	start := g.began()
 	p, n := g.Size(), t.Numel()
 	if err := g.meet(ctx, call{kind: "all_reduce", arg: int(op)}, t, g.shared(t.DType, t.Shape)); err != nil {
 		return nil, err
@@ -309,7 +312,7 @@ func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer
 
 // shmReduceScatter: member r reduces its own chunk into its result.
 func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	if err := g.checkLens(t, dim, lens); err != nil {
 		return nil, err
 	}
@@ -339,7 +342,7 @@ func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []
 
 // shmAllGather: member r copies its block into the group's one result.
 func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	if dim < 0 || dim >= len(t.Shape) || len(lens) != g.Size() {
 		return nil, fmt.Errorf("all_gather: dim %d and %d lengths for a %d-dim block in a group of %d", dim, len(lens), len(t.Shape), g.Size())
 	}
