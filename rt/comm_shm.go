@@ -88,6 +88,7 @@ type shmMember struct {
 	// timeout, if positive, bounds each wait at a barrier besides the
 	// context (SetTimeout)
 	timeout time.Duration
+	alarm   alarm // the timer of this member's waits (barrier.waitWith)
 	// held is the rank's table of its tensors of shared results
 	// (InProc.held; nil: not counted)
 	held map[*Tensor]*sharedResult
@@ -147,6 +148,27 @@ const spins = 50
 // their timeout here instead of a context with a deadline per
 // collective; see Worker.exec).
 func (b *barrier) wait(ctx context.Context, timeout time.Duration) error {
+	return b.waitWith(ctx, timeout, nil)
+}
+
+// alarm is a member's timer for its waits at a barrier, made on its
+// first sleep and reset for each later one: four ranks on two cores
+// sleep at most collectives, and a timer made per sleep was two
+// allocations and a timer-heap insertion each time.
+type alarm struct{ t *time.Timer }
+
+// set starts the timer for d and returns its channel.
+func (a *alarm) set(d time.Duration) <-chan time.Time {
+	if a.t == nil {
+		a.t = time.NewTimer(d)
+	} else {
+		a.t.Reset(d) // stopped: nothing stale in its channel (Go ≥ 1.23 timers)
+	}
+	return a.t.C
+}
+
+// waitWith is wait with the member's alarm (nil: a timer of its own).
+func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm) error {
 	b.mu.Lock()
 	b.count++
 	if b.count == b.n {
@@ -170,9 +192,11 @@ func (b *barrier) wait(ctx context.Context, timeout time.Duration) error {
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
+		if a == nil {
+			a = &alarm{}
+		}
+		expired = a.set(timeout)
+		defer a.t.Stop()
 	}
 	err := ErrPeerTimeout
 	select {
@@ -207,7 +231,7 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	g.begin()
 	post := g.posted()
 	post.in[g.Rank], post.out[g.Rank], post.sig[g.Rank] = x, out, c
-	if err := s.bar.wait(ctx, g.shm.timeout); err != nil {
+	if err := s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm); err != nil {
 		return err
 	}
 	for m, o := range post.sig {
@@ -224,7 +248,7 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 // part waits at the second barrier, after which no member reads another's
 // buffers, and forgets what this member posted.
 func (g *Ring) part(ctx context.Context) error {
-	err := g.shm.s.bar.wait(ctx, g.shm.timeout)
+	err := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm)
 	post := g.posted()
 	post.in[g.Rank], post.out[g.Rank] = nil, nil
 	return err

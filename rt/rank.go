@@ -127,9 +127,9 @@ type execution struct {
 	feed  Feed
 	start time.Time
 	slots []Buffer
-	refs  holds // slots (and sends in flight) holding each buffer: freed when none does
-	sent  []Buffer       // buffers of buffered sends, held until Flush
-	args  []Buffer       // the current instruction's arguments
+	refs  holds    // slots (and sends in flight) holding each buffer: freed when none does
+	sent  []Buffer // buffers of buffered sends, held until Flush
+	args  []Buffer // the current instruction's arguments
 	cur   int64
 	peak  int64
 	// the host tier's bytes held and peak, and the bytes copied each way
@@ -206,10 +206,8 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		return nil, fmt.Errorf("rank %d: %v", w.Prog.Rank, err)
 	}
 	end := x.now()
-	fctx, cancel := context.WithTimeout(ctx, w.Timeout)
-	defer cancel()
-	if err := w.Comm.Flush(fctx); err != nil {
-		return nil, fmt.Errorf("rank %d %s: completing its sends: %w", w.Prog.Rank, w.Plan.Mesh.CoordString(w.Prog.Rank), err)
+	if err := w.flush(ctx); err != nil {
+		return nil, err
 	}
 	for _, b := range x.sent {
 		x.drop(b, w.Backend)
@@ -236,6 +234,23 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		res.Carry = append(res.Carry, held(s))
 	}
 	return res, nil
+}
+
+// flush waits for the rank's sends to complete, at most Timeout. The
+// in-process transport's sends complete as they return, so its Flush
+// never waits and gets no deadline (a context and its timer per rank per
+// step).
+func (w *Worker) flush(ctx context.Context) error {
+	fctx := ctx
+	if w.inProc == nil {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(ctx, w.Timeout)
+		defer cancel()
+	}
+	if err := w.Comm.Flush(fctx); err != nil {
+		return fmt.Errorf("rank %d %s: completing its sends: %w", w.Prog.Rank, w.Plan.Mesh.CoordString(w.Prog.Rank), err)
+	}
+	return nil
 }
 
 // reuse is the worker's execution state, emptied for another run: its
