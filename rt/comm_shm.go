@@ -284,11 +284,9 @@ func (g *Ring) result(dt ir.DType, shape []int) *Tensor {
 	if p == nil {
 		return NewTensor(dt, shape)
 	}
-	t := header(dt, shape)
-	if d := p.take(dt, numel(shape), false); d != nil {
-		t.Data = d
-	} else {
-		t.Data = NewTensor(dt, shape).Data
+	t := p.reuse(dt, shape)
+	if t == nil {
+		t = NewTensor(dt, shape)
 	}
 	t.home = p
 	p.handOut(t.Bytes())
