@@ -171,44 +171,9 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	// of it in clock_gettime.
 	t0 := x.now()
 	for i := range prog.Instrs {
-		if err := ctx.Err(); err != nil { // cancelled (Ctrl-C in the REPL), or another rank failed
-			return nil, err
-		}
-		in, b := &prog.Instrs[i], &w.Prog.Instrs[i]
-		if w.hook != nil {
-			w.hook(w.Prog.Rank, i)
-		}
-		// only an instruction that communicates sends (reading the count
-		// twice per instruction was 1% of a Megatron MLP mesh step)
-		comm := in.Kind.Communicates()
-		var before int64
-		if comm {
-			before = w.Comm.BytesSent()
-		}
-		out, err := x.exec(ctx, in, b)
-		if err == nil && out != nil && !slices.Equal(out.Dims(), b.Out.Len) {
-			err = fmt.Errorf("result has local shape %s, the plan says %s", ir.ShapeString(out.Dims()), ir.ShapeString(b.Out.Len))
-		}
+		t1, err := x.step(ctx, i, t0)
 		if err != nil {
-			return nil, w.fault(in, b, err)
-		}
-		t1 := x.now()
-		if in.Kind == plan.Collective && w.lateRings[in.Group] {
-			x.layRing(w.Groups[in.Group].(*Ring), t0, t1)
-		}
-		var sent int64
-		if comm {
-			sent = w.Comm.BytesSent() - before
-		}
-		x.record(in, w.labels[i].event(t0, t1-t0, sent), out)
-		if x.pipe != nil {
-			x.pipe.step(in, t0, t1)
-		}
-		if in.Out >= 0 {
-			x.hold(in, out)
-		}
-		for _, s := range in.Free {
-			x.release(s)
+			return nil, err
 		}
 		t0 = t1
 	}
@@ -244,6 +209,52 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		res.Carry = append(res.Carry, held(s))
 	}
 	return res, nil
+}
+
+// step runs instruction i, which began at t0 (the previous one's end),
+// and returns when it ended: its result held, its dead slots freed, its
+// event on the timeline.
+func (x *execution) step(ctx context.Context, i int, t0 time.Duration) (time.Duration, error) {
+	w := x.w
+	if err := ctx.Err(); err != nil { // cancelled (Ctrl-C in the REPL), or another rank failed
+		return 0, err
+	}
+	in, b := &w.Prog.Prog.Instrs[i], &w.Prog.Instrs[i]
+	if w.hook != nil {
+		w.hook(w.Prog.Rank, i)
+	}
+	// only an instruction that communicates sends (reading the count
+	// twice per instruction was 1% of a Megatron MLP mesh step)
+	comm := in.Kind.Communicates()
+	var before, sent int64
+	if comm {
+		before = w.Comm.BytesSent()
+	}
+	out, err := x.exec(ctx, in, b)
+	if err == nil && out != nil && !slices.Equal(out.Dims(), b.Out.Len) {
+		err = fmt.Errorf("result has local shape %s, the plan says %s", ir.ShapeString(out.Dims()), ir.ShapeString(b.Out.Len))
+	}
+	if err != nil {
+		return 0, w.fault(in, b, err)
+	}
+	t1 := x.now()
+	if in.Kind == plan.Collective && w.lateRings[in.Group] {
+		x.layRing(w.Groups[in.Group].(*Ring), t0, t1)
+	}
+	if comm {
+		sent = w.Comm.BytesSent() - before
+	}
+	x.record(in, w.labels[i].event(t0, t1-t0, sent), out)
+	if x.pipe != nil {
+		x.pipe.step(in, t0, t1)
+	}
+	if in.Out >= 0 {
+		x.hold(in, out)
+	}
+	for _, s := range in.Free {
+		x.release(s)
+	}
+	return t1, nil
 }
 
 // flush waits for the rank's sends to complete, at most Timeout. The
@@ -283,20 +294,6 @@ func (w *Worker) reuse() *execution {
 	return x
 }
 
-// record adds an instruction's event to the timeline; a copy between the
-// tiers also records the bytes it moved.
-func (x *execution) record(in *plan.Instr, ev Event, out Buffer) {
-	switch in.Kind {
-	case plan.Offload:
-		ev.Copied = out.Bytes()
-		x.toHost += ev.Copied
-	case plan.Fetch:
-		ev.Copied = out.Bytes()
-		x.toDevice += ev.Copied
-	}
-	x.events = append(x.events, ev)
-}
-
 // hold puts an instruction's result in its slot and counts it in its
 // tier's memory.
 func (x *execution) hold(in *plan.Instr, out Buffer) {
@@ -312,54 +309,6 @@ func (x *execution) hold(in *plan.Instr, out Buffer) {
 	if x.pipe != nil {
 		x.pipe.made(in, out)
 	}
-}
-
-// drawRings has the rank's ring groups report their steps to this
-// execution's timeline: a message-passing ring as each step ends
-// (ringStep); a shared-memory one after the collective (layRing), its
-// steps laid over the collective's span as the worker measured it, so
-// that the collective reads no clock of its own. Under a simulated clock
-// no ring step is drawn.
-func (w *Worker) drawRings(x *execution) {
-	if w.lateRings == nil {
-		w.lateRings = make([]bool, len(w.Groups))
-	}
-	for gi, g := range w.Groups {
-		r, ok := g.(*Ring)
-		if !ok {
-			continue
-		}
-		w.lateRings[gi] = r.stepsLater(x.clk == nil)
-		if x.clk == nil && !w.lateRings[gi] {
-			r.OnStep = x.ringStep // draw the ring's steps inside each collective
-		}
-	}
-}
-
-// layRing draws the ring steps a shared-memory collective left pending
-// over its span [t0, t1], each its share in proportion to its bytes.
-func (x *execution) layRing(r *Ring, t0, t1 time.Duration) {
-	r.laySteps(t1-t0, func(phase string, k int, bytes int64, from, to time.Duration) {
-		x.events = append(x.events, Event{Name: x.w.ringName(phase, k), Kind: "ring", Start: t0 + from, Dur: to - from, Bytes: bytes})
-	})
-}
-
-// ringName names step k of a ring phase, formatted once per worker.
-func (w *Worker) ringName(phase string, k int) string {
-	names := &w.rings[0]
-	if phase != "reduce_scatter" {
-		names = &w.rings[1]
-	}
-	for len(*names) <= k {
-		*names = append(*names, fmt.Sprintf("%s step %d", phase, len(*names)+1))
-	}
-	return (*names)[k]
-}
-
-// ringStep records one step of a ring collective on the timeline.
-func (x *execution) ringStep(phase string, k int, bytes int64, start, end time.Time) {
-	x.events = append(x.events, Event{Name: x.w.ringName(phase, k), Kind: "ring", Start: start.Sub(x.start),
-		Dur: end.Sub(start), Bytes: bytes})
 }
 
 // release empties slot s; its buffer goes back to the backend when no
@@ -473,28 +422,6 @@ func (w *Worker) describe(in *plan.Instr) string {
 		return fmt.Sprintf("%s of %s (tag %d)", in.Kind, in.Label, in.Tag)
 	}
 	return fmt.Sprintf("%s (%s)", in.Kernel.Op, in.Label)
-}
-
-// eventLabel is what a timeline says of an instruction besides its timing:
-// formatted once per worker, not once per execution.
-type eventLabel struct{ name, kind, where string }
-
-func labelsOf(prog *plan.Program) []eventLabel {
-	out := make([]eventLabel, len(prog.Instrs))
-	for i := range prog.Instrs {
-		in := &prog.Instrs[i]
-		kind := in.Kind.String()
-		if in.Kind.Communicates() {
-			kind = "comm"
-		}
-		out[i] = eventLabel{name: in.Name(), kind: kind, where: ir.FormatPos(in.Pos)}
-	}
-	return out
-}
-
-// event is the timeline entry of one executed instruction.
-func (l eventLabel) event(start, dur time.Duration, sent int64) Event {
-	return Event{Name: l.name, Kind: l.kind, Start: start, Dur: dur, Bytes: sent, Where: l.where}
 }
 
 func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (out Buffer, err error) {
