@@ -87,17 +87,17 @@ func (g *Ring) laySteps(span time.Duration, at func(phase string, k int, bytes i
 	g.shm.steps = g.shm.steps[:0]
 }
 
-// stepsLater says whether this ring leaves its steps for the caller to
-// lay over the collective's span (laySteps) instead of timing them
-// itself, and turns that on or off: only a shared-memory ring can. When
-// on, its collectives read no clock (began).
-func (g *Ring) stepsLater(on bool) bool {
+// stepsLater makes this ring leave its steps for its caller to lay over
+// the collective's span (laySteps) instead of timing them itself, and
+// says whether it could: only a shared-memory ring can. Its collectives
+// then read no clock (began).
+func (g *Ring) stepsLater() bool {
 	if g.shm == nil {
 		return false
 	}
-	g.shm.late = on
+	g.shm.late = true
 	g.shm.steps = g.shm.steps[:0]
-	return on
+	return true
 }
 
 // began is when a collective starts, for the steps it times itself;

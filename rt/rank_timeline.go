@@ -40,7 +40,7 @@ func (w *Worker) drawRings(x *execution) {
 		if !ok {
 			continue
 		}
-		w.lateRings[gi] = r.stepsLater(x.clk == nil)
+		w.lateRings[gi] = r.stepsLater()
 		if x.clk == nil && !w.lateRings[gi] {
 			r.OnStep = x.ringStep // draw the ring's steps inside each collective
 		}
@@ -50,6 +50,10 @@ func (w *Worker) drawRings(x *execution) {
 // layRing draws the ring steps a shared-memory collective left pending
 // over its span [t0, t1], each its share in proportion to its bytes.
 func (x *execution) layRing(r *Ring, t0, t1 time.Duration) {
+	if x.clk != nil {
+		r.laySteps(0, func(string, int, int64, time.Duration, time.Duration) {}) // drawn on no simulated timeline
+		return
+	}
 	r.laySteps(t1-t0, func(phase string, k int, bytes int64, from, to time.Duration) {
 		x.events = append(x.events, Event{Name: x.w.ringName(phase, k), Kind: "ring", Start: t0 + from, Dur: to - from, Bytes: bytes})
 	})
