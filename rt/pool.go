@@ -23,7 +23,7 @@ type hostPool struct {
 	// free holds freed tensors whole, header and Data, ready for reuse: a
 	// kernel's output asked for in the shape it had last step gets the
 	// very tensor back (reuse), so a step allocates no header either.
-	free    map[poolKey][]*Tensor
+	free    map[poolKey][]freed
 	scratch map[poolKey][]any // kernels' working copies (f64, putData)
 	held    int64             // bytes in free and scratch
 	limit   int64             // beyond this, freed buffers go to the collector
@@ -39,6 +39,14 @@ type hostPool struct {
 	out         int64
 	heldTensors int64
 	min         int // smaller buffers are not recycled
+}
+
+// freed is a tensor on a free list, with its storage's address: the
+// check that a buffer is not already there reads the addresses in a row
+// instead of following each tensor to its storage.
+type freed struct {
+	t  *Tensor
+	at unsafe.Pointer
 }
 
 // poolKey is a free list's key: element count, dtype and whether it is
@@ -63,7 +71,7 @@ const poolMin = 4096
 const arenaLimit = 1 << 30
 
 func newHostPool(limit int64) *hostPool {
-	return &hostPool{free: map[poolKey][]*Tensor{}, scratch: map[poolKey][]any{}, limit: limit, min: poolMin}
+	return &hostPool{free: map[poolKey][]freed{}, scratch: map[poolKey][]any{}, limit: limit, min: poolMin}
 }
 
 // get returns a tensor of shape whose elements are unspecified: the caller
@@ -119,8 +127,8 @@ func (p *hostPool) takeTensor(dt ir.DType, n int) *Tensor {
 	if len(list) == 0 {
 		return nil
 	}
-	t := list[len(list)-1]
-	list[len(list)-1] = nil
+	t := list[len(list)-1].t
+	list[len(list)-1] = freed{}
 	p.free[k] = list[:len(list)-1]
 	size := int64(n * dt.Size())
 	p.held -= size
@@ -270,8 +278,9 @@ func (p *hostPool) keep(t *Tensor) {
 	k := keyOf(t.DType, n, false)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	at := dataPtr(t.Data)
 	for _, f := range p.free[k] {
-		if dataPtr(f.Data) == dataPtr(t.Data) {
+		if f.at == at {
 			return // already here: never hand one buffer out twice
 		}
 	}
@@ -281,7 +290,7 @@ func (p *hostPool) keep(t *Tensor) {
 	if p.held+size > p.limit || p.budget > 0 && p.heldTensors+size+p.out > p.budget {
 		return
 	}
-	p.free[k] = append(p.free[k], t)
+	p.free[k] = append(p.free[k], freed{t, at})
 	p.held += size
 	p.heldTensors += size
 }
