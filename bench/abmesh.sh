@@ -3,8 +3,11 @@
 # test -c -o OLD.test ./bench on the old tree, and on the new one), run
 # alternately — the order flips every round — and each benchmark line
 # summarised as min / median / max over the runs:
-#   TrainStep: each binary's mesh/single (a run's median over its rounds)
-#     and new/old of the median mesh step of the two runs of a round;
+#   TrainStep: each binary's mesh/single (a run's median over its rounds),
+#     new/old of the median mesh step and of the median one-device step
+#     of the two runs of a round, and
+#     each binary's CPU-time mesh/single (a run's median; "-" from a
+#     binary whose benchmark does not report it);
 #   DPStepSplit: each binary's "comm alone/ideal" and mesh/1 device (a
 #     run's medians; the benchmark's warm-up run of one round left out).
 #   bench/abmesh.sh OLD.test NEW.test [ROUNDS=5] [BENCH=TrainStep] [BENCHTIME=3x]
@@ -33,7 +36,8 @@ for line in open(sys.argv[1]):
     w, i = line.split()[:2]
     m = re.search(r': (\S+) on (\[.*?\]) .*median step mesh (\S+) / 1 device (\S+); mesh/single per round min [\d.]+ median ([\d.]+)', line)
     if m:
-        train[m.group(1) + ' ' + m.group(2)][w][i] = (us(m.group(3)), float(m.group(5)))
+        c = re.search(r'CPU per step mesh/single per round min [\d.]+ median ([\d.]+)', line)
+        train[m.group(1) + ' ' + m.group(2)][w][i] = (us(m.group(3)), float(m.group(5)), float(c.group(1)) if c else None, us(m.group(4)))
         continue
     m = re.search(r'\[dp=(\d+)\].*mesh/1 device min [\d.]+ median ([\d.]+).*comm alone/ideal min [\d.]+ median ([\d.]+)', line)
     if m:
@@ -42,8 +46,10 @@ f = lambda x: '%.2f / %.2f / %.2f' % (min(x), st.median(x), max(x)) if x else '-
 for k, d in train.items():
     both = sorted(set(d['old']) & set(d['new']))
     r = [d['new'][i][0] / d['old'][i][0] for i in both]
+    r1 = [d['new'][i][3] / d['old'][i][3] for i in both]
+    cpu = lambda w: [d[w][i][2] for i in both if d[w][i][2] is not None]
     print(f"{k}: mesh/single old {f([d['old'][i][1] for i in both])}, new {f([d['new'][i][1] for i in both])}; "
-          f"new/old mesh step {f(r)} ({len(both)} runs each)")
+          f"new/old mesh step {f(r)}, one-device step {f(r1)}; CPU mesh/single old {f(cpu('old'))}, new {f(cpu('new'))} ({len(both)} runs each)")
 for n in sorted(dp):
     d = dp[n]
     print(f"[dp={n}]: comm alone/ideal old {f([x[1] for x in d['old']])}, new {f([x[1] for x in d['new']])}; "

@@ -81,10 +81,14 @@ type shmMember struct {
 	wide []float32     // a tile of f32 scratch for half precision
 	// steps is scratch for the ring steps a collective reports
 	steps []ringStep
-	par   int // the posting set of the current collective (shmShared.post)
+	// late: the worker lays the steps over the collective's span
+	// (stepsLater), so the collective reads no clock
+	late bool
+	par  int // the posting set of the current collective (shmShared.post)
 	// timeout, if positive, bounds each wait at a barrier besides the
 	// context (SetTimeout)
 	timeout time.Duration
+	alarm   alarm // the timer of this member's waits (barrier.waitWith)
 	// held is the rank's table of its tensors of shared results
 	// (InProc.held; nil: not counted)
 	held map[*Tensor]*sharedResult
@@ -144,6 +148,27 @@ const spins = 50
 // their timeout here instead of a context with a deadline per
 // collective; see Worker.exec).
 func (b *barrier) wait(ctx context.Context, timeout time.Duration) error {
+	return b.waitWith(ctx, timeout, nil)
+}
+
+// alarm is a member's timer for its waits at a barrier, made on its
+// first sleep and reset for each later one: four ranks on two cores
+// sleep at most collectives, and a timer made per sleep was two
+// allocations and a timer-heap insertion each time.
+type alarm struct{ t *time.Timer }
+
+// set starts the timer for d and returns its channel.
+func (a *alarm) set(d time.Duration) <-chan time.Time {
+	if a.t == nil {
+		a.t = time.NewTimer(d)
+	} else {
+		a.t.Reset(d) // stopped: nothing stale in its channel (Go ≥ 1.23 timers)
+	}
+	return a.t.C
+}
+
+// waitWith is wait with the member's alarm (nil: a timer of its own).
+func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm) error {
 	b.mu.Lock()
 	b.count++
 	if b.count == b.n {
@@ -167,9 +192,11 @@ func (b *barrier) wait(ctx context.Context, timeout time.Duration) error {
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
+		if a == nil {
+			a = &alarm{}
+		}
+		expired = a.set(timeout)
+		defer a.t.Stop()
 	}
 	err := ErrPeerTimeout
 	select {
@@ -204,7 +231,7 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	g.begin()
 	post := g.posted()
 	post.in[g.Rank], post.out[g.Rank], post.sig[g.Rank] = x, out, c
-	if err := s.bar.wait(ctx, g.shm.timeout); err != nil {
+	if err := s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm); err != nil {
 		return err
 	}
 	for m, o := range post.sig {
@@ -221,7 +248,7 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 // part waits at the second barrier, after which no member reads another's
 // buffers, and forgets what this member posted.
 func (g *Ring) part(ctx context.Context) error {
-	err := g.shm.s.bar.wait(ctx, g.shm.timeout)
+	err := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm)
 	post := g.posted()
 	post.in[g.Rank], post.out[g.Rank] = nil, nil
 	return err
@@ -257,11 +284,9 @@ func (g *Ring) result(dt ir.DType, shape []int) *Tensor {
 	if p == nil {
 		return NewTensor(dt, shape)
 	}
-	t := header(dt, shape)
-	if d := p.take(dt, numel(shape), false); d != nil {
-		t.Data = d
-	} else {
-		t.Data = NewTensor(dt, shape).Data
+	t := p.reuse(dt, shape)
+	if t == nil {
+		t = NewTensor(dt, shape)
 	}
 	t.home = p
 	p.handOut(t.Bytes())
@@ -284,7 +309,7 @@ func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer
 	if g.isSmall(t.Bytes()) {
 		return g.smallAllReduce(ctx, t, op)
 	}
-	start := time.Now()
+	start := g.began()
 	p, n := g.Size(), t.Numel()
 	if err := g.meet(ctx, call{kind: "all_reduce", arg: int(op)}, t, g.shared(t.DType, t.Shape)); err != nil {
 		return nil, err
@@ -309,7 +334,7 @@ func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer
 
 // shmReduceScatter: member r reduces its own chunk into its result.
 func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	if err := g.checkLens(t, dim, lens); err != nil {
 		return nil, err
 	}
@@ -339,7 +364,7 @@ func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []
 
 // shmAllGather: member r copies its block into the group's one result.
 func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	if dim < 0 || dim >= len(t.Shape) || len(lens) != g.Size() {
 		return nil, fmt.Errorf("all_gather: dim %d and %d lengths for a %d-dim block in a group of %d", dim, len(lens), len(t.Shape), g.Size())
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/meshrun/meshrun/ir"
 )
@@ -14,7 +13,7 @@ import (
 // shmAllToAll: member r copies piece r of every member's input (cut along
 // splitDim) into its result, member m's at m's place along catDim.
 func (g *Ring) shmAllToAll(ctx context.Context, t *Tensor, splitDim int, lens []int, catDim int, catLens []int) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	p := g.Size()
 	if err := g.checkLens(t, splitDim, lens); err != nil {
 		return nil, fmt.Errorf("all_to_all: %v", err)
@@ -86,7 +85,7 @@ func (g *Ring) checkPieces(splitDim, catDim int, pieceLen func(int) int) error {
 // group avoids that.) The bytes counted are the binomial tree's: a member
 // sends the whole tensor once per child.
 func (g *Ring) shmBroadcast(ctx context.Context, t *Tensor, root int, dt ir.DType, shape []int) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	p := g.Size()
 	if root < 0 || root >= p {
 		return nil, fmt.Errorf("broadcast: root %d in a group of %d", root, p)
@@ -138,7 +137,7 @@ func treeChildren(vr, p int) int {
 // bytes counted are the tree's: every member but the root sends its
 // partial sum (in f32 for half precision) once.
 func (g *Ring) shmReduce(ctx context.Context, t *Tensor, root int) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	p, n := g.Size(), t.Numel()
 	if root < 0 || root >= p {
 		return nil, fmt.Errorf("reduce: root %d in a group of %d", root, p)

@@ -126,7 +126,7 @@ func (g *Ring) done(start time.Time, out *Tensor) (Buffer, error) {
 
 // smallAllReduce: every member reduces every chunk into its own result.
 func (g *Ring) smallAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	p, n := g.Size(), t.Numel()
 	if err := g.meet(ctx, call{kind: "all_reduce", arg: int(op), small: true}, g.stage(t), nil); err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (g *Ring) smallAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buff
 // smallReduceScatter: each member reduces its own chunk of the staged
 // inputs.
 func (g *Ring) smallReduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	if err := g.meet(ctx, call{kind: "reduce_scatter", arg: dim<<1 | int(op), small: true}, g.stage(t), nil); err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func (g *Ring) smallReduceScatter(ctx context.Context, t *Tensor, dim int, lens 
 // smallAllGather: every member copies every staged block into its own
 // result.
 func (g *Ring) smallAllGather(ctx context.Context, t *Tensor, dim int, lens []int, shape []int) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	if err := g.meet(ctx, call{kind: "all_gather", arg: dim, small: true}, g.stage(t), nil); err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func (g *Ring) smallAllGather(ctx context.Context, t *Tensor, dim int, lens []in
 
 // smallBroadcast: the root stages its tensor, every member copies it.
 func (g *Ring) smallBroadcast(ctx context.Context, t *Tensor, root int, dt ir.DType, shape []int) (Buffer, error) {
-	start := time.Now()
+	start := g.began()
 	p := g.Size()
 	if g.Rank != root {
 		t = nil

@@ -2,6 +2,7 @@ package rt
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -17,6 +18,9 @@ type Local struct {
 	Workers []*Worker
 	stall   func(rank int) bool
 	clock   *SimClock
+	// crew runs ranks 1..n-1 of every execution (rank 0 runs on the
+	// caller's goroutine); nil until the first execution.
+	crew []chan func()
 }
 
 // NewLocal makes the workers of every rank of p.
@@ -71,28 +75,33 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 	errs := make([]error, n)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for r, w := range l.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if l.stall != nil && l.stall(r) {
-				<-ctx.Done()
-				errs[r] = ctx.Err()
-				return
-			}
-			var f Feed
-			if feed != nil {
-				f = feed(r)
-			}
-			res, err := w.Run(ctx, f, start)
-			if err != nil {
-				errs[r] = err
-				cancel()
-				return
-			}
-			out[r] = res
-		}()
+	rank := func(r int) {
+		if l.stall != nil && l.stall(r) {
+			<-ctx.Done()
+			errs[r] = ctx.Err()
+			return
+		}
+		var f Feed
+		if feed != nil {
+			f = feed(r)
+		}
+		res, err := l.Workers[r].Run(ctx, f, start)
+		if err != nil {
+			errs[r] = err
+			cancel()
+			return
+		}
+		out[r] = res
 	}
+	crew := l.hire()
+	wg.Add(n - 1)
+	for r := 1; r < n; r++ {
+		crew[r-1] <- func() {
+			defer wg.Done()
+			rank(r)
+		}
+	}
+	rank(0)
 	wg.Wait()
 	wall := time.Since(start)
 	err := firstError(errs)
@@ -100,6 +109,43 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 		return nil, wall, err
 	}
 	return out, wall, nil
+}
+
+// hire returns the goroutines that run ranks 1..n-1, started on the first
+// execution and kept for the launcher's life: a goroutine made per rank
+// per step starts on a small stack and grows it by copying as the rank's
+// program runs, every step (runtime.copystack, 3-7% of a mesh step of
+// the Megatron MLP); a kept one keeps its grown stack. Each waits on its
+// own channel, which holds no reference to the launcher, so the launcher
+// can be collected, and a cleanup then closes the channels and the
+// goroutines end.
+func (l *Local) hire() []chan func() {
+	if l.crew != nil || len(l.Workers) < 2 {
+		return l.crew
+	}
+	l.crew = make([]chan func(), len(l.Workers)-1)
+	for i := range l.crew {
+		ch := make(chan func())
+		l.crew[i] = ch
+		go serve(ch)
+	}
+	runtime.AddCleanup(l, func(crew []chan func()) {
+		for _, ch := range crew {
+			close(ch)
+		}
+	}, l.crew)
+	return l.crew
+}
+
+// serve runs the jobs sent on ch, one at a time, until ch is closed.
+func serve(ch chan func()) {
+	for {
+		job, ok := <-ch
+		if !ok {
+			return
+		}
+		job()
+	}
 }
 
 // Run executes once and assembles every output on the host.

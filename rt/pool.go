@@ -1,6 +1,7 @@
 package rt
 
 import (
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -18,10 +19,14 @@ import (
 // transport shares storage between ranks, so the local launcher does not
 // recycle.
 type hostPool struct {
-	mu    sync.Mutex
-	free  map[poolKey][]any // Data slices ready for reuse
-	held  int64             // bytes in free
-	limit int64             // beyond this, freed buffers go to the collector
+	mu sync.Mutex
+	// free holds freed tensors whole, header and Data, ready for reuse: a
+	// kernel's output asked for in the shape it had last step gets the
+	// very tensor back (reuse), so a step allocates no header either.
+	free    map[poolKey][]freed
+	scratch map[poolKey][]any // kernels' working copies (f64, putData)
+	held    int64             // bytes in free and scratch
+	limit   int64             // beyond this, freed buffers go to the collector
 	// budget, when set, bounds heldTensors plus out, the bytes of the
 	// tensors this pool has handed out (zeroed) and not had back: a
 	// rank's arena keeps a freed buffer only while what the rank uses and
@@ -34,6 +39,14 @@ type hostPool struct {
 	out         int64
 	heldTensors int64
 	min         int // smaller buffers are not recycled
+}
+
+// freed is a tensor on a free list, with its storage's address: the
+// check that a buffer is not already there reads the addresses in a row
+// instead of following each tensor to its storage.
+type freed struct {
+	t  *Tensor
+	at unsafe.Pointer
 }
 
 // poolKey is a free list's key: element count, dtype and whether it is
@@ -58,40 +71,88 @@ const poolMin = 4096
 const arenaLimit = 1 << 30
 
 func newHostPool(limit int64) *hostPool {
-	return &hostPool{free: map[poolKey][]any{}, limit: limit, min: poolMin}
+	return &hostPool{free: map[poolKey][]freed{}, scratch: map[poolKey][]any{}, limit: limit, min: poolMin}
 }
 
 // get returns a tensor of shape whose elements are unspecified: the caller
 // overwrites every one (a collective's result). A nil pool allocates.
 func (p *hostPool) get(dt ir.DType, shape []int) *Tensor {
-	d := p.take(dt, numel(shape), false)
-	if d == nil {
-		return NewTensor(dt, shape)
+	if t := p.reuse(dt, shape); t != nil {
+		return t
 	}
-	t := header(dt, shape)
-	t.Data = d
+	return NewTensor(dt, shape)
+}
+
+// take removes a free buffer of n elements of dt from the lists and
+// returns its storage, or returns nil.
+func (p *hostPool) take(dt ir.DType, n int, scratch bool) any {
+	if scratch {
+		return p.takeScratch(dt, n)
+	}
+	if t := p.takeTensor(dt, n); t != nil {
+		return t.Data
+	}
+	return nil
+}
+
+// reuse returns a freed tensor of dt and shape's element count, with
+// unspecified elements, or nil: the tensor itself when its shape is shape
+// (the same instruction's output, a step later), else its storage under a
+// new header. Its home is unset.
+func (p *hostPool) reuse(dt ir.DType, shape []int) *Tensor {
+	t := p.takeTensor(dt, numel(shape))
+	if t == nil {
+		return nil
+	}
+	if !slices.Equal(t.Shape, shape) {
+		// a new header, never a write into t.Shape: a kernel may have
+		// given its output a shape slice it shares (reshape)
+		h := header(dt, shape)
+		h.Data = t.Data
+		return h
+	}
+	t.home = nil
 	return t
 }
 
-// take removes a free buffer of n elements of dt from the lists, or
-// returns nil.
-func (p *hostPool) take(dt ir.DType, n int, scratch bool) any {
+// takeTensor removes a freed tensor of n elements of dt, or returns nil.
+func (p *hostPool) takeTensor(dt ir.DType, n int) *Tensor {
 	if p == nil || n < p.min {
 		return nil
 	}
-	k := keyOf(dt, n, scratch)
+	k := keyOf(dt, n, false)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	list := p.free[k]
 	if len(list) == 0 {
 		return nil
 	}
-	d := list[len(list)-1]
+	t := list[len(list)-1].t
+	list[len(list)-1] = freed{}
 	p.free[k] = list[:len(list)-1]
-	p.held -= int64(n * dt.Size())
-	if !scratch {
-		p.heldTensors -= int64(n * dt.Size())
+	size := int64(n * dt.Size())
+	p.held -= size
+	p.heldTensors -= size
+	return t
+}
+
+// takeScratch removes a kernel's freed working copy of n elements of dt,
+// or returns nil.
+func (p *hostPool) takeScratch(dt ir.DType, n int) any {
+	if p == nil || n < p.min {
+		return nil
 	}
+	k := keyOf(dt, n, true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := p.scratch[k]
+	if len(list) == 0 {
+		return nil
+	}
+	d := list[len(list)-1]
+	list[len(list)-1] = nil
+	p.scratch[k] = list[:len(list)-1]
+	p.held -= int64(n * dt.Size())
 	return d
 }
 
@@ -103,11 +164,9 @@ func (p *hostPool) zeroed(dt ir.DType, shape []int) *Tensor {
 	if p == nil {
 		return NewTensor(dt, shape)
 	}
-	var t *Tensor
-	if d := p.take(dt, numel(shape), false); d != nil {
-		clearData(d) // a fresh buffer is zero already
-		t = header(dt, shape)
-		t.Data = d
+	t := p.reuse(dt, shape)
+	if t != nil {
+		clearData(t.Data) // a fresh buffer is zero already
 	} else {
 		t = NewTensor(dt, shape)
 	}
@@ -172,42 +231,68 @@ func clearData(d any) {
 	}
 }
 
-// put takes back a buffer nobody references any more; a view's storage
-// is someone else's (the npy cache's) and is never taken.
+// put takes back a tensor nobody references any more, header and all;
+// a view's storage is someone else's (the npy cache's) and is never
+// taken.
 func (p *hostPool) put(t *Tensor) {
 	if t.view {
 		return
 	}
-	p.putData(t.DType, t.Numel(), t.Data, false)
+	p.keep(t)
 }
 
-// putData takes back storage d of n elements of dt: a tensor's, or a
-// kernel's scratch (f64).
+// putData takes back storage d of n elements of dt: a kernel's scratch
+// (f64), or a tensor's storage without its header.
 func (p *hostPool) putData(dt ir.DType, n int, d any, scratch bool) {
+	if !scratch {
+		p.keep(&Tensor{DType: dt, Shape: []int{n}, Data: d})
+		return
+	}
 	if p == nil || n < p.min {
 		return
 	}
 	size := int64(n * dt.Size())
-	k := keyOf(dt, n, scratch)
+	k := keyOf(dt, n, true)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, f := range p.free[k] {
+	for _, f := range p.scratch[k] {
 		if dataPtr(f) == dataPtr(d) {
 			return // already here: never hand one buffer out twice
 		}
 	}
-	budgeted := p.budget > 0 && !scratch
-	if budgeted {
-		p.out -= size
-	}
-	if p.held+size > p.limit || budgeted && p.heldTensors+size+p.out > p.budget {
+	if p.held+size > p.limit {
 		return
 	}
-	p.free[k] = append(p.free[k], d)
+	p.scratch[k] = append(p.scratch[k], d)
 	p.held += size
-	if !scratch {
-		p.heldTensors += size
+}
+
+// keep adds a freed tensor to its free list, within the limit and the
+// budget.
+func (p *hostPool) keep(t *Tensor) {
+	n := t.Numel()
+	if p == nil || n < p.min {
+		return
 	}
+	size := int64(n * t.DType.Size())
+	k := keyOf(t.DType, n, false)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := dataPtr(t.Data)
+	for _, f := range p.free[k] {
+		if f.at == at {
+			return // already here: never hand one buffer out twice
+		}
+	}
+	if p.budget > 0 {
+		p.out -= size
+	}
+	if p.held+size > p.limit || p.budget > 0 && p.heldTensors+size+p.out > p.budget {
+		return
+	}
+	p.free[k] = append(p.free[k], freed{t, at})
+	p.held += size
+	p.heldTensors += size
 }
 
 // dataPtr is the address of a storage slice's first element.

@@ -90,7 +90,7 @@ func TestArenaBudgetBoundsWhatItKeeps(t *testing.T) {
 	require.Equal(t, int64(0), p.out)
 	s := p.f64(8192) // 64 KiB of scratch, four times the budget
 	p.done(s)
-	require.Len(t, p.free[keyOf(ir.F64, 8192, true)], 1)
+	require.Len(t, p.scratch[keyOf(ir.F64, 8192, true)], 1)
 	// without a budget every freed tensor is kept
 	q := newArena(0)
 	x, y, z := q.zeroed(ir.F32, []int{4096}), q.zeroed(ir.F32, []int{4096}), q.zeroed(ir.F32, []int{4096})
@@ -98,4 +98,31 @@ func TestArenaBudgetBoundsWhatItKeeps(t *testing.T) {
 	q.put(y)
 	q.put(z)
 	require.Len(t, q.free[keyOf(ir.F32, 4096, false)], 3)
+}
+
+// A freed tensor comes back whole, header and storage, when asked for in
+// its own shape; in another shape of its size its storage comes back
+// under a new header, and the old shape slice (which a kernel may share)
+// is never written.
+func TestArenaReusesHeaders(t *testing.T) {
+	p := newArena(0)
+	a := p.zeroed(ir.F32, []int{2, 3})
+	a.Data.([]float32)[4] = 7
+	p.put(a)
+	b := p.zeroed(ir.F32, []int{2, 3})
+	require.Same(t, a, b, "the same shape: the same tensor")
+	require.Equal(t, p, b.home)
+	require.Equal(t, make([]float32, 6), b.Data, "zeroed again")
+	shared := []int{2, 3}
+	b.Shape = shared // as reshape does
+	p.put(b)
+	c := p.get(ir.F32, []int{3, 2})
+	require.NotSame(t, b, c)
+	require.Equal(t, dataPtr(b.Data), dataPtr(c.Data))
+	require.Equal(t, []int{3, 2}, c.Shape)
+	require.Equal(t, []int{2, 3}, shared, "the old shape is untouched")
+	require.Nil(t, c.home, "get's tensors have no home")
+	p.put(c) // no home, but put directly: kept
+	require.Nil(t, p.reuse(ir.F64, []int{3, 2}), "another dtype never matches")
+	require.Same(t, c, p.reuse(ir.F32, []int{3, 2}))
 }

@@ -41,6 +41,9 @@ type Worker struct {
 	// selfTimed is, per group, whether its collectives time themselves
 	// out (Ring.SetTimeout): those need no context with a deadline.
 	selfTimed []bool
+	// lateRings is, per group, whether it is a shared-memory ring that
+	// leaves its steps for the worker to draw (drawRings)
+	lateRings []bool
 	// last is the last execution's state, reused by the next (reuse)
 	last *execution
 	// inProc is Comm when it is the in-process launcher's: the rank's
@@ -125,10 +128,10 @@ type execution struct {
 	feed  Feed
 	start time.Time
 	slots []Buffer
-	refs  map[Buffer]int // slots (and sends in flight) holding each buffer: freed when none does
-	sent  []Buffer       // buffers of buffered sends, held until Flush
-	args  []Buffer       // the current instruction's arguments
-	more  []Buffer       // its further results (plan.Instr.Outs), in order
+	refs  holds    // slots (and sends in flight) holding each buffer: freed when none does
+	sent  []Buffer // buffers of buffered sends, held until Flush
+	args  []Buffer // the current instruction's arguments
+	more  []Buffer // its further results (plan.Instr.Outs), in order
 	cur   int64
 	peak  int64
 	// the host tier's bytes held and peak, and the bytes copied each way
@@ -162,53 +165,26 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		x.pipe = newPipeStats(x.clk != nil)
 	}
 	sent0 := w.Comm.BytesSent()
-	if x.clk == nil {
-		for _, g := range w.Groups {
-			if r, ok := g.(*Ring); ok {
-				r.OnStep = x.ringStep // draw the ring's steps inside each collective
-			}
-		}
-	}
+	w.drawRings(x)
+	// One clock read per instruction: an instruction's span starts where
+	// the previous one's ended, so the bookkeeping between two (holding a
+	// result, freeing dead slots, the timeline) counts in the later one.
+	// Two reads per instruction were 5% of a Megatron MLP mesh step, most
+	// of it in clock_gettime.
+	t0 := x.now()
 	for i := range prog.Instrs {
-		if err := ctx.Err(); err != nil { // cancelled (Ctrl-C in the REPL), or another rank failed
+		t1, err := x.step(ctx, i, t0)
+		if err != nil {
 			return nil, err
 		}
-		in, b := &prog.Instrs[i], &w.Prog.Instrs[i]
-		if w.hook != nil {
-			w.hook(w.Prog.Rank, i)
-		}
-		t0 := x.now()
-		before := w.Comm.BytesSent()
-		out, err := x.exec(ctx, in, b)
-		if err == nil && out != nil {
-			err = checkShapes(b.Out.Len, out, x.more)
-		}
-		if err != nil {
-			return nil, w.fault(in, b, err)
-		}
-		t1 := x.now()
-		x.record(in, w.labels[i].event(t0, t1-t0, w.Comm.BytesSent()-before), out)
-		if x.pipe != nil {
-			x.pipe.step(in, t0, t1)
-		}
-		if in.Out >= 0 {
-			x.hold(in, in.Out, out)
-			for k, s := range in.Outs {
-				x.hold(in, s, x.more[k])
-			}
-		}
-		for _, s := range in.Free {
-			x.release(s)
-		}
+		t0 = t1
 	}
 	if err := w.Backend.Sync(ctx); err != nil {
 		return nil, fmt.Errorf("rank %d: %v", w.Prog.Rank, err)
 	}
 	end := x.now()
-	fctx, cancel := context.WithTimeout(ctx, w.Timeout)
-	defer cancel()
-	if err := w.Comm.Flush(fctx); err != nil {
-		return nil, fmt.Errorf("rank %d %s: completing its sends: %w", w.Prog.Rank, w.Plan.Mesh.CoordString(w.Prog.Rank), err)
+	if err := w.flush(ctx); err != nil {
+		return nil, err
 	}
 	for _, b := range x.sent {
 		x.drop(b, w.Backend)
@@ -237,6 +213,72 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	return res, nil
 }
 
+// step runs instruction i, which began at t0 (the previous one's end),
+// and returns when it ended: its result held, its dead slots freed, its
+// event on the timeline.
+func (x *execution) step(ctx context.Context, i int, t0 time.Duration) (time.Duration, error) {
+	w := x.w
+	if err := ctx.Err(); err != nil { // cancelled (Ctrl-C in the REPL), or another rank failed
+		return 0, err
+	}
+	in, b := &w.Prog.Prog.Instrs[i], &w.Prog.Instrs[i]
+	if w.hook != nil {
+		w.hook(w.Prog.Rank, i)
+	}
+	// only an instruction that communicates sends (reading the count
+	// twice per instruction was 1% of a Megatron MLP mesh step)
+	comm := in.Kind.Communicates()
+	var before, sent int64
+	if comm {
+		before = w.Comm.BytesSent()
+	}
+	out, err := x.exec(ctx, in, b)
+	if err == nil && out != nil {
+		err = checkShapes(b.Out.Len, out, x.more)
+	}
+	if err != nil {
+		return 0, w.fault(in, b, err)
+	}
+	t1 := x.now()
+	if in.Kind == plan.Collective && w.lateRings[in.Group] {
+		x.layRing(w.Groups[in.Group].(*Ring), t0, t1)
+	}
+	if comm {
+		sent = w.Comm.BytesSent() - before
+	}
+	x.record(in, w.labels[i].event(t0, t1-t0, sent), out)
+	if x.pipe != nil {
+		x.pipe.step(in, t0, t1)
+	}
+	if in.Out >= 0 {
+		x.hold(in, in.Out, out)
+		for k, s := range in.Outs {
+			x.hold(in, s, x.more[k])
+		}
+	}
+	for _, s := range in.Free {
+		x.release(s)
+	}
+	return t1, nil
+}
+
+// flush waits for the rank's sends to complete, at most Timeout. The
+// in-process transport's sends complete as they return, so its Flush
+// never waits and gets no deadline (a context and its timer per rank per
+// step).
+func (w *Worker) flush(ctx context.Context) error {
+	fctx := ctx
+	if w.inProc == nil {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(ctx, w.Timeout)
+		defer cancel()
+	}
+	if err := w.Comm.Flush(fctx); err != nil {
+		return fmt.Errorf("rank %d %s: completing its sends: %w", w.Prog.Rank, w.Plan.Mesh.CoordString(w.Prog.Rank), err)
+	}
+	return nil
+}
+
 // reuse is the worker's execution state, emptied for another run: its
 // slot table, reference counts and argument list are the last run's
 // memory (made afresh each step, the counts' map grew through every
@@ -244,31 +286,17 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 func (w *Worker) reuse() *execution {
 	x := w.last
 	if x == nil {
-		x = &execution{slots: make([]Buffer, w.Prog.Prog.NumSlots()), refs: map[Buffer]int{}}
+		x = &execution{slots: make([]Buffer, w.Prog.Prog.NumSlots()), refs: newHolds()}
 		w.last = x
 	}
 	clear(x.slots)
-	clear(x.refs)
+	x.refs.clear()
 	if w.inProc != nil {
 		w.inProc.forgetAll() // a failed execution's leftovers
 	}
 	clear(x.sent)
 	*x = execution{w: w, slots: x.slots, refs: x.refs, sent: x.sent[:0], args: x.args[:0]}
 	return x
-}
-
-// record adds an instruction's event to the timeline; a copy between the
-// tiers also records the bytes it moved.
-func (x *execution) record(in *plan.Instr, ev Event, out Buffer) {
-	switch in.Kind {
-	case plan.Offload:
-		ev.Copied = out.Bytes()
-		x.toHost += ev.Copied
-	case plan.Fetch:
-		ev.Copied = out.Bytes()
-		x.toDevice += ev.Copied
-	}
-	x.events = append(x.events, ev)
 }
 
 // checkShapes checks an instruction's results (out, then more: every
@@ -290,7 +318,7 @@ func checkShapes(want []int, out Buffer, more []Buffer) error {
 // tier's memory.
 func (x *execution) hold(in *plan.Instr, s int, out Buffer) {
 	x.slots[s] = out
-	x.refs[out]++
+	x.refs.add(out)
 	if in.Host {
 		x.hostCur += out.Bytes()
 		x.hostPeak = max(x.hostPeak, x.hostCur)
@@ -301,20 +329,6 @@ func (x *execution) hold(in *plan.Instr, s int, out Buffer) {
 	if x.pipe != nil {
 		x.pipe.made(in, out)
 	}
-}
-
-// ringStep records one step of a ring collective on the timeline.
-func (x *execution) ringStep(phase string, k int, bytes int64, start, end time.Time) {
-	names := &x.w.rings[0]
-	if phase != "reduce_scatter" {
-		names = &x.w.rings[1]
-	}
-	for len(*names) <= k {
-		*names = append(*names, fmt.Sprintf("%s step %d", phase, len(*names)+1))
-	}
-	name := (*names)[k]
-	x.events = append(x.events, Event{Name: name, Kind: "ring", Start: start.Sub(x.start),
-		Dur: end.Sub(start), Bytes: bytes})
 }
 
 // release empties slot s; its buffer goes back to the backend when no
@@ -337,13 +351,59 @@ func (x *execution) release(s int) {
 // drop gives up one hold on b and frees it into be (the backend whose
 // memory it is) when none is left.
 func (x *execution) drop(b Buffer, be Backend) {
-	if x.refs[b]--; x.refs[b] == 0 {
-		delete(x.refs, b)
+	if x.refs.drop(b) {
 		if x.w.inProc != nil {
 			x.w.inProc.Release(b) // a shared collective result: one holder fewer
 		}
 		be.Free(b)
 	}
+}
+
+// holds counts the slots (and sends in flight) holding each buffer. A
+// map keyed by the Buffer interface hashed and compared every key through
+// its dynamic type, 7-9% of a Megatron MLP mesh step; the CPU's buffers,
+// *Tensor, are counted in a map keyed by the pointer (the runtime's
+// 64-bit fast path), any other backend's in the general one.
+type holds struct {
+	tensors map[*Tensor]int32
+	other   map[Buffer]int32
+}
+
+func newHolds() holds {
+	return holds{tensors: map[*Tensor]int32{}, other: map[Buffer]int32{}}
+}
+
+func (h holds) add(b Buffer) {
+	if t, ok := b.(*Tensor); ok {
+		h.tensors[t]++
+		return
+	}
+	h.other[b]++
+}
+
+// drop gives up one hold on b and says whether none is left.
+func (h holds) drop(b Buffer) bool {
+	if t, ok := b.(*Tensor); ok {
+		n := h.tensors[t] - 1
+		if n != 0 {
+			h.tensors[t] = n
+			return false
+		}
+		delete(h.tensors, t)
+		return true
+	}
+	n := h.other[b] - 1
+	if n != 0 {
+		h.other[b] = n
+		return false
+	}
+	delete(h.other, b)
+	return true
+}
+
+func (h holds) clear() {
+	clear(h.tensors)
+	clear(h.other)
 }
 
 // BackendOf is the backend of one tier: the host's (Host) or the device's.
@@ -382,28 +442,6 @@ func (w *Worker) describe(in *plan.Instr) string {
 		return fmt.Sprintf("%s of %s (tag %d)", in.Kind, in.Label, in.Tag)
 	}
 	return fmt.Sprintf("%s (%s)", in.Kernel.Op, in.Label)
-}
-
-// eventLabel is what a timeline says of an instruction besides its timing:
-// formatted once per worker, not once per execution.
-type eventLabel struct{ name, kind, where string }
-
-func labelsOf(prog *plan.Program) []eventLabel {
-	out := make([]eventLabel, len(prog.Instrs))
-	for i := range prog.Instrs {
-		in := &prog.Instrs[i]
-		kind := in.Kind.String()
-		if in.Kind.Communicates() {
-			kind = "comm"
-		}
-		out[i] = eventLabel{name: in.Name(), kind: kind, where: ir.FormatPos(in.Pos)}
-	}
-	return out
-}
-
-// event is the timeline entry of one executed instruction.
-func (l eventLabel) event(start, dur time.Duration, sent int64) Event {
-	return Event{Name: l.name, Kind: l.kind, Start: start, Dur: dur, Bytes: sent, Where: l.where}
 }
 
 func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (out Buffer, err error) {
@@ -475,7 +513,7 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 			w.inProc.forget(args[0]) // the peer may read it after this rank lets go
 		}
 		if err = w.Comm.Send(cctx, b.Peer, in.Tag, args[0]); err == nil {
-			x.refs[args[0]]++
+			x.refs.add(args[0])
 			x.sent = append(x.sent, args[0])
 		}
 	case plan.Recv:
