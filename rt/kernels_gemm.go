@@ -1,7 +1,10 @@
 package rt
 
 import (
+	"fmt"
+
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/rt/vecmath"
 )
 
@@ -85,4 +88,81 @@ func (g *gemmOp) scratch32(n int) []float32 {
 		return d.([]float32)
 	}
 	return make([]float32, n)
+}
+
+// matmul multiplies the last two dims, batch dims broadcast NumPy-style
+// (the checker only admits equal or missing batch dims). ta and tb say an
+// operand is stored transposed (its last two dims swapped: lower's gemm
+// fusion, plan.Kernel.TransA and TransB); the GEMM reads it so through
+// its flags instead of a copy. When B has no batch dims and A is not
+// transposed, A's batch folds into its rows and one GEMM does all of it.
+// The output is not zeroed first: GEMM with beta = 0 writes every
+// element, and clearing it before cost as much as a small GEMM itself
+// (issue 10, goal 5).
+func (c *CPU) matmul(p *hostPool, a, b *Tensor, ta, tb bool) (*Tensor, error) {
+	ra, rb := len(a.Shape), len(b.Shape)
+	if ra < 2 || rb < 2 {
+		return nil, fmt.Errorf("matmul of %s and %s: both need two dims", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
+	}
+	m, k := a.Shape[ra-2], a.Shape[ra-1]
+	if ta {
+		m, k = k, m
+	}
+	kb, n := b.Shape[rb-2], b.Shape[rb-1]
+	if tb {
+		kb, n = n, kb
+	}
+	if kb != k {
+		return nil, fmt.Errorf("local inner dims differ: %s%s @ %s%s", ir.ShapeString(a.Shape), tick(ta), ir.ShapeString(b.Shape), tick(tb))
+	}
+	ab, bb := a.Shape[:ra-2], b.Shape[:rb-2]
+	batch, ok := ops.Broadcast(ab, bb)
+	if !ok {
+		return nil, fmt.Errorf("local batch dims differ: %s @ %s", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
+	}
+	var dims [6]int
+	shape := append(append(dims[:0], batch...), m, n)
+	nb := numel(batch)
+	if m == 0 || n == 0 || nb == 0 || k == 0 {
+		return p.zeroed(a.DType, shape), nil
+	}
+	out := uninitialised(p, a.DType, shape)
+	g := gemmOp{bl: c.BLAS, ta: ta, tb: tb, m: m, n: n, k: k, pool: p}
+	if rb == 2 && !ta { // fold A's batch into rows: one GEMM
+		g.m = m * numel(ab)
+		g.run(a, 0, b, 0, out, 0)
+		return out, nil
+	}
+	as, bs := broadcastStrides(ab, batch), broadcastStrides(bb, batch)
+	var idxs [4]int
+	idx := idxs[:0]
+	if len(batch) > len(idxs) {
+		idx = make([]int, len(batch))
+	} else {
+		idx = idxs[:len(batch)]
+	}
+	for i := 0; i < nb; i++ {
+		ao, bo := 0, 0
+		for d := range idx {
+			ao += idx[d] * as[d]
+			bo += idx[d] * bs[d]
+		}
+		g.run(a, ao*m*k, b, bo*k*n, out, i*m*n)
+		for d := len(idx) - 1; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < batch[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	return out, nil
+}
+
+// tick marks a transposed operand in an error.
+func tick(t bool) string {
+	if t {
+		return "ᵀ"
+	}
+	return ""
 }
