@@ -3,6 +3,7 @@ package rt
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
@@ -573,12 +574,20 @@ func unary(p *hostPool, op string, x *Tensor) *Tensor {
 // uninitialised is zeroed without the zeroing, for a kernel that writes
 // every element of its output: a recycled buffer keeps its old contents.
 func uninitialised(p *hostPool, dt ir.DType, shape []int) *Tensor {
+	return uninitialisedN(p, dt, shape, numel(shape))
+}
+
+// uninitialisedN is uninitialised for a shape of count elements that the
+// caller counted: it keeps only copies of shape, so a shape on the
+// caller's stack stays there (numel's error path would move it to the
+// heap: an allocation per matmul).
+func uninitialisedN(p *hostPool, dt ir.DType, shape []int, count int) *Tensor {
 	if p == nil {
-		return NewTensor(dt, shape)
+		return NewTensor(dt, slices.Clone(shape))
 	}
-	d := p.take(dt, numel(shape), false)
+	d := p.take(dt, count, false)
 	if d == nil {
-		return p.zeroed(dt, shape)
+		return p.zeroed(dt, slices.Clone(shape))
 	}
 	t := header(dt, shape)
 	t.Data = d

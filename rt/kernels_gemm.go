@@ -2,7 +2,10 @@ package rt
 
 import (
 	"fmt"
+	"math/bits"
+	"slices"
 
+	"github.com/meshrun/meshrun/internal/size"
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/rt/vecmath"
@@ -116,21 +119,38 @@ func (c *CPU) matmul(p *hostPool, a, b *Tensor, ta, tb bool) (*Tensor, error) {
 		return nil, fmt.Errorf("local inner dims differ: %s%s @ %s%s", ir.ShapeString(a.Shape), tick(ta), ir.ShapeString(b.Shape), tick(tb))
 	}
 	ab, bb := a.Shape[:ra-2], b.Shape[:rb-2]
-	batch, ok := ops.Broadcast(ab, bb)
+	batch, ok := matmulBatch(ab, bb)
 	if !ok {
 		return nil, fmt.Errorf("local batch dims differ: %s @ %s", ir.ShapeString(a.Shape), ir.ShapeString(b.Shape))
 	}
+	// shape stays on this stack (gemmCount counts it, not numel, whose
+	// error path keeps its argument; the pool keeps copies): a matmul
+	// allocates its output's header and nothing else (issue 10, goal 5)
 	var dims [6]int
 	shape := append(append(dims[:0], batch...), m, n)
 	nb := numel(batch)
 	if m == 0 || n == 0 || nb == 0 || k == 0 {
-		return p.zeroed(a.DType, shape), nil
+		return p.zeroed(a.DType, slices.Clone(shape)), nil
 	}
-	out := uninitialised(p, a.DType, shape)
+	count, err := gemmCount(nb, m, n)
+	if err != nil {
+		return nil, fmt.Errorf("matmul of %s%s and %s%s: %w", ir.ShapeString(a.Shape), tick(ta), ir.ShapeString(b.Shape), tick(tb), err)
+	}
+	out := uninitialisedN(p, a.DType, shape, count)
 	g := gemmOp{bl: c.BLAS, ta: ta, tb: tb, m: m, n: n, k: k, pool: p}
 	if rb == 2 && !ta { // fold A's batch into rows: one GEMM
 		g.m = m * numel(ab)
 		g.run(a, 0, b, 0, out, 0)
+		return out, nil
+	}
+	if own(ab, batch) && own(bb, batch) {
+		// each operand has the batch dims or none (all the checker
+		// admits): batch i is block i or 0 of each, with no index walk
+		// and no stride slices to allocate
+		as, bs := min(len(ab), 1), min(len(bb), 1)
+		for i := 0; i < nb; i++ {
+			g.run(a, i*as*m*k, b, i*bs*k*n, out, i*m*n)
+		}
 		return out, nil
 	}
 	as, bs := broadcastStrides(ab, batch), broadcastStrides(bb, batch)
@@ -165,4 +185,32 @@ func tick(t bool) string {
 		return "ᵀ"
 	}
 	return ""
+}
+
+// matmulBatch is the batch dims of a matmul whose operands have batch dims
+// ab and bb: one operand's own when the other has none or the same ones
+// (all the checker admits; no allocation), else their NumPy broadcast.
+func matmulBatch(ab, bb []int) ([]int, bool) {
+	switch {
+	case len(bb) == 0 || slices.Equal(ab, bb):
+		return ab, true
+	case len(ab) == 0:
+		return bb, true
+	}
+	return ops.Broadcast(ab, bb)
+}
+
+// own: an operand's batch dims ob are the matmul's, or it has none.
+func own(ob, batch []int) bool { return len(ob) == 0 || slices.Equal(ob, batch) }
+
+// gemmCount is the element count of nb batches of m×n outputs, or an
+// error past size.MaxElements: operands of valid sizes can still ask for
+// an output no tensor may have ([2^21, 1] @ [1, 2^21]).
+func gemmCount(nb, m, n int) (int, error) {
+	hi, mn := bits.Mul64(uint64(m), uint64(n))
+	hi2, all := bits.Mul64(mn, uint64(nb))
+	if hi != 0 || hi2 != 0 || all > size.MaxElements {
+		return 0, fmt.Errorf("an output of %d×%d×%d elements is past the limit of %d", nb, m, n, int64(size.MaxElements))
+	}
+	return int(all), nil
 }

@@ -1,6 +1,7 @@
 package rt
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
 	"github.com/stretchr/testify/require"
 )
 
@@ -147,4 +149,107 @@ func refScale(a, b *Tensor, _ int) float64 {
 		mb = math.Max(mb, math.Abs(v))
 	}
 	return ma * mb
+}
+
+// TestMatmulBatchLayouts: batch dims on B alone (A 2-D), on both, and
+// NumPy broadcasting through size-1 dims, each against a float64 loop
+// that finds every output block's operand blocks from the index itself.
+func TestMatmulBatchLayouts(t *testing.T) {
+	cases := []struct{ a, b []int }{
+		{[]int{5, 7}, []int{3, 7, 4}},
+		{[]int{2, 5, 7}, []int{2, 7, 4}},
+		{[]int{2, 1, 5, 7}, []int{1, 3, 7, 4}},
+		{[]int{3, 5, 7}, []int{2, 1, 7, 4}},
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	cpu := &CPU{BLAS: GonumBLAS{}, arena: newArena(0)}
+	for _, c := range cases {
+		a, b := randOperand(rng, ir.F64, c.a), randOperand(rng, ir.F64, c.b)
+		got, err := cpu.matmul(cpu.arena, a, b, false, false)
+		require.NoError(t, err, "%v @ %v", c.a, c.b)
+		ra, rb := len(c.a), len(c.b)
+		m, k, n := c.a[ra-2], c.a[ra-1], c.b[rb-1]
+		nd := max(ra, rb) - 2
+		batch := make([]int, nd)
+		for d := range batch { // right-aligned, a missing dim counts as 1
+			batch[d] = max(dimAt(c.a[:ra-2], d, nd), dimAt(c.b[:rb-2], d, nd))
+		}
+		require.Equal(t, append(batch, m, n), got.Shape)
+		av, bv, gv := a.Float64s(), b.Float64s(), got.Float64s()
+		idx := make([]int, nd)
+		for q := 0; q < len(gv)/(m*n); q++ {
+			rem := q
+			for d := nd - 1; d >= 0; d-- {
+				idx[d], rem = rem%batch[d], rem/batch[d]
+			}
+			ao, bo := blockOf(c.a[:ra-2], idx), blockOf(c.b[:rb-2], idx)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					s := 0.0
+					for p := 0; p < k; p++ {
+						s += av[ao*m*k+i*k+p] * bv[bo*k*n+p*n+j]
+					}
+					require.InDelta(t, s, gv[q*m*n+i*n+j], 1e-12, "%v @ %v batch %v (%d, %d)", c.a, c.b, idx, i, j)
+				}
+			}
+		}
+	}
+}
+
+// dimAt is batch dim d of dims right-aligned to nd dims (1 where missing).
+func dimAt(dims []int, d, nd int) int {
+	if j := d - (nd - len(dims)); j >= 0 {
+		return dims[j]
+	}
+	return 1
+}
+
+// blockOf is the linear block index in an operand with batch dims dims of
+// the output batch index idx (a size-1 dim reads its only block).
+func blockOf(dims, idx []int) int {
+	o := 0
+	for j, dj := range dims {
+		i := idx[len(idx)-len(dims)+j]
+		if dj == 1 {
+			i = 0
+		}
+		o = o*dj + i
+	}
+	return o
+}
+
+// TestMatmulOutputPastLimit: operands of valid sizes whose product would
+// have more elements than any tensor may are an error naming both, not a
+// panic.
+func TestMatmulOutputPastLimit(t *testing.T) {
+	cpu := &CPU{BLAS: GonumBLAS{}}
+	a, b := NewTensor(ir.F32, []int{1 << 21, 1}), NewTensor(ir.F32, []int{1, 1 << 21})
+	_, err := cpu.matmul(nil, a, b, false, false)
+	require.EqualError(t, err, "matmul of [2097152, 1] and [1, 2097152]: an output of 1×2097152×2097152 elements is past the limit of 1099511627776")
+}
+
+// TestMatmulAllocations: a matmul through a rank's backend (Launch, then
+// Free) allocates at most its output's header once its arena holds a
+// buffer of the output's size: 2-D, batched on both sides, and batched A
+// with 2-D B transposed (issue 10, goal 5: a small GEMM's fixed cost).
+func TestMatmulAllocations(t *testing.T) {
+	cpu := NewRankCPU(GonumBLAS{})
+	for _, c := range []struct {
+		a, b []int
+		tb   bool
+	}{
+		{[]int{8, 4}, []int{4, 6}, false},
+		{[]int{3, 8, 4}, []int{3, 4, 6}, false},
+		{[]int{3, 8, 4}, []int{6, 4}, true},
+	} {
+		args := []Buffer{NewTensor(ir.F32, c.a), NewTensor(ir.F32, c.b)}
+		k := &plan.Kernel{Op: "matmul", DType: ir.F32, TransB: c.tb}
+		call := func() {
+			y, err := cpu.Launch(context.Background(), k, args, nil, sbp.Block{})
+			require.NoError(t, err)
+			cpu.Free(y)
+		}
+		call()
+		require.LessOrEqual(t, testing.AllocsPerRun(100, call), 1.0, "%v @ %v", c.a, c.b)
+	}
 }
