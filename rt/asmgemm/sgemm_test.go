@@ -3,6 +3,7 @@
 package asmgemm
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -108,6 +109,75 @@ func TestSgemmTAgainstNaive(t *testing.T) {
 						}
 						require.InDelta(t, want, c[i*n+j], 1e-5*float64(k+1), "%s %v trans %v at [%d, %d]", kn.Name, sh, tr, i, j)
 						require.Equal(t, ref[i*n+j], c[i*n+j], "%s %v trans %v at [%d, %d]: not Sgemm's bits", kn.Name, sh, tr, i, j)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestNarrowMatchesPacked: outputs at most one panel wide (n ≤ 32) take
+// the rows kernel, which reads A in place. On shapes with full and ragged
+// row tiles, n = 32 and n < 32, one and several kc blocks, B's stride
+// equal to n (B's rows are the panel: not packed) or wider, and B stored
+// transposed, C is bit for bit the packed path's (useRows off: the same
+// sums in the same order) and within the f32 bound of a float64 loop;
+// C's elements past n are never written.
+func TestNarrowMatchesPacked(t *testing.T) {
+	kn := AVX512
+	if !kn.Supported() {
+		t.Skip("no AVX-512F")
+	}
+	defer func() { useRows = true }()
+	for _, sh := range [][3]int{{256, 32, 128}, {12, 32, 1}, {25, 32, 300}, {36, 20, 257}, {11, 32, 7}, {256, 32, 32}, {100, 1, 600}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		for _, ldb := range []int{n, n + 5} {
+			for _, tb := range []bool{false, true} {
+				lda, ldc := k+3, n+2
+				a := make([]float32, m*lda)
+				for i := range a {
+					a[i] = float32(math.Sin(float64(i)))
+				}
+				B := make([]float32, k*n) // logical, dense
+				for i := range B {
+					B[i] = float32(math.Cos(float64(i) * 0.7))
+				}
+				b, sb := make([]float32, k*ldb), ldb
+				for p := 0; p < k; p++ {
+					copy(b[p*ldb:], B[p*n:(p+1)*n])
+				}
+				if tb { // stored n×k, row stride k+2
+					sb = k + 2
+					b = make([]float32, n*sb)
+					for p := 0; p < k; p++ {
+						for j := 0; j < n; j++ {
+							b[j*sb+p] = B[p*n+j]
+						}
+					}
+				}
+				run := func(rows bool) []float32 {
+					useRows = rows
+					c := make([]float32, m*ldc)
+					for i := range c {
+						c[i] = 99
+					}
+					kn.SgemmT(false, tb, m, n, k, a, lda, b, sb, c, ldc)
+					return c
+				}
+				got, want := run(true), run(false)
+				for i := 0; i < m; i++ {
+					for j := 0; j < ldc; j++ {
+						at := fmt.Sprintf("%v ldb %d trans B %v at [%d, %d]", sh, ldb, tb, i, j)
+						if j >= n {
+							require.Equal(t, float32(99), got[i*ldc+j], "%s: past n was written", at)
+							continue
+						}
+						require.Equal(t, want[i*ldc+j], got[i*ldc+j], "%s: not the packed path's bits", at)
+						ref := 0.0
+						for p := 0; p < k; p++ {
+							ref += float64(a[i*lda+p]) * float64(B[p*n+j])
+						}
+						require.InDelta(t, ref, got[i*ldc+j], 1e-5*float64(k+1), at)
 					}
 				}
 			}
