@@ -5,12 +5,12 @@
 // over packed panels in the layout of the GotoBLAS/BLIS papers: B is
 // packed kc×nr panel by panel and A mc×kc in mr-row panels, so the kernel
 // streams both from cache; C is written once per kc block (overwritten on
-// the first, added to after). An output at most one panel wide (n ≤ 32 on
-// AVX-512) shares no A panel between B panels, so there the 12×32 kernel
-// reads A's rows in place (sgemm12x32r) and B's rows serve as the panel
-// when their stride is 32: packing would cost as much as the multiply.
-// Both paths do each output's sum in the same order, so they give the
-// same bits. BenchmarkAsmGEMMVsOpenBLAS (bench/) measures it against
+// the first, added to after). On AVX-512 an untransposed A is not packed:
+// a second 12×32 kernel (sgemm12x32r) reads its rows in place, since
+// packing cost as much as the multiply on narrow outputs (n = 32, where
+// no two B panels share an A panel) and a fifth of it on wide ones; and B
+// is not packed either when its rows are already a panel (n = 32, stride
+// 32). Both paths do each output's sum in the same order: the same bits. BenchmarkAsmGEMMVsOpenBLAS (bench/) measures it against
 // OpenBLAS. It lives outside rt because a cgo package cannot hold Go
 // assembly; the kernels exist on amd64 only.
 package asmgemm

@@ -248,9 +248,9 @@ done:
 // sgemm12x32 reading A where it lies, without a packed panel: A[i, p] is
 // a[i·lda + p], rows 0-2 from SI, 3-5 from AX, 6-8 from BX, 9-11 from
 // R10 (each base and base + lda, + 2·lda), every base one element on per
-// step of p. For outputs one B panel wide, where a packed A panel would be
-// read once and packing it cost as much as the multiply. Each C element
-// is the same sequence of fused multiply-adds as sgemm12x32's.
+// step of p: packing A cost as much as the multiply where few B panels
+// share an A panel (asmgemm.inPlace). Each C element is the same sequence
+// of fused multiply-adds as sgemm12x32's.
 TEXT ·sgemm12x32r(SB), NOSPLIT, $0-49
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI

@@ -25,7 +25,7 @@ type Kernel struct {
 	fn     func(k int, a, b, c *float32, ldc int, acc bool)
 	flags  []string // /proc/cpuinfo flags it needs
 	// rows is fn reading A's rows where they lie (row stride lda) instead
-	// of a packed panel, for outputs one panel wide (narrow); nil: none
+	// of a packed panel (inPlace); nil: none
 	rows func(k int, a *float32, lda int, b, c *float32, ldc int, acc bool)
 }
 
@@ -92,8 +92,8 @@ func (kn *Kernel) SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, b []flo
 	}
 	pk := packs.Get().(*pack)
 	defer packs.Put(pk)
-	if kn.rows != nil && !ta && n <= kn.nr && useRows {
-		kn.narrow(pk, tb, m, n, k, a, lda, b, ldb, c, ldc)
+	if kn.rows != nil && !ta && useRows {
+		kn.inPlace(pk, tb, m, n, k, a, lda, b, ldb, c, ldc)
 		return
 	}
 	np := (n + kn.nr - 1) / kn.nr
@@ -146,20 +146,23 @@ func (kn *Kernel) block(pk *pack, bpan, c []float32, ldc, mc, n, kc, np int, acc
 	}
 }
 
-// useRows lets narrow run (tests turn it off to compare with the packed
+// useRows lets inPlace run (tests turn it off to compare with the packed
 // path).
 var useRows = true
 
-// narrow is SgemmT for an output one B panel wide (n ≤ nr) and A stored
-// untransposed. Packing A would cost a read and a write of every element
-// for one use of each (no other B panel shares it: [256, 128, 32] ran at
-// 0.40× OpenBLAS so), so the rows kernel reads A's rows where they lie;
-// B is packed only when its rows are not already the panel (n < nr, a
-// wider stride, or stored transposed). Rows past the last full tile of mr
-// go through a packed panel and block. Each C element gets the same
-// fused multiply-adds in the same order as on the packed path.
-func (kn *Kernel) narrow(pk *pack, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+// inPlace is SgemmT for A stored untransposed on a kernel with a rows
+// variant: packing A cost a read and a write of every element, as much as
+// the multiply when few B panels share an A panel ([256, 128, 32] ran at
+// 0.40× OpenBLAS so) and a fifth of it on wide outputs, so the rows
+// kernel reads A's rows where they lie; a 12×kc tile of A (12 KiB) stays
+// in L1 across the B panels. B is packed only when its rows are not
+// already the panel (n ≠ nr, a wider stride, or stored transposed). Rows
+// past the last full tile of mr go through a packed panel and block. Each
+// C element gets the same fused multiply-adds in the same order as on the
+// packed path.
+func (kn *Kernel) inPlace(pk *pack, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	mr, nr := kn.mr, kn.nr
+	np := (n + nr - 1) / nr
 	full := m - m%mr
 	for p0 := 0; p0 < k; p0 += kcBlock {
 		kc := min(kcBlock, k-p0)
@@ -177,25 +180,29 @@ func (kn *Kernel) narrow(pk *pack, tb bool, m, n, k int, a []float32, lda int, b
 		acc := p0 > 0
 		for i := 0; i < full; i += mr {
 			ap := a[i*lda+p0 : (i+mr-1)*lda+p0+kc] // the tile's rows, checked here
-			if n == nr {
-				cp := c[i*ldc : (i+mr-1)*ldc+nr]
-				kn.rows(kc, &ap[0], lda, &bpan[0], &cp[0], ldc, acc)
-				continue
-			}
-			t := pk.tile[:mr*nr]
-			if acc {
-				for r := 0; r < mr; r++ {
-					copy(t[r*nr:r*nr+n], c[(i+r)*ldc:])
+			for jp := 0; jp < np; jp++ {
+				j0 := jp * nr
+				cols := min(nr, n-j0)
+				if cols == nr {
+					cp := c[i*ldc+j0 : (i+mr-1)*ldc+j0+nr]
+					kn.rows(kc, &ap[0], lda, &bpan[jp*nr*kc], &cp[0], ldc, acc)
+					continue
 				}
-			}
-			kn.rows(kc, &ap[0], lda, &bpan[0], &t[0], nr, acc)
-			for r := 0; r < mr; r++ {
-				copy(c[(i+r)*ldc:(i+r)*ldc+n], t[r*nr:])
+				t := pk.tile[:mr*nr]
+				if acc {
+					for r := 0; r < mr; r++ {
+						copy(t[r*nr:r*nr+cols], c[(i+r)*ldc+j0:])
+					}
+				}
+				kn.rows(kc, &ap[0], lda, &bpan[jp*nr*kc], &t[0], nr, acc)
+				for r := 0; r < mr; r++ {
+					copy(c[(i+r)*ldc+j0:(i+r)*ldc+j0+cols], t[r*nr:])
+				}
 			}
 		}
 		if full < m {
 			pk.a = packA(pk.a, a[full*lda+p0:], lda, m-full, kc, mr)
-			kn.block(pk, bpan, c[full*ldc:], ldc, m-full, n, kc, 1, acc)
+			kn.block(pk, bpan, c[full*ldc:], ldc, m-full, n, kc, np, acc)
 		}
 	}
 }
