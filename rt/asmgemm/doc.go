@@ -2,15 +2,16 @@
 // GEMM of our own reach 0.7× of OpenBLAS?), the default BLAS where
 // OpenBLAS is absent (rt.AsmBLAS). It is row-major, for amd64, with two
 // micro-kernels (kernel_amd64.s): 6×16 on AVX2/FMA and 12×32 on AVX-512F,
-// over packed panels in the layout of the GotoBLAS/BLIS papers: B is
-// packed kc×nr panel by panel and A mc×kc in mr-row panels, so the kernel
-// streams both from cache; C is written once per kc block (overwritten on
-// the first, added to after). On AVX-512 an untransposed A is not packed:
-// a second 12×32 kernel (sgemm12x32r) reads its rows in place, since
-// packing cost as much as the multiply on narrow outputs (n = 32, where
-// no two B panels share an A panel) and a fifth of it on wide ones; and B
-// is not packed either when its rows are already a panel (n = 32, stride
-// 32). Both paths do each output's sum in the same order: the same bits. BenchmarkAsmGEMMVsOpenBLAS (bench/) measures it against
-// OpenBLAS. It lives outside rt because a cgo package cannot hold Go
-// assembly; the kernels exist on amd64 only.
+// over panels in the layout of the GotoBLAS/BLIS papers: B packed kc×nr
+// panel by panel, A in mr-row panels of kc columns, so the kernel streams
+// both from cache; C is written once per kc block (overwritten on the
+// first, added to after). An untransposed A is not packed: a second
+// kernel of each shape (sgemm6x16r, sgemm12x32r) reads its rows in place,
+// since packing cost as much as the multiply on narrow outputs (n = 32:
+// no two B panels share an A panel) and a fifth of it on wide ones; nor
+// is B when its rows already are a panel (n = nr, stride nr). Both paths
+// do each output's sum in the same order, so they give the same bits.
+// BenchmarkAsmGEMMVsOpenBLAS (bench/) measures it against OpenBLAS. It
+// lives outside rt because a cgo package cannot hold Go assembly; the
+// kernels exist on amd64 only.
 package asmgemm

@@ -2,6 +2,69 @@
 
 #include "textflag.h"
 
+// The 6×16 AVX2 tile, shared by sgemm6x16 and sgemm6x16r: twelve YMM
+// accumulators Y4..Y15 (row i in Y(4+2i), Y(5+2i)), a B row of 16 in Y0,
+// Y1, A values broadcast into Y2, Y3 in turn.
+
+// ZERO_TILE_Y clears the accumulators.
+#define ZERO_TILE_Y \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7; \
+	VXORPS Y8, Y8, Y8; \
+	VXORPS Y9, Y9, Y9; \
+	VXORPS Y10, Y10, Y10; \
+	VXORPS Y11, Y11, Y11; \
+	VXORPS Y12, Y12, Y12; \
+	VXORPS Y13, Y13, Y13; \
+	VXORPS Y14, Y14, Y14; \
+	VXORPS Y15, Y15, Y15
+
+// BCAST_FMA_Y broadcasts the A value at mem into yt and adds it times the
+// B row (Y0, Y1) to one tile row (ya, yb).
+#define BCAST_FMA_Y(mem, yt, ya, yb) \
+	VBROADCASTSS mem, yt; \
+	VFMADD231PS Y0, yt, ya; \
+	VFMADD231PS Y1, yt, yb
+
+// ADD_ROW_Y adds one tile row to the C row at DX and stores it;
+// STORE_ROW_Y stores it; both then step DX to the next C row (R8 bytes).
+#define ADD_ROW_Y(ya, yb) \
+	VADDPS (DX), ya, ya; \
+	VADDPS 32(DX), yb, yb; \
+	VMOVUPS ya, (DX); \
+	VMOVUPS yb, 32(DX); \
+	ADDQ R8, DX
+
+#define STORE_ROW_Y(ya, yb) \
+	VMOVUPS ya, (DX); \
+	VMOVUPS yb, 32(DX); \
+	ADDQ R8, DX
+
+// FINISH_TILE_Y writes the tile to C at DX (row stride R8 bytes): added
+// to C when AX is non-zero, over it otherwise.
+#define FINISH_TILE_Y \
+	TESTQ AX, AX; \
+	JE    store; \
+	ADD_ROW_Y(Y4, Y5); \
+	ADD_ROW_Y(Y6, Y7); \
+	ADD_ROW_Y(Y8, Y9); \
+	ADD_ROW_Y(Y10, Y11); \
+	ADD_ROW_Y(Y12, Y13); \
+	ADD_ROW_Y(Y14, Y15); \
+	VZEROUPPER; \
+	RET; \
+store: \
+	STORE_ROW_Y(Y4, Y5); \
+	STORE_ROW_Y(Y6, Y7); \
+	STORE_ROW_Y(Y8, Y9); \
+	STORE_ROW_Y(Y10, Y11); \
+	STORE_ROW_Y(Y12, Y13); \
+	STORE_ROW_Y(Y14, Y15); \
+	VZEROUPPER; \
+	RET
+
 // func sgemm6x16(k int, a, b, c *float32, ldc int, acc bool)
 //
 // C[0:6, 0:16] (row stride ldc elements) = (acc ? C : 0) + Apanel·Bpanel,
@@ -17,42 +80,19 @@ TEXT ·sgemm6x16(SB), NOSPLIT, $0-41
 	MOVQ c+24(FP), DX
 	MOVQ ldc+32(FP), R8
 	SHLQ $2, R8
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-	VXORPS Y13, Y13, Y13
-	VXORPS Y14, Y14, Y14
-	VXORPS Y15, Y15, Y15
+	ZERO_TILE_Y
 	TESTQ CX, CX
 	JE   done
 
 loop:
 	VMOVUPS (DI), Y0
 	VMOVUPS 32(DI), Y1
-	VBROADCASTSS 0(SI), Y2
-	VFMADD231PS Y0, Y2, Y4
-	VFMADD231PS Y1, Y2, Y5
-	VBROADCASTSS 4(SI), Y3
-	VFMADD231PS Y0, Y3, Y6
-	VFMADD231PS Y1, Y3, Y7
-	VBROADCASTSS 8(SI), Y2
-	VFMADD231PS Y0, Y2, Y8
-	VFMADD231PS Y1, Y2, Y9
-	VBROADCASTSS 12(SI), Y3
-	VFMADD231PS Y0, Y3, Y10
-	VFMADD231PS Y1, Y3, Y11
-	VBROADCASTSS 16(SI), Y2
-	VFMADD231PS Y0, Y2, Y12
-	VFMADD231PS Y1, Y2, Y13
-	VBROADCASTSS 20(SI), Y3
-	VFMADD231PS Y0, Y3, Y14
-	VFMADD231PS Y1, Y3, Y15
+	BCAST_FMA_Y(0(SI), Y2, Y4, Y5)
+	BCAST_FMA_Y(4(SI), Y3, Y6, Y7)
+	BCAST_FMA_Y(8(SI), Y2, Y8, Y9)
+	BCAST_FMA_Y(12(SI), Y3, Y10, Y11)
+	BCAST_FMA_Y(16(SI), Y2, Y12, Y13)
+	BCAST_FMA_Y(20(SI), Y3, Y14, Y15)
 	ADDQ $24, SI
 	ADDQ $64, DI
 	DECQ CX
@@ -60,60 +100,48 @@ loop:
 
 done:
 	MOVBLZX acc+40(FP), AX
-	TESTQ AX, AX
-	JE   store
-	VADDPS (DX), Y4, Y4
-	VADDPS 32(DX), Y5, Y5
-	VMOVUPS Y4, (DX)
-	VMOVUPS Y5, 32(DX)
-	ADDQ R8, DX
-	VADDPS (DX), Y6, Y6
-	VADDPS 32(DX), Y7, Y7
-	VMOVUPS Y6, (DX)
-	VMOVUPS Y7, 32(DX)
-	ADDQ R8, DX
-	VADDPS (DX), Y8, Y8
-	VADDPS 32(DX), Y9, Y9
-	VMOVUPS Y8, (DX)
-	VMOVUPS Y9, 32(DX)
-	ADDQ R8, DX
-	VADDPS (DX), Y10, Y10
-	VADDPS 32(DX), Y11, Y11
-	VMOVUPS Y10, (DX)
-	VMOVUPS Y11, 32(DX)
-	ADDQ R8, DX
-	VADDPS (DX), Y12, Y12
-	VADDPS 32(DX), Y13, Y13
-	VMOVUPS Y12, (DX)
-	VMOVUPS Y13, 32(DX)
-	ADDQ R8, DX
-	VADDPS (DX), Y14, Y14
-	VADDPS 32(DX), Y15, Y15
-	VMOVUPS Y14, (DX)
-	VMOVUPS Y15, 32(DX)
-	VZEROUPPER
-	RET
+	FINISH_TILE_Y
 
-store:
-	VMOVUPS Y4, (DX)
-	VMOVUPS Y5, 32(DX)
-	ADDQ R8, DX
-	VMOVUPS Y6, (DX)
-	VMOVUPS Y7, 32(DX)
-	ADDQ R8, DX
-	VMOVUPS Y8, (DX)
-	VMOVUPS Y9, 32(DX)
-	ADDQ R8, DX
-	VMOVUPS Y10, (DX)
-	VMOVUPS Y11, 32(DX)
-	ADDQ R8, DX
-	VMOVUPS Y12, (DX)
-	VMOVUPS Y13, 32(DX)
-	ADDQ R8, DX
-	VMOVUPS Y14, (DX)
-	VMOVUPS Y15, 32(DX)
-	VZEROUPPER
-	RET
+// func sgemm6x16r(k int, a *float32, lda int, b, c *float32, ldc int, acc bool)
+//
+// sgemm6x16 reading A where it lies, without a packed panel: A[i, p] is
+// a[i·lda + p], rows 0-2 from SI and 3-5 from AX (each base and base +
+// lda, + 2·lda), both bases one element on per step of p (the AVX2 twin
+// of sgemm12x32r). Each C element is the same sequence of fused
+// multiply-adds as sgemm6x16's.
+TEXT ·sgemm6x16r(SB), NOSPLIT, $0-49
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	MOVQ b+24(FP), DI
+	MOVQ c+32(FP), DX
+	MOVQ ldc+40(FP), R8
+	SHLQ $2, R8
+	LEAQ (SI)(R9*2), AX
+	ADDQ R9, AX
+	ZERO_TILE_Y
+	TESTQ CX, CX
+	JE   done
+
+loop:
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	BCAST_FMA_Y((SI), Y2, Y4, Y5)
+	BCAST_FMA_Y((SI)(R9*1), Y3, Y6, Y7)
+	BCAST_FMA_Y((SI)(R9*2), Y2, Y8, Y9)
+	BCAST_FMA_Y((AX), Y3, Y10, Y11)
+	BCAST_FMA_Y((AX)(R9*1), Y2, Y12, Y13)
+	BCAST_FMA_Y((AX)(R9*2), Y3, Y14, Y15)
+	ADDQ $4, SI
+	ADDQ $4, AX
+	ADDQ $64, DI
+	DECQ CX
+	JNE  loop
+
+done:
+	MOVBLZX acc+48(FP), AX
+	FINISH_TILE_Y
 
 // The 12×32 AVX-512 tile, shared by sgemm12x32 and sgemm12x32r: 24 ZMM
 // accumulators Z8..Z31 (row i in Z(8+2i), Z(9+2i)), a B row of 32 in Z0,

@@ -12,6 +12,9 @@ import (
 func sgemm6x16(k int, a, b, c *float32, ldc int, acc bool)
 
 //go:noescape
+func sgemm6x16r(k int, a *float32, lda int, b, c *float32, ldc int, acc bool)
+
+//go:noescape
 func sgemm12x32(k int, a, b, c *float32, ldc int, acc bool)
 
 //go:noescape
@@ -31,7 +34,7 @@ type Kernel struct {
 
 var (
 	// AVX2 is the 6×16 kernel on YMM registers (AVX2 and FMA).
-	AVX2 = &Kernel{"avx2-6x16", 6, 16, sgemm6x16, []string{"avx2", "fma"}, nil}
+	AVX2 = &Kernel{"avx2-6x16", 6, 16, sgemm6x16, []string{"avx2", "fma"}, sgemm6x16r}
 	// AVX512 is the 12×32 kernel on ZMM registers (AVX-512F).
 	AVX512 = &Kernel{"avx512-12x32", 12, 32, sgemm12x32, []string{"avx512f"}, sgemm12x32r}
 )
@@ -154,8 +157,8 @@ var useRows = true
 // variant: packing A cost a read and a write of every element, as much as
 // the multiply when few B panels share an A panel ([256, 128, 32] ran at
 // 0.40× OpenBLAS so) and a fifth of it on wide outputs, so the rows
-// kernel reads A's rows where they lie; a 12×kc tile of A (12 KiB) stays
-// in L1 across the B panels. B is packed only when its rows are not
+// kernel reads A's rows where they lie; an mr×kc tile of A (12 KiB on
+// AVX-512) stays in L1 across the B panels. B is packed only when its rows are not
 // already the panel (n ≠ nr, a wider stride, or stored transposed). Rows
 // past the last full tile of mr go through a packed panel and block. Each
 // C element gets the same fused multiply-adds in the same order as on the

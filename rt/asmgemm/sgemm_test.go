@@ -124,12 +124,18 @@ func TestSgemmTAgainstNaive(t *testing.T) {
 // path's (useRows off: the same sums in the same order) and within the
 // f32 bound of a float64 loop; C's elements past n are never written.
 func TestInPlaceMatchesPacked(t *testing.T) {
-	kn := AVX512
-	if !kn.Supported() {
-		t.Skip("no AVX-512F")
-	}
 	defer func() { useRows = true }()
-	for _, sh := range [][3]int{{256, 32, 128}, {12, 32, 1}, {25, 32, 300}, {36, 20, 257}, {11, 32, 7}, {256, 32, 32}, {100, 1, 600}, {37, 70, 260}, {24, 64, 5}, {60, 37, 33}} {
+	for _, kn := range []*Kernel{AVX2, AVX512} {
+		if !kn.Supported() {
+			t.Logf("%s: not on this CPU", kn.Name)
+			continue
+		}
+		checkInPlace(t, kn)
+	}
+}
+
+func checkInPlace(t *testing.T, kn *Kernel) {
+	for _, sh := range [][3]int{{256, 32, 128}, {12, 32, 1}, {25, 32, 300}, {36, 20, 257}, {11, 32, 7}, {256, 32, 32}, {100, 1, 600}, {37, 70, 260}, {24, 64, 5}, {60, 37, 33}, {6, 16, 9}, {13, 17, 40}} {
 		m, n, k := sh[0], sh[1], sh[2]
 		for _, ldb := range []int{n, n + 5} {
 			for _, tb := range []bool{false, true} {
@@ -167,7 +173,7 @@ func TestInPlaceMatchesPacked(t *testing.T) {
 				got, want := run(true), run(false)
 				for i := 0; i < m; i++ {
 					for j := 0; j < ldc; j++ {
-						at := fmt.Sprintf("%v ldb %d trans B %v at [%d, %d]", sh, ldb, tb, i, j)
+						at := fmt.Sprintf("%s %v ldb %d trans B %v at [%d, %d]", kn.Name, sh, ldb, tb, i, j)
 						if j >= n {
 							require.Equal(t, float32(99), got[i*ldc+j], "%s: past n was written", at)
 							continue
