@@ -27,7 +27,7 @@ func BenchmarkAsmGEMMVsOpenBLAS(b *testing.B) {
 		b.Skip("no AVX2/FMA")
 	}
 	ref := rt.DefaultBLAS()
-	for _, sh := range [][3]int{{256, 32, 128}, {256, 128, 32}, {256, 512, 1024}, {256, 1024, 512}, {64, 512, 512}, {512, 512, 512}, {1024, 1024, 1024}} {
+	for _, sh := range [][3]int{{256, 32, 128}, {256, 128, 32}, {256, 32, 32}, {256, 512, 1024}, {256, 1024, 512}, {64, 512, 512}, {32, 512, 2048}, {512, 512, 512}, {1024, 1024, 1024}} {
 		m, k, n := sh[0], sh[1], sh[2]
 		b.Run(ir.ShapeString(sh[:]), func(b *testing.B) {
 			x, w := make([]float32, m*k), make([]float32, k*n)

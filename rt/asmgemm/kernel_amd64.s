@@ -102,21 +102,24 @@ done:
 	MOVBLZX acc+40(FP), AX
 	FINISH_TILE_Y
 
-// func sgemm6x16r(k int, a *float32, lda int, b, c *float32, ldc int, acc bool)
+// func sgemm6x16r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 //
 // sgemm6x16 reading A where it lies, without a packed panel: A[i, p] is
 // a[i·lda + p], rows 0-2 from SI and 3-5 from AX (each base and base +
 // lda, + 2·lda), both bases one element on per step of p (the AVX2 twin
-// of sgemm12x32r). Each C element is the same sequence of fused
-// multiply-adds as sgemm6x16's.
-TEXT ·sgemm6x16r(SB), NOSPLIT, $0-49
+// of sgemm12x32r); B's rows are ldb elements apart (16 for a packed
+// panel). Each C element is the same sequence of fused multiply-adds as
+// sgemm6x16's.
+TEXT ·sgemm6x16r(SB), NOSPLIT, $0-57
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), R9
 	SHLQ $2, R9
 	MOVQ b+24(FP), DI
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
+	MOVQ ldb+32(FP), R11
+	SHLQ $2, R11
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R8
 	SHLQ $2, R8
 	LEAQ (SI)(R9*2), AX
 	ADDQ R9, AX
@@ -135,12 +138,12 @@ loop:
 	BCAST_FMA_Y((AX)(R9*2), Y3, Y14, Y15)
 	ADDQ $4, SI
 	ADDQ $4, AX
-	ADDQ $64, DI
+	ADDQ R11, DI
 	DECQ CX
 	JNE  loop
 
 done:
-	MOVBLZX acc+48(FP), AX
+	MOVBLZX acc+56(FP), AX
 	FINISH_TILE_Y
 
 // The 12×32 AVX-512 tile, shared by sgemm12x32 and sgemm12x32r: 24 ZMM
@@ -271,22 +274,25 @@ done:
 	MOVBLZX acc+40(FP), AX
 	FINISH_TILE
 
-// func sgemm12x32r(k int, a *float32, lda int, b, c *float32, ldc int, acc bool)
+// func sgemm12x32r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 //
 // sgemm12x32 reading A where it lies, without a packed panel: A[i, p] is
 // a[i·lda + p], rows 0-2 from SI, 3-5 from AX, 6-8 from BX, 9-11 from
 // R10 (each base and base + lda, + 2·lda), every base one element on per
 // step of p: packing A cost as much as the multiply where few B panels
-// share an A panel (asmgemm.inPlace). Each C element is the same sequence
-// of fused multiply-adds as sgemm12x32's.
-TEXT ·sgemm12x32r(SB), NOSPLIT, $0-49
+// share an A panel (asmgemm.inPlace). B's rows are ldb elements apart (32
+// for a packed panel). Each C element is the same sequence of fused
+// multiply-adds as sgemm12x32's.
+TEXT ·sgemm12x32r(SB), NOSPLIT, $0-57
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ lda+16(FP), R9
 	SHLQ $2, R9
 	MOVQ b+24(FP), DI
-	MOVQ c+32(FP), DX
-	MOVQ ldc+40(FP), R8
+	MOVQ ldb+32(FP), R11
+	SHLQ $2, R11
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R8
 	SHLQ $2, R8
 	LEAQ (SI)(R9*2), AX
 	ADDQ R9, AX
@@ -317,10 +323,10 @@ loop:
 	ADDQ $4, AX
 	ADDQ $4, BX
 	ADDQ $4, R10
-	ADDQ $128, DI
+	ADDQ R11, DI
 	DECQ CX
 	JNE  loop
 
 done:
-	MOVBLZX acc+48(FP), AX
+	MOVBLZX acc+56(FP), AX
 	FINISH_TILE

@@ -12,13 +12,13 @@ import (
 func sgemm6x16(k int, a, b, c *float32, ldc int, acc bool)
 
 //go:noescape
-func sgemm6x16r(k int, a *float32, lda int, b, c *float32, ldc int, acc bool)
+func sgemm6x16r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 
 //go:noescape
 func sgemm12x32(k int, a, b, c *float32, ldc int, acc bool)
 
 //go:noescape
-func sgemm12x32r(k int, a *float32, lda int, b, c *float32, ldc int, acc bool)
+func sgemm12x32r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 
 // Kernel is one micro-kernel: it computes an mr×nr tile of C from an A
 // panel (k columns of mr values) and a B panel (k rows of nr values).
@@ -28,8 +28,9 @@ type Kernel struct {
 	fn     func(k int, a, b, c *float32, ldc int, acc bool)
 	flags  []string // /proc/cpuinfo flags it needs
 	// rows is fn reading A's rows where they lie (row stride lda) instead
-	// of a packed panel (inPlace); nil: none
-	rows func(k int, a *float32, lda int, b, c *float32, ldc int, acc bool)
+	// of a packed panel, and B's rows ldb apart (nr: a packed panel); for
+	// inPlace; nil: none
+	rows func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 }
 
 var (
@@ -158,55 +159,99 @@ var useRows = true
 // the multiply when few B panels share an A panel ([256, 128, 32] ran at
 // 0.40× OpenBLAS so) and a fifth of it on wide outputs, so the rows
 // kernel reads A's rows where they lie; an mr×kc tile of A (12 KiB on
-// AVX-512) stays in L1 across the B panels. B is packed only when its rows are not
-// already the panel (n ≠ nr, a wider stride, or stored transposed). Rows
-// past the last full tile of mr go through a packed panel and block. Each
-// C element gets the same fused multiply-adds in the same order as on the
+// AVX-512) stays in L1 across the B panels. The last rows, fewer than mr,
+// are copied into a zero-padded tile. B is read in place too when few row
+// tiles share its panels or it is small (bInPlaceRows, bInPlaceElems;
+// [64, 512, 512] spent a third of its time packing B) and stored
+// untransposed; else packed. Each C
+// element gets the same fused multiply-adds in the same order as on the
 // packed path.
 func (kn *Kernel) inPlace(pk *pack, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	mr, nr := kn.mr, kn.nr
 	np := (n + nr - 1) / nr
-	full := m - m%mr
+	bIn := !tb && (m <= bInPlaceRows || min(k, kcBlock)*n <= bInPlaceElems)
 	for p0 := 0; p0 < k; p0 += kcBlock {
 		kc := min(kcBlock, k-p0)
-		var bpan []float32
 		switch {
 		case tb:
 			pk.b = packBT(pk.b, b[p0:], ldb, kc, n, nr)
-			bpan = pk.b
-		case n == nr && ldb == nr:
-			bpan = b[p0*ldb : (p0+kc)*ldb]
-		default:
+		case !bIn:
 			pk.b = packB(pk.b, b[p0*ldb:], ldb, kc, n, nr)
-			bpan = pk.b
+		case n%nr != 0: // the ragged last panel alone
+			pk.b = packB(pk.b, b[p0*ldb+(np-1)*nr:], ldb, kc, n-(np-1)*nr, nr)
 		}
-		acc := p0 > 0
-		for i := 0; i < full; i += mr {
-			ap := a[i*lda+p0 : (i+mr-1)*lda+p0+kc] // the tile's rows, checked here
+		for i := 0; i < m; i += mr {
+			ap, la := kn.rowTile(pk, a, lda, m, i, p0, kc)
 			for jp := 0; jp < np; jp++ {
 				j0 := jp * nr
 				cols := min(nr, n-j0)
-				if cols == nr {
-					cp := c[i*ldc+j0 : (i+mr-1)*ldc+j0+nr]
-					kn.rows(kc, &ap[0], lda, &bpan[jp*nr*kc], &cp[0], ldc, acc)
-					continue
+				var bp []float32
+				lb := nr
+				switch {
+				case !bIn:
+					bp = pk.b[jp*nr*kc:]
+				case cols == nr:
+					bp, lb = b[p0*ldb+j0:(p0+kc-1)*ldb+j0+nr], ldb
+				default:
+					bp = pk.b // the ragged panel, packed alone
 				}
-				t := pk.tile[:mr*nr]
-				if acc {
-					for r := 0; r < mr; r++ {
-						copy(t[r*nr:r*nr+cols], c[(i+r)*ldc+j0:])
-					}
-				}
-				kn.rows(kc, &ap[0], lda, &bpan[jp*nr*kc], &t[0], nr, acc)
-				for r := 0; r < mr; r++ {
-					copy(c[(i+r)*ldc+j0:(i+r)*ldc+j0+cols], t[r*nr:])
-				}
+				kn.rowsTile(pk, ap, la, bp, lb, c, ldc, i, j0, min(mr, m-i), cols, kc, p0 > 0)
 			}
 		}
-		if full < m {
-			pk.a = packA(pk.a, a[full*lda+p0:], lda, m-full, kc, mr)
-			kn.block(pk, bpan, c[full*ldc:], ldc, m-full, n, kc, np, acc)
+	}
+}
+
+// inPlace reads B in place when C has at most bInPlaceRows rows, or when
+// a kc block of B has at most bInPlaceElems elements (64 KiB: it stays in
+// L2 whatever its stride). Reading every B in place measured 0.85 -> 0.73
+// of OpenBLAS on [256, 1024, 512] and 0.92 -> 0.63 on [256, 512, 1024]
+// (a row stride of 4 KiB puts a panel's rows in the same L1 sets), 0.92
+// -> 1.10 on [512, 512, 512] and 1.26 -> 1.36 on [256, 32, 128].
+const (
+	bInPlaceRows  = 96
+	bInPlaceElems = 16 << 10
+)
+
+// rowTile is the kc columns from p0 of A's mr rows from i, as the rows
+// kernel reads them: A itself (row stride lda), or past the last full
+// tile a copy in pk.a padded with zero rows (row stride kc).
+func (kn *Kernel) rowTile(pk *pack, a []float32, lda, m, i, p0, kc int) ([]float32, int) {
+	mr := kn.mr
+	if i+mr <= m {
+		return a[i*lda+p0 : (i+mr-1)*lda+p0+kc], lda
+	}
+	pk.a = grow(pk.a, mr*kc)
+	for r := 0; r < mr; r++ {
+		if i+r < m {
+			copy(pk.a[r*kc:(r+1)*kc], a[(i+r)*lda+p0:])
+		} else {
+			clear(pk.a[r*kc : (r+1)*kc])
 		}
+	}
+	return pk.a, kc
+}
+
+// rowsTile runs the rows kernel on C's rows×cols tile at [i, j0] (at most
+// mr×nr) from the A tile ap (row stride la) and B panel bp (row stride
+// lb); a partial tile goes through pk.tile.
+func (kn *Kernel) rowsTile(pk *pack, ap []float32, la int, bp []float32, lb int, c []float32, ldc, i, j0, rows, cols, kc int, acc bool) {
+	mr, nr := kn.mr, kn.nr
+	_ = ap[(mr-1)*la+kc-1] // every element the kernel reads
+	_ = bp[(kc-1)*lb+nr-1]
+	if rows == mr && cols == nr {
+		cp := c[i*ldc+j0 : (i+mr-1)*ldc+j0+nr]
+		kn.rows(kc, &ap[0], la, &bp[0], lb, &cp[0], ldc, acc)
+		return
+	}
+	t := pk.tile[:mr*nr]
+	if acc {
+		for r := 0; r < rows; r++ {
+			copy(t[r*nr:r*nr+cols], c[(i+r)*ldc+j0:])
+		}
+	}
+	kn.rows(kc, &ap[0], la, &bp[0], lb, &t[0], nr, acc)
+	for r := 0; r < rows; r++ {
+		copy(c[(i+r)*ldc+j0:(i+r)*ldc+j0+cols], t[r*nr:])
 	}
 }
 

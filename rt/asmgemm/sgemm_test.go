@@ -117,12 +117,13 @@ func TestSgemmTAgainstNaive(t *testing.T) {
 }
 
 // TestInPlaceMatchesPacked: an untransposed A is read in place by the
-// rows kernel (inPlace). On shapes with full and ragged row tiles, n = 32,
-// n < 32 and several panels with a ragged last one, one and several kc
-// blocks, B's stride equal to n (at n = 32 B's rows are the panel: not
-// packed) or wider, and B stored transposed, C is bit for bit the packed
-// path's (useRows off: the same sums in the same order) and within the
-// f32 bound of a float64 loop; C's elements past n are never written.
+// rows kernel (inPlace), and B too when it is small or C short. On shapes
+// with full and ragged row tiles, n = 32, n < 32 and several panels with
+// a ragged last one, one and several kc blocks, B's stride equal to n or
+// wider, B read in place, packed ([100, 70, 300]) and stored transposed,
+// C is bit for bit the packed path's (useRows off: the same sums in the
+// same order) and within the f32 bound of a float64 loop; C's elements
+// past n are never written.
 func TestInPlaceMatchesPacked(t *testing.T) {
 	defer func() { useRows = true }()
 	for _, kn := range []*Kernel{AVX2, AVX512} {
@@ -135,7 +136,7 @@ func TestInPlaceMatchesPacked(t *testing.T) {
 }
 
 func checkInPlace(t *testing.T, kn *Kernel) {
-	for _, sh := range [][3]int{{256, 32, 128}, {12, 32, 1}, {25, 32, 300}, {36, 20, 257}, {11, 32, 7}, {256, 32, 32}, {100, 1, 600}, {37, 70, 260}, {24, 64, 5}, {60, 37, 33}, {6, 16, 9}, {13, 17, 40}} {
+	for _, sh := range [][3]int{{256, 32, 128}, {12, 32, 1}, {25, 32, 300}, {36, 20, 257}, {11, 32, 7}, {256, 32, 32}, {100, 1, 600}, {37, 70, 260}, {24, 64, 5}, {60, 37, 33}, {6, 16, 9}, {13, 17, 40}, {100, 70, 300}} {
 		m, n, k := sh[0], sh[1], sh[2]
 		for _, ldb := range []int{n, n + 5} {
 			for _, tb := range []bool{false, true} {
