@@ -159,8 +159,8 @@ var useRows = true
 // the multiply when few B panels share an A panel ([256, 128, 32] ran at
 // 0.40× OpenBLAS so) and a fifth of it on wide outputs, so the rows
 // kernel reads A's rows where they lie; an mr×kc tile of A (12 KiB on
-// AVX-512) stays in L1 across the B panels. The last rows, fewer than mr,
-// are copied into a zero-padded tile. B is read in place too when few row
+// AVX-512) is read from L1 or L2 by every B panel. The last rows, fewer
+// than mr, are copied into a zero-padded tile. B is read in place too when few row
 // tiles share its panels or it is small (bInPlaceRows, bInPlaceElems;
 // [64, 512, 512] spent a third of its time packing B) and stored
 // untransposed; else packed. Each C
@@ -180,8 +180,13 @@ func (kn *Kernel) inPlace(pk *pack, tb bool, m, n, k int, a []float32, lda int, 
 		case n%nr != 0: // the ragged last panel alone
 			pk.b = packB(pk.b, b[p0*ldb+(np-1)*nr:], ldb, kc, n-(np-1)*nr, nr)
 		}
-		for i := 0; i < m; i += mr {
-			ap, la := kn.rowTile(pk, a, lda, m, i, p0, kc)
+		if m%mr != 0 { // the last rows, zero-padded to a tile
+			pk.a = padRows(pk.a, a[(m-m%mr)*lda+p0:], lda, m%mr, kc, mr)
+		}
+		// mcBlock rows at a time (their A, 96 KiB, stays in L2) against
+		// one B panel after another (read once from memory per block, and
+		// from L1 by every row tile)
+		for i0 := 0; i0 < m; i0 += mcBlock {
 			for jp := 0; jp < np; jp++ {
 				j0 := jp * nr
 				cols := min(nr, n-j0)
@@ -195,7 +200,13 @@ func (kn *Kernel) inPlace(pk *pack, tb bool, m, n, k int, a []float32, lda int, 
 				default:
 					bp = pk.b // the ragged panel, packed alone
 				}
-				kn.rowsTile(pk, ap, la, bp, lb, c, ldc, i, j0, min(mr, m-i), cols, kc, p0 > 0)
+				for i := i0; i < min(i0+mcBlock, m); i += mr {
+					ap, la := pk.a, kc
+					if i+mr <= m {
+						ap, la = a[i*lda+p0:(i+mr-1)*lda+p0+kc], lda
+					}
+					kn.rowsTile(pk, ap, la, bp, lb, c, ldc, i, j0, min(mr, m-i), cols, kc, p0 > 0)
+				}
 			}
 		}
 	}
@@ -212,23 +223,15 @@ const (
 	bInPlaceElems = 16 << 10
 )
 
-// rowTile is the kc columns from p0 of A's mr rows from i, as the rows
-// kernel reads them: A itself (row stride lda), or past the last full
-// tile a copy in pk.a padded with zero rows (row stride kc).
-func (kn *Kernel) rowTile(pk *pack, a []float32, lda, m, i, p0, kc int) ([]float32, int) {
-	mr := kn.mr
-	if i+mr <= m {
-		return a[i*lda+p0 : (i+mr-1)*lda+p0+kc], lda
+// padRows copies rows (< mr) rows of kc columns of A (row stride lda)
+// into buf as an mr×kc tile (row stride kc), the rows past them zero.
+func padRows(buf, a []float32, lda, rows, kc, mr int) []float32 {
+	buf = grow(buf, mr*kc)
+	for r := 0; r < rows; r++ {
+		copy(buf[r*kc:(r+1)*kc], a[r*lda:])
 	}
-	pk.a = grow(pk.a, mr*kc)
-	for r := 0; r < mr; r++ {
-		if i+r < m {
-			copy(pk.a[r*kc:(r+1)*kc], a[(i+r)*lda+p0:])
-		} else {
-			clear(pk.a[r*kc : (r+1)*kc])
-		}
-	}
-	return pk.a, kc
+	clear(buf[rows*kc:])
+	return buf
 }
 
 // rowsTile runs the rows kernel on C's rows×cols tile at [i, j0] (at most
