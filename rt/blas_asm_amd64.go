@@ -3,10 +3,12 @@ package rt
 import "github.com/meshrun/meshrun/rt/asmgemm"
 
 // AsmBLAS is meshrun's own SGEMM (rt/asmgemm, a micro-kernel in Go
-// assembly over packed panels) with gonum's DGEMM: the default where
-// OpenBLAS is absent and the CPU has AVX-512F or AVX2 with FMA. On this
-// project's machine it measured 0.4–0.9× OpenBLAS at the median by shape
-// (AVX-512 kernel) and 6–22× gonum (bench/README.md).
+// assembly reading A in place over packed or in-place B panels) with
+// gonum's DGEMM: the default where OpenBLAS is absent and the CPU has
+// AVX-512F or AVX2 with FMA. On this project's machine it measured
+// 0.8–1.5× OpenBLAS per call at the median by shape with the AVX-512
+// kernel, 0.5–0.85× with the AVX2 one (against OpenBLAS's AVX-512
+// kernels), and 15–30× gonum (bench/README.md, 2026-11-30 13:52).
 type AsmBLAS struct{ k *asmgemm.Kernel }
 
 // asmBLAS is the best kernel this CPU runs, or nil.
