@@ -5,12 +5,13 @@
 // over panels in the layout of the GotoBLAS/BLIS papers: B packed kc×nr
 // panel by panel, A in mr-row panels of kc columns, so the kernel streams
 // both from cache; C is written once per kc block (overwritten on the
-// first, added to after). An untransposed A is not packed: a second
-// kernel of each shape (sgemm6x16r, sgemm12x32r) reads its rows in place,
-// since packing cost as much as the multiply on narrow outputs (n = 32:
-// no two B panels share an A panel) and a fifth of it on wide ones; nor
-// is B when its rows already are a panel (n = nr, stride nr). Both paths
-// do each output's sum in the same order, so they give the same bits.
+// first, added to after). A is not packed: a second kernel of each shape
+// reads an untransposed A's rows in place (sgemm6x16r, sgemm12x32r), a
+// third a transposed A's columns (sgemm6x16c, sgemm12x32c), since packing
+// cost as much as the multiply on narrow outputs (n = 32: no two B panels
+// share an A panel) and a fifth of it on wide ones; nor is B where C is
+// short or B small. Both paths do each output's sum in the same order, so
+// they give the same bits (the packed one stays for tests).
 // BenchmarkAsmGEMMVsOpenBLAS (bench/) measures it against OpenBLAS. It
 // lives outside rt because a cgo package cannot hold Go assembly; the
 // kernels exist on amd64 only.

@@ -146,6 +146,45 @@ done:
 	MOVBLZX acc+56(FP), AX
 	FINISH_TILE_Y
 
+// func sgemm6x16c(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
+//
+// sgemm6x16 with the panels' steps as arguments: A[i, p] is a[p·lda + i]
+// (a transposed A read in place, or a packed panel with lda = 6) and B's
+// rows are ldb elements apart. Each C element is the same sequence of
+// fused multiply-adds as sgemm6x16's.
+TEXT ·sgemm6x16c(SB), NOSPLIT, $0-57
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R11
+	SHLQ $2, R11
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R8
+	SHLQ $2, R8
+	ZERO_TILE_Y
+	TESTQ CX, CX
+	JE   done
+
+loop:
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	BCAST_FMA_Y(0(SI), Y2, Y4, Y5)
+	BCAST_FMA_Y(4(SI), Y3, Y6, Y7)
+	BCAST_FMA_Y(8(SI), Y2, Y8, Y9)
+	BCAST_FMA_Y(12(SI), Y3, Y10, Y11)
+	BCAST_FMA_Y(16(SI), Y2, Y12, Y13)
+	BCAST_FMA_Y(20(SI), Y3, Y14, Y15)
+	ADDQ R9, SI
+	ADDQ R11, DI
+	DECQ CX
+	JNE  loop
+
+done:
+	MOVBLZX acc+56(FP), AX
+	FINISH_TILE_Y
+
 // The 12×32 AVX-512 tile, shared by sgemm12x32 and sgemm12x32r: 24 ZMM
 // accumulators Z8..Z31 (row i in Z(8+2i), Z(9+2i)), a B row of 32 in Z0,
 // Z1, A values broadcast into Z2..Z7 in turn.
@@ -323,6 +362,51 @@ loop:
 	ADDQ $4, AX
 	ADDQ $4, BX
 	ADDQ $4, R10
+	ADDQ R11, DI
+	DECQ CX
+	JNE  loop
+
+done:
+	MOVBLZX acc+56(FP), AX
+	FINISH_TILE
+
+// func sgemm12x32c(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
+//
+// sgemm12x32 with the panels' steps as arguments: A[i, p] is a[p·lda + i]
+// (a transposed A read in place, or a packed panel with lda = 12) and B's
+// rows are ldb elements apart. Each C element is the same sequence of
+// fused multiply-adds as sgemm12x32's.
+TEXT ·sgemm12x32c(SB), NOSPLIT, $0-57
+	MOVQ k+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	MOVQ b+24(FP), DI
+	MOVQ ldb+32(FP), R11
+	SHLQ $2, R11
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R8
+	SHLQ $2, R8
+	ZERO_TILE
+	TESTQ CX, CX
+	JE   done
+
+loop:
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	BCAST_FMA(0(SI), Z2, Z8, Z9)
+	BCAST_FMA(4(SI), Z3, Z10, Z11)
+	BCAST_FMA(8(SI), Z4, Z12, Z13)
+	BCAST_FMA(12(SI), Z5, Z14, Z15)
+	BCAST_FMA(16(SI), Z6, Z16, Z17)
+	BCAST_FMA(20(SI), Z7, Z18, Z19)
+	BCAST_FMA(24(SI), Z2, Z20, Z21)
+	BCAST_FMA(28(SI), Z3, Z22, Z23)
+	BCAST_FMA(32(SI), Z4, Z24, Z25)
+	BCAST_FMA(36(SI), Z5, Z26, Z27)
+	BCAST_FMA(40(SI), Z6, Z28, Z29)
+	BCAST_FMA(44(SI), Z7, Z30, Z31)
+	ADDQ R9, SI
 	ADDQ R11, DI
 	DECQ CX
 	JNE  loop

@@ -15,6 +15,12 @@ func sgemm6x16(k int, a, b, c *float32, ldc int, acc bool)
 func sgemm6x16r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 
 //go:noescape
+func sgemm6x16c(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
+
+//go:noescape
+func sgemm12x32c(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
+
+//go:noescape
 func sgemm12x32(k int, a, b, c *float32, ldc int, acc bool)
 
 //go:noescape
@@ -30,14 +36,20 @@ type Kernel struct {
 	// rows is fn reading A's rows where they lie (row stride lda) instead
 	// of a packed panel, and B's rows ldb apart (nr: a packed panel); for
 	// inPlace; nil: none
-	rows func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
+	rows stepKernel
+	// cols is fn reading A[i, p] at a[p·lda + i] (a transposed A in
+	// place, or a packed panel with lda = mr) and B's rows ldb apart
+	cols stepKernel
 }
+
+// stepKernel is a micro-kernel that takes its operands' strides.
+type stepKernel func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 
 var (
 	// AVX2 is the 6×16 kernel on YMM registers (AVX2 and FMA).
-	AVX2 = &Kernel{"avx2-6x16", 6, 16, sgemm6x16, []string{"avx2", "fma"}, sgemm6x16r}
+	AVX2 = &Kernel{"avx2-6x16", 6, 16, sgemm6x16, []string{"avx2", "fma"}, sgemm6x16r, sgemm6x16c}
 	// AVX512 is the 12×32 kernel on ZMM registers (AVX-512F).
-	AVX512 = &Kernel{"avx512-12x32", 12, 32, sgemm12x32, []string{"avx512f"}, sgemm12x32r}
+	AVX512 = &Kernel{"avx512-12x32", 12, 32, sgemm12x32, []string{"avx512f"}, sgemm12x32r, sgemm12x32c}
 )
 
 // Supported says whether this CPU has the kernel's instructions.
@@ -96,8 +108,8 @@ func (kn *Kernel) SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, b []flo
 	}
 	pk := packs.Get().(*pack)
 	defer packs.Put(pk)
-	if kn.rows != nil && !ta && useRows {
-		kn.inPlace(pk, tb, m, n, k, a, lda, b, ldb, c, ldc)
+	if kn.rows != nil && kn.cols != nil && useRows {
+		kn.inPlace(pk, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)
 		return
 	}
 	np := (n + kn.nr - 1) / kn.nr
@@ -154,22 +166,23 @@ func (kn *Kernel) block(pk *pack, bpan, c []float32, ldc, mc, n, kc, np int, acc
 // path).
 var useRows = true
 
-// inPlace is SgemmT for A stored untransposed on a kernel with a rows
-// variant: packing A cost a read and a write of every element, as much as
-// the multiply when few B panels share an A panel ([256, 128, 32] ran at
-// 0.40× OpenBLAS so) and a fifth of it on wide outputs, so the rows
-// kernel reads A's rows where they lie; an mr×kc tile of A (12 KiB on
-// AVX-512) is read from L1 or L2 by every B panel. The last rows, fewer
-// than mr, are copied into a zero-padded tile. B is read in place too when few row
-// tiles share its panels or it is small (bInPlaceRows, bInPlaceElems;
-// [64, 512, 512] spent a third of its time packing B) and stored
-// untransposed; else packed. Each C
-// element gets the same fused multiply-adds in the same order as on the
-// packed path.
-func (kn *Kernel) inPlace(pk *pack, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+// inPlace is SgemmT on a kernel with rows and cols variants. Packing A
+// cost a read and a write of every element, as much as the multiply when
+// few B panels share an A panel ([256, 128, 32] ran at 0.40× OpenBLAS so)
+// and a fifth of it on wide outputs, so A is read where it lies: its rows
+// by the rows kernel, or when stored transposed its columns (mr values in
+// a run) by the cols kernel; an mr×kc tile of A (12 KiB on AVX-512) is
+// read from L1 or L2 by every B panel. The last rows, fewer than mr, are
+// copied into a zero-padded tile (a packed panel when A is transposed). B
+// is read in place too when few row tiles share its panels or it is small
+// (bInPlaceRows, bInPlaceElems; [64, 512, 512] spent a third of its time
+// packing B) and stored untransposed; else packed. Each C element gets the
+// same fused multiply-adds in the same order as on the packed path.
+func (kn *Kernel) inPlace(pk *pack, ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	mr, nr := kn.mr, kn.nr
 	np := (n + nr - 1) / nr
 	bIn := !tb && (m <= bInPlaceRows || min(k, kcBlock)*n <= bInPlaceElems)
+	full := m - m%mr
 	for p0 := 0; p0 < k; p0 += kcBlock {
 		kc := min(kcBlock, k-p0)
 		switch {
@@ -180,8 +193,12 @@ func (kn *Kernel) inPlace(pk *pack, tb bool, m, n, k int, a []float32, lda int, 
 		case n%nr != 0: // the ragged last panel alone
 			pk.b = packB(pk.b, b[p0*ldb+(np-1)*nr:], ldb, kc, n-(np-1)*nr, nr)
 		}
-		if m%mr != 0 { // the last rows, zero-padded to a tile
-			pk.a = padRows(pk.a, a[(m-m%mr)*lda+p0:], lda, m%mr, kc, mr)
+		switch { // the last rows, zero-padded to a tile
+		case full == m:
+		case ta:
+			pk.a = packAT(pk.a, a[p0*lda+full:], lda, m-full, kc, mr)
+		default:
+			pk.a = padRows(pk.a, a[full*lda+p0:], lda, m-full, kc, mr)
 		}
 		// mcBlock rows at a time (their A, 96 KiB, stays in L2) against
 		// one B panel after another (read once from memory per block, and
@@ -201,11 +218,21 @@ func (kn *Kernel) inPlace(pk *pack, tb bool, m, n, k int, a []float32, lda int, 
 					bp = pk.b // the ragged panel, packed alone
 				}
 				for i := i0; i < min(i0+mcBlock, m); i += mr {
-					ap, la := pk.a, kc
-					if i+mr <= m {
-						ap, la = a[i*lda+p0:(i+mr-1)*lda+p0+kc], lda
+					// ap: exactly the elements the kernel reads
+					var fn stepKernel
+					var ap []float32
+					var la int
+					switch {
+					case ta && i < full:
+						fn, ap, la = kn.cols, a[p0*lda+i:(p0+kc-1)*lda+i+mr], lda
+					case ta:
+						fn, ap, la = kn.cols, pk.a[:mr*kc], mr
+					case i < full:
+						fn, ap, la = kn.rows, a[i*lda+p0:(i+mr-1)*lda+p0+kc], lda
+					default:
+						fn, ap, la = kn.rows, pk.a[:mr*kc], kc
 					}
-					kn.rowsTile(pk, ap, la, bp, lb, c, ldc, i, j0, min(mr, m-i), cols, kc, p0 > 0)
+					kn.tile(pk, fn, ap, la, bp, lb, c, ldc, i, j0, min(mr, m-i), cols, kc, p0 > 0)
 				}
 			}
 		}
@@ -234,16 +261,15 @@ func padRows(buf, a []float32, lda, rows, kc, mr int) []float32 {
 	return buf
 }
 
-// rowsTile runs the rows kernel on C's rows×cols tile at [i, j0] (at most
-// mr×nr) from the A tile ap (row stride la) and B panel bp (row stride
-// lb); a partial tile goes through pk.tile.
-func (kn *Kernel) rowsTile(pk *pack, ap []float32, la int, bp []float32, lb int, c []float32, ldc, i, j0, rows, cols, kc int, acc bool) {
+// tile runs kernel fn on C's rows×cols tile at [i, j0] (at most mr×nr)
+// from the A tile ap (stride la, as fn reads it) and B panel bp (row
+// stride lb); a partial tile goes through pk.tile.
+func (kn *Kernel) tile(pk *pack, fn stepKernel, ap []float32, la int, bp []float32, lb int, c []float32, ldc, i, j0, rows, cols, kc int, acc bool) {
 	mr, nr := kn.mr, kn.nr
-	_ = ap[(mr-1)*la+kc-1] // every element the kernel reads
-	_ = bp[(kc-1)*lb+nr-1]
+	_ = bp[(kc-1)*lb+nr-1] // every element of B the kernel reads
 	if rows == mr && cols == nr {
 		cp := c[i*ldc+j0 : (i+mr-1)*ldc+j0+nr]
-		kn.rows(kc, &ap[0], la, &bp[0], lb, &cp[0], ldc, acc)
+		fn(kc, &ap[0], la, &bp[0], lb, &cp[0], ldc, acc)
 		return
 	}
 	t := pk.tile[:mr*nr]
@@ -252,7 +278,7 @@ func (kn *Kernel) rowsTile(pk *pack, ap []float32, la int, bp []float32, lb int,
 			copy(t[r*nr:r*nr+cols], c[(i+r)*ldc+j0:])
 		}
 	}
-	kn.rows(kc, &ap[0], la, &bp[0], lb, &t[0], nr, acc)
+	fn(kc, &ap[0], la, &bp[0], lb, &t[0], nr, acc)
 	for r := 0; r < rows; r++ {
 		copy(c[(i+r)*ldc+j0:(i+r)*ldc+j0+cols], t[r*nr:])
 	}

@@ -116,14 +116,15 @@ func TestSgemmTAgainstNaive(t *testing.T) {
 	}
 }
 
-// TestInPlaceMatchesPacked: an untransposed A is read in place by the
-// rows kernel (inPlace), and B too when it is small or C short. On shapes
-// with full and ragged row tiles, n = 32, n < 32 and several panels with
-// a ragged last one, one and several kc blocks, B's stride equal to n or
-// wider, B read in place, packed ([100, 70, 300]) and stored transposed,
-// C is bit for bit the packed path's (useRows off: the same sums in the
-// same order) and within the f32 bound of a float64 loop; C's elements
-// past n are never written.
+// TestInPlaceMatchesPacked: A is read in place (inPlace: by the rows
+// kernel, or the cols kernel when stored transposed), and B too when it is
+// small or C short. On shapes with full and ragged row tiles, n = 32, n <
+// 32 and several panels with a ragged last one, one and several kc
+// blocks, B's stride equal to n or wider, B read in place, packed ([100,
+// 70, 300]) and stored transposed, A stored either way, C is bit for bit
+// the packed path's (useRows off: the same sums in the same order) and
+// within the f32 bound of a float64 loop; C's elements past n are never
+// written.
 func TestInPlaceMatchesPacked(t *testing.T) {
 	defer func() { useRows = true }()
 	for _, kn := range []*Kernel{AVX2, AVX512} {
@@ -140,7 +141,7 @@ func checkInPlace(t *testing.T, kn *Kernel) {
 		m, n, k := sh[0], sh[1], sh[2]
 		for _, ldb := range []int{n, n + 5} {
 			for _, tb := range []bool{false, true} {
-				lda, ldc := k+3, n+2
+				lda := k + 3
 				a := make([]float32, m*lda)
 				for i := range a {
 					a[i] = float32(math.Sin(float64(i)))
@@ -162,32 +163,53 @@ func checkInPlace(t *testing.T, kn *Kernel) {
 						}
 					}
 				}
-				run := func(rows bool) []float32 {
-					useRows = rows
-					c := make([]float32, m*ldc)
-					for i := range c {
-						c[i] = 99
-					}
-					kn.SgemmT(false, tb, m, n, k, a, lda, b, sb, c, ldc)
-					return c
-				}
-				got, want := run(true), run(false)
+				at := make([]float32, max(k*(m+3), 1)) // A stored k×m, row stride m+3
 				for i := 0; i < m; i++ {
-					for j := 0; j < ldc; j++ {
-						at := fmt.Sprintf("%s %v ldb %d trans B %v at [%d, %d]", kn.Name, sh, ldb, tb, i, j)
-						if j >= n {
-							require.Equal(t, float32(99), got[i*ldc+j], "%s: past n was written", at)
-							continue
-						}
-						require.Equal(t, want[i*ldc+j], got[i*ldc+j], "%s: not the packed path's bits", at)
-						ref := 0.0
-						for p := 0; p < k; p++ {
-							ref += float64(a[i*lda+p]) * float64(B[p*n+j])
-						}
-						require.InDelta(t, ref, got[i*ldc+j], 1e-5*float64(k+1), at)
+					for p := 0; p < k; p++ {
+						at[p*(m+3)+i] = a[i*lda+p]
 					}
+				}
+				for _, ta := range []bool{false, true} {
+					checkInPlaceRun(t, kn, sh, ta, tb, ldb, a, lda, at, b, sb, B)
 				}
 			}
+		}
+	}
+}
+
+// checkInPlaceRun is one case of checkInPlace: A given as a (row stride
+// lda) or, when ta, as its transpose at (row stride m+3); B as b (stride
+// sb, transposed when tb), B its dense logical value.
+func checkInPlaceRun(t *testing.T, kn *Kernel, sh [3]int, ta, tb bool, ldb int, a []float32, lda int, at, b []float32, sb int, B []float32) {
+	m, n, k := sh[0], sh[1], sh[2]
+	ldc := n + 2
+	run := func(rows bool) []float32 {
+		useRows = rows
+		c := make([]float32, m*ldc)
+		for i := range c {
+			c[i] = 99
+		}
+		if ta {
+			kn.SgemmT(true, tb, m, n, k, at, m+3, b, sb, c, ldc)
+		} else {
+			kn.SgemmT(false, tb, m, n, k, a, lda, b, sb, c, ldc)
+		}
+		return c
+	}
+	got, want := run(true), run(false)
+	for i := 0; i < m; i++ {
+		for j := 0; j < ldc; j++ {
+			at := fmt.Sprintf("%s %v ldb %d trans A %v B %v at [%d, %d]", kn.Name, sh, ldb, ta, tb, i, j)
+			if j >= n {
+				require.Equal(t, float32(99), got[i*ldc+j], "%s: past n was written", at)
+				continue
+			}
+			require.Equal(t, want[i*ldc+j], got[i*ldc+j], "%s: not the packed path's bits", at)
+			ref := 0.0
+			for p := 0; p < k; p++ {
+				ref += float64(a[i*lda+p]) * float64(B[p*n+j])
+			}
+			require.InDelta(t, ref, got[i*ldc+j], 1e-5*float64(k+1), at)
 		}
 	}
 }
