@@ -15,9 +15,11 @@ import (
 // ASM_KERNEL=avx2 picks the AVX2 one) against the default BLAS (OpenBLAS where
 // installed; its threads as meshrun sets them: run with GOMAXPROCS=1 for
 // one thread each) and gonum's, on matmul shapes of the examples and two
-// larger ones, the three calls rotating order every iteration. It reports
-// asm/BLAS and asm/gonum throughput per iteration, min / median / max
-// (issue 10: can our own kernel reach 0.7× OpenBLAS?). -benchtime 200x.
+// larger ones, and three with A stored transposed ("Atrans": a weight
+// gradient's GEMM), the three calls rotating order every iteration. It
+// reports asm/BLAS and asm/gonum throughput per iteration, min / median /
+// max (issue 10: can our own kernel reach 0.7× OpenBLAS?). -benchtime
+// 200x.
 func BenchmarkAsmGEMMVsOpenBLAS(b *testing.B) {
 	kn := asmgemm.AVX512
 	if !kn.Supported() || os.Getenv("ASM_KERNEL") == "avx2" {
@@ -27,9 +29,22 @@ func BenchmarkAsmGEMMVsOpenBLAS(b *testing.B) {
 		b.Skip("no AVX2/FMA")
 	}
 	ref := rt.DefaultBLAS()
-	for _, sh := range [][3]int{{256, 32, 128}, {256, 128, 32}, {256, 32, 32}, {256, 512, 1024}, {256, 1024, 512}, {64, 512, 512}, {32, 512, 2048}, {512, 512, 512}, {1024, 1024, 1024}} {
+	for _, c := range []struct {
+		sh [3]int
+		ta bool // A stored transposed (k×m), as a weight gradient's GEMM reads it
+	}{
+		{sh: [3]int{256, 32, 128}}, {sh: [3]int{256, 128, 32}}, {sh: [3]int{256, 32, 32}},
+		{sh: [3]int{256, 512, 1024}}, {sh: [3]int{256, 1024, 512}}, {sh: [3]int{64, 512, 512}},
+		{sh: [3]int{32, 512, 2048}}, {sh: [3]int{512, 512, 512}}, {sh: [3]int{1024, 1024, 1024}},
+		{sh: [3]int{32, 256, 128}, ta: true}, {sh: [3]int{128, 256, 32}, ta: true}, {sh: [3]int{512, 256, 512}, ta: true},
+	} {
+		sh, ta := c.sh, c.ta
 		m, k, n := sh[0], sh[1], sh[2]
-		b.Run(ir.ShapeString(sh[:]), func(b *testing.B) {
+		name := ir.ShapeString(sh[:])
+		if ta {
+			name += "Atrans"
+		}
+		b.Run(name, func(b *testing.B) {
 			x, w := make([]float32, m*k), make([]float32, k*n)
 			for i := range x {
 				x[i] = float32(i%7) - 3
@@ -38,10 +53,14 @@ func BenchmarkAsmGEMMVsOpenBLAS(b *testing.B) {
 				w[i] = float32(i%5) - 2
 			}
 			c := make([]float32, m*n)
+			lda := k
+			if ta {
+				lda = m
+			}
 			calls := []func(){
-				func() { kn.Sgemm(m, n, k, x, k, w, n, c, n) },
-				func() { ref.Sgemm(m, n, k, x, k, w, n, c, n) },
-				func() { rt.GonumBLAS{}.Sgemm(m, n, k, x, k, w, n, c, n) },
+				func() { kn.SgemmT(ta, false, m, n, k, x, lda, w, n, c, n) },
+				func() { ref.(rt.TransBLAS).SgemmT(ta, false, m, n, k, x, lda, w, n, c, n) },
+				func() { rt.GonumBLAS{}.SgemmT(ta, false, m, n, k, x, lda, w, n, c, n) },
 			}
 			var total [3]time.Duration
 			var vsRef, vsGonum []float64
@@ -65,7 +84,7 @@ func BenchmarkAsmGEMMVsOpenBLAS(b *testing.B) {
 			gf := func(d time.Duration) float64 { return 2 * float64(m*n*k) * float64(b.N) / d.Seconds() / 1e9 }
 			b.ReportMetric(med, "asm/blas")
 			b.Logf("%s: asm (%s) %.1f GF/s, %s %.1f GF/s, gonum %.1f GF/s; asm/BLAS throughput min %.2f median %.2f max %.2f; asm/gonum min %.2f median %.2f max %.2f (%d iterations)",
-				ir.ShapeString(sh[:]), kn.Name, gf(total[0]), rt.DescribeBLAS(ref), gf(total[1]), gf(total[2]), lo, med, hi, glo, gmed, ghi, b.N)
+				name, kn.Name, gf(total[0]), rt.DescribeBLAS(ref), gf(total[1]), gf(total[2]), lo, med, hi, glo, gmed, ghi, b.N)
 		})
 	}
 }
