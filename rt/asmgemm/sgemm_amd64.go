@@ -207,36 +207,37 @@ func (kn *Kernel) inPlace(pk *pack, ta, tb bool, m, n, k int, a []float32, lda i
 			for jp := 0; jp < np; jp++ {
 				j0 := jp * nr
 				cols := min(nr, n-j0)
-				var bp []float32
-				lb := nr
+				bp, lb := pk.b, nr // the ragged panel, packed alone
 				switch {
 				case !bIn:
 					bp = pk.b[jp*nr*kc:]
 				case cols == nr:
 					bp, lb = b[p0*ldb+j0:(p0+kc-1)*ldb+j0+nr], ldb
-				default:
-					bp = pk.b // the ragged panel, packed alone
 				}
 				for i := i0; i < min(i0+mcBlock, m); i += mr {
-					// ap: exactly the elements the kernel reads
-					var fn stepKernel
-					var ap []float32
-					var la int
-					switch {
-					case ta && i < full:
-						fn, ap, la = kn.cols, a[p0*lda+i:(p0+kc-1)*lda+i+mr], lda
-					case ta:
-						fn, ap, la = kn.cols, pk.a[:mr*kc], mr
-					case i < full:
-						fn, ap, la = kn.rows, a[i*lda+p0:(i+mr-1)*lda+p0+kc], lda
-					default:
-						fn, ap, la = kn.rows, pk.a[:mr*kc], kc
-					}
+					fn, ap, la := kn.aTile(pk, ta, a, lda, i < full, i, p0, kc)
 					kn.tile(pk, fn, ap, la, bp, lb, c, ldc, i, j0, min(mr, m-i), cols, kc, p0 > 0)
 				}
 			}
 		}
 	}
+}
+
+// aTile is the kernel for the A tile of rows i.. and columns p0.. (kc of
+// them) and that tile as it reads it: exactly its elements, and their
+// stride: A itself when the tile is full (rows, or cols when A is stored
+// transposed), else inPlace's zero-padded copy in pk.a.
+func (kn *Kernel) aTile(pk *pack, ta bool, a []float32, lda int, full bool, i, p0, kc int) (stepKernel, []float32, int) {
+	mr := kn.mr
+	switch {
+	case ta && full:
+		return kn.cols, a[p0*lda+i : (p0+kc-1)*lda+i+mr], lda
+	case ta:
+		return kn.cols, pk.a[:mr*kc], mr
+	case full:
+		return kn.rows, a[i*lda+p0 : (i+mr-1)*lda+p0+kc], lda
+	}
+	return kn.rows, pk.a[:mr*kc], kc
 }
 
 // inPlace reads B in place when C has at most bInPlaceRows rows, or when
