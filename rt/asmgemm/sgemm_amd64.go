@@ -256,7 +256,7 @@ const (
 func padRows(buf, a []float32, lda, rows, kc, mr int) []float32 {
 	buf = grow(buf, mr*kc)
 	for r := 0; r < rows; r++ {
-		copy(buf[r*kc:(r+1)*kc], a[r*lda:])
+		copy(buf[r*kc:(r+1)*kc], a[r*lda:r*lda+kc])
 	}
 	clear(buf[rows*kc:])
 	return buf
