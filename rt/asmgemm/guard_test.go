@@ -6,34 +6,21 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
-	"syscall"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshrun/meshrun/internal/guardmem"
 )
 
-// guarded returns n float32s that end exactly where an inaccessible page
-// begins (atEnd) or begin exactly where one ends (!atEnd), so that a
-// kernel reading or writing one element past either end faults. The
-// mapping lives until the test ends.
+// guarded is n float32s flush against an inaccessible page at the end
+// (atEnd) or the start, unmapped when the test ends.
 func guarded(t *testing.T, n int, atEnd bool) []float32 {
 	t.Helper()
-	page := syscall.Getpagesize()
-	size := (n*4 + page - 1) / page * page
-	mem, err := syscall.Mmap(-1, 0, size+2*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	x, free, err := guardmem.Float32s(n, guardmem.Side(atEnd))
 	require.NoError(t, err)
-	t.Cleanup(func() { syscall.Munmap(mem) })
-	require.NoError(t, syscall.Mprotect(mem[:page], syscall.PROT_NONE))
-	require.NoError(t, syscall.Mprotect(mem[page+size:], syscall.PROT_NONE))
-	off := page
-	if atEnd {
-		off = page + size - n*4
-	}
-	if n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&mem[off])), n)
+	t.Cleanup(free)
+	return x
 }
 
 // TestKernelsStayInBounds runs every kernel on operands and results that
