@@ -34,9 +34,13 @@ func TestVectorLoopsStayInBounds(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(free)
 			out, p, m, v, g := f32(), f32(), f32(), f32(), f32()
+			mOut, vOut := f32(), f32()
 			for name, run := range map[string]func(){
 				"AdamUpdate": func() { AdamUpdate(out, p, m, v, 1e-3, 0.9, 1e-8, 0.999) },
 				"Moment":     func() { Moment(out, m, g, 0.9, false) },
+				"AdamFused": func() {
+					AdamFused(out, mOut, vOut, p, m, v, g, AdamHyper{Beta1: 0.9, Beta2: 0.999, Step: 1e-3, RootBC2: 0.9, Eps: 1e-8, Decay: 0.999})
+				},
 				"Moment²":    func() { Moment(out, m, g, 0.999, true) },
 				"Binary":     func() { Binary('*', out, p, m, false, false) },
 				"BinaryS":    func() { Binary('+', out, p, m[:min(n, 1)], false, n > 0) },
