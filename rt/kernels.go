@@ -581,16 +581,25 @@ func uninitialised(p *hostPool, dt ir.DType, shape []int) *Tensor {
 // caller counted: it keeps only copies of shape, so a shape on the
 // caller's stack stays there (numel's error path would move it to the
 // heap: an allocation per matmul).
+//
+// Like zeroed and get it takes back a freed tensor whole when its shape is
+// shape (the same instruction's output, a step later), header included,
+// and otherwise its storage under a new header.
 func uninitialisedN(p *hostPool, dt ir.DType, shape []int, count int) *Tensor {
 	if p == nil {
 		return NewTensor(dt, slices.Clone(shape))
 	}
-	d := p.take(dt, count, false)
-	if d == nil {
+	t := p.takeTensor(dt, count)
+	if t == nil {
 		return p.zeroed(dt, slices.Clone(shape))
 	}
-	t := header(dt, shape)
-	t.Data = d
+	if !slices.Equal(t.Shape, shape) {
+		// a new header, never a write into t.Shape: a kernel may have
+		// given its output a shape slice it shares (reshape)
+		h := header(dt, shape)
+		h.Data = t.Data
+		t = h
+	}
 	t.home = p
 	p.handOut(t.Bytes())
 	return t

@@ -87,7 +87,7 @@ func (g *gemmOp) run(a *Tensor, ao int, b *Tensor, bo int, out *Tensor, co int) 
 // from the pool's scratch lists, outside the plan's accounting as the
 // kernels' f64 scratch is; give it back with putData(..., true).
 func (g *gemmOp) scratch32(n int) []float32 {
-	if d := g.pool.take(ir.F32, n, true); d != nil {
+	if d := g.pool.takeScratch(ir.F32, n); d != nil {
 		return d.([]float32)
 	}
 	return make([]float32, n)

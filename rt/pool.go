@@ -83,18 +83,6 @@ func (p *hostPool) get(dt ir.DType, shape []int) *Tensor {
 	return NewTensor(dt, shape)
 }
 
-// take removes a free buffer of n elements of dt from the lists and
-// returns its storage, or returns nil.
-func (p *hostPool) take(dt ir.DType, n int, scratch bool) any {
-	if scratch {
-		return p.takeScratch(dt, n)
-	}
-	if t := p.takeTensor(dt, n); t != nil {
-		return t.Data
-	}
-	return nil
-}
-
 // reuse returns a freed tensor of dt and shape's element count, with
 // unspecified elements, or nil: the tensor itself when its shape is shape
 // (the same instruction's output, a step later), else its storage under a
@@ -188,7 +176,7 @@ func (p *hostPool) handOut(n int64) {
 // working copy in float64: give it back with done once the kernel no
 // longer reads it. A nil pool allocates.
 func (p *hostPool) f64(n int) []float64 {
-	if d := p.take(ir.F64, n, true); d != nil {
+	if d := p.takeScratch(ir.F64, n); d != nil {
 		s := d.([]float64)
 		clear(s)
 		return s
