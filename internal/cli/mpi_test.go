@@ -850,10 +850,16 @@ func (e *mpiEnv) testFaultSigkill(t *testing.T) {
 	require.NotEqual(t, -1, victim, "no process of rank 2 in %v", procs)
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 	killed := time.Now()
-	code, _, _ := e.end(t, r, 30*time.Second, false)
-	took := time.Since(killed)
+	// Open MPI's mpirun sometimes hangs once every rank is gone (seen once
+	// in a full test run at load 4-8: the ranks ended 1 s after the kill,
+	// mpirun never did): what is tested is that the ranks end, so the hang
+	// is tolerated as in testStallTimeout, and the time is the ranks'.
+	code, gone, hung := e.end(t, r, 30*time.Second, true)
+	took := gone.Sub(killed)
 	o := r.out.String()
-	require.NotEqual(t, 0, code, o)
+	if !hung {
+		require.NotEqual(t, 0, code, o)
+	}
 	require.Less(t, took, 15*time.Second, "ended by the 60 s timeout, not by the lost rank:\n%s", o)
 	require.Regexp(t, lostRank(2), o, "the launcher names the lost rank")
 	require.NotContains(t, o, "timed out", "ended by a timeout, not by the launcher:\n%s", o)
