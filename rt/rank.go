@@ -467,6 +467,14 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 			if err != nil {
 				return nil, err
 			}
+			// step indexes more by Outs outside this recover: a backend
+			// that hands back another count is an error, not a panic
+			if len(res) != 1+len(in.Outs) {
+				for _, r := range res {
+					be.Free(r)
+				}
+				return nil, fmt.Errorf("%s: the backend gave %d results, the instruction writes %d", in.Kernel.Op, len(res), 1+len(in.Outs))
+			}
 			x.more = res[1:]
 			return res[0], nil
 		}
