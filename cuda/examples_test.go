@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -206,4 +207,25 @@ func TestCLICheckTF32OnCUDA(t *testing.T) {
 	code := cli.Main([]string{"check", "../examples/megatron_mlp.mesh", "--tf32"}, strings.NewReader(""), &out, &errb)
 	require.Equal(t, cli.ExitUsage, code)
 	require.Contains(t, errb.String(), "--tf32 is a GPU matmul mode")
+}
+
+// TestCLIBudgetIsTheGPUs: with a GPU backend (cuda, or auto finding one)
+// the default memory budget is 9/10 of the GPU's memory shared by the
+// ranks, not the machine's RAM: a fake GPU of 64 KiB gives each of 4 ranks
+// 14.4 KiB, too little for its 16 KiB block of x (and y), which the CPU's
+// budget holds.
+func TestCLIBudgetIsTheGPUs(t *testing.T) {
+	cuda.UseDriver(t)
+	t.Setenv("MESHRUN_FAKE_TOTAL_MEM", "65536")
+	f := filepath.Join(t.TempDir(), "big.mesh")
+	require.NoError(t, os.WriteFile(f, []byte("mesh M = [dp=4]\ninput x : f32[4, 4096] {S(0)} = ones\ny = x * x\noutput y\n"), 0o644))
+	for _, be := range []string{"cuda", "auto"} {
+		var out, errb bytes.Buffer
+		code := cli.Main([]string{"run", f, "--backend", be}, strings.NewReader(""), &out, &errb)
+		require.Equal(t, cli.ExitUsage, code, "%s: %s%s", be, out.String(), errb.String())
+		require.Contains(t, errb.String(), "over the budget of 14.4 KiB", be)
+	}
+	var out, errb bytes.Buffer
+	code := cli.Main([]string{"run", f}, strings.NewReader(""), &out, &errb)
+	require.Equal(t, cli.ExitOK, code, "the CPU's budget is the RAM's: %s", errb.String())
 }

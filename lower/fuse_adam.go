@@ -99,7 +99,9 @@ func fuseAdams(p *Plan) error {
 			break
 		}
 		if skipped(skip) == n { // a peak grew elsewhere (a lifetime the fusion
-			// lengthened): leave every update of those programs alone
+			// lengthened): leave every update of every program alone (of
+			// all programs, not only those whose peak grew: rare, and the
+			// simplest rule that ends the loop)
 			for i, prog := range p.Exec.Programs {
 				for j := range prog.Instrs {
 					if len(prog.Instrs[j].Outs) > 0 {

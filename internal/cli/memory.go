@@ -104,7 +104,9 @@ func (c *common) hostInBudget() bool {
 // gpuMemory is the memory of the GPU the kernels will run on, when
 // --backend asks for one and its driver can say: cuda.ChooseDevice's GPU,
 // read without opening it (the run opens it later and reports its own
-// errors). Tests replace readGPUMemory.
+// errors). The libraries Open needs must load too, so that auto on a
+// machine with the driver alone (which then runs on the CPU) keeps the
+// RAM's budget. Tests replace readGPUMemory.
 func (c *common) gpuMemory() (int64, bool) {
 	if c.backend != "cuda" && c.backend != "auto" {
 		return 0, false
@@ -114,6 +116,11 @@ func (c *common) gpuMemory() (int64, bool) {
 }
 
 var readGPUMemory = func() (int64, error) {
+	for _, l := range []cuda.Lib{cuda.Driver, cuda.NVRTC, cuda.Cublas} {
+		if err := cuda.Load(l); err != nil {
+			return 0, err
+		}
+	}
 	dev, err := cuda.ChooseDevice()
 	if err != nil {
 		return 0, err
