@@ -1,14 +1,11 @@
 package rt
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/meshrun/meshrun/lang"
-	"github.com/meshrun/meshrun/lower"
-	"github.com/stretchr/testify/require"
 )
 
 // TestFusedAdamRandomMLPs: on random two-layer MLPs (odd widths, so that
@@ -46,27 +43,6 @@ func TestFusedAdamRandomMLPs(t *testing.T) {
 			t.Logf("%s: not a program: %v", name, err)
 			continue
 		}
-		run := func(noFuse bool) (*lower.Plan, *TrainResult) {
-			p, err := lower.Lower(g, lower.Options{Verify: true, NoFuseAdam: noFuse})
-			require.NoError(t, err, name)
-			res, err := Train(context.Background(), p, Options{}, TrainConfig{})
-			require.NoError(t, err, name)
-			return p, res
-		}
-		fp, fused := run(false)
-		pp, plain := run(true)
-		for r := range pp.Peak {
-			require.LessOrEqual(t, fp.Peak[r], pp.Peak[r], "%s: rank %d's peak grew", name, r)
-			if pp.HostPeak != nil {
-				require.LessOrEqual(t, fp.HostPeak[r], pp.HostPeak[r], "%s: rank %d's host peak grew", name, r)
-			}
-		}
-		requireSameTraining(t, plain, fused, name)
-		for _, d := range fused.Last.Devices {
-			require.Equal(t, fp.Peak[d.Device], d.Peak, "%s: rank %d's measured peak", name, d.Device)
-			if fp.HostPeak != nil {
-				require.Equal(t, fp.HostPeak[d.Device], d.HostPeak, "%s: rank %d's measured host peak", name, d.Device)
-			}
-		}
+		requireFusionChangesNothing(t, g, name)
 	}
 }
