@@ -384,20 +384,20 @@ func (h holds) add(b Buffer) {
 // drop gives up one hold on b and says whether none is left.
 func (h holds) drop(b Buffer) bool {
 	if t, ok := b.(*Tensor); ok {
-		n := h.tensors[t] - 1
-		if n != 0 {
-			h.tensors[t] = n
-			return false
-		}
-		delete(h.tensors, t)
-		return true
+		return dropOne(h.tensors, t)
 	}
-	n := h.other[b] - 1
+	return dropOne(h.other, b)
+}
+
+// dropOne counts one hold of k less in m and says whether none is left
+// (k is then gone from m).
+func dropOne[K comparable](m map[K]int32, k K) bool {
+	n := m[k] - 1
 	if n != 0 {
-		h.other[b] = n
+		m[k] = n
 		return false
 	}
-	delete(h.other, b)
+	delete(m, k)
 	return true
 }
 
