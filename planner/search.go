@@ -196,53 +196,81 @@ func Search(p *Program, opts Options) (*Result, error) {
 // way finish); Unpriced then holds the lowest bound among those left.
 func (res *Result) run(cands []*Candidate, b *base, p *Program, opts Options, start time.Time) []*Evaluated {
 	var (
-		mu   sync.Mutex
-		fit  []*Evaluated
-		next int
+		mu  sync.Mutex
+		fit []*Evaluated
 	)
 	model := map[groupKey]float64{} // the least model-axis time priced per group
 	kth := func() float64 { return kthStep(fit, opts.Top) }
-	// take hands out the next candidate worth pricing, or nil
-	take := func() *Candidate {
-		mu.Lock()
-		defer mu.Unlock()
-		for next < len(cands) {
-			c := cands[next]
-			next++
-			switch {
-			case opts.Exhaustive:
-			case opts.Memory > 0 && b.memoryBound(c, opts.Devices) > float64(opts.Memory):
-				res.PrunedMemory++
-				continue
-			case res.bound[c] > kth():
-				res.PrunedTime++
-				continue
-			case b.siblingBound(c, opts, model) > kth():
-				res.PrunedTime++
-				res.PrunedSibling++
-				continue
-			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
-				res.stopAt(cands[next-1:], kth(), true)
-				next = len(cands)
-				return nil
-			}
-			res.Priced++
-			return c
+	take := inTurn(&mu, cands, func(c *Candidate, left []*Candidate) verdict {
+		switch {
+		case opts.Exhaustive:
+		case opts.Memory > 0 && b.memoryBound(c, opts.Devices) > float64(opts.Memory):
+			res.PrunedMemory++
+			return pass
+		case res.bound[c] > kth():
+			res.PrunedTime++
+			return pass
+		case b.siblingBound(c, opts, model) > kth():
+			res.PrunedTime++
+			res.PrunedSibling++
+			return pass
+		case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
+			res.stopAt(left, kth(), true)
+			return stop
 		}
-		return nil
-	}
+		res.Priced++
+		return toPrice
+	})
 	workers(opts.Workers, take, func(c *Candidate) {
 		e, err := evaluate(p, c, opts, b.dataName(p))
 		mu.Lock()
 		defer mu.Unlock()
 		if res.record(e, err, &fit) {
-			k := group(c)
-			if m, ok := model[k]; !ok || e.Cost.ModelAxes < m {
-				model[k] = e.Cost.ModelAxes
-			}
+			lowerTo(model, group(c), e.Cost.ModelAxes)
 		}
 	})
 	return fit
+}
+
+// verdict is what a search decides of the next candidate in its queue.
+type verdict int
+
+const (
+	toPrice verdict = iota // hand it to a worker
+	pass                   // skip it (pruned, or left modelled)
+	stop                   // end the queue here (the time limit)
+)
+
+// inTurn is a take for workers: under mu, the candidates of queue in
+// order, each judged as it comes up (judge sees it and the candidates
+// left from it on, and runs under mu), until one is to be priced, the
+// queue runs out, or judge stops it.
+func inTurn(mu *sync.Mutex, queue []*Candidate, judge func(c *Candidate, left []*Candidate) verdict) func() *Candidate {
+	next := 0
+	return func() *Candidate {
+		mu.Lock()
+		defer mu.Unlock()
+		for next < len(queue) {
+			c := queue[next]
+			next++
+			switch judge(c, queue[next-1:]) {
+			case pass:
+				continue
+			case stop:
+				next = len(queue)
+				return nil
+			}
+			return c
+		}
+		return nil
+	}
+}
+
+// lowerTo keeps in m[k] the least v it is given.
+func lowerTo[K comparable](m map[K]float64, k K, v float64) {
+	if old, ok := m[k]; !ok || v < old {
+		m[k] = v
+	}
 }
 
 // kthStep is the k-th best step of evs (ranked), +Inf while there are

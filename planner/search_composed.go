@@ -42,9 +42,8 @@ func (res *Result) runComposed(cands []*Candidate, b *base, p *Program, f *folde
 	// phase 2: exact prices, the likeliest first
 	sort.SliceStable(modelled, func(i, j int) bool { return better(modelled[i], modelled[j]) })
 	var (
-		mu   sync.Mutex
-		fit  []*Evaluated
-		next int
+		mu  sync.Mutex
+		fit []*Evaluated
 	)
 	kth := func() float64 { return kthStep(fit, opts.Top) }
 	queue := make([]*Candidate, 0, len(modelled)+len(unmodelled))
@@ -60,27 +59,19 @@ func (res *Result) runComposed(cands []*Candidate, b *base, p *Program, f *folde
 		guess[c] = res.bound[c]
 	}
 	exact := map[*Candidate]bool{}
-	take := func() *Candidate {
-		mu.Lock()
-		defer mu.Unlock()
-		for next < len(queue) {
-			c := queue[next]
-			next++
-			if guess[c] > kth()*(1+composeTolerance) {
-				continue // modelled well above the Top-th: stays modelled
-			}
-			// past the time limit, only until one strategy fits (the
-			// answer needs one priced exactly)
-			if opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit && len(fit) > 0 {
-				res.stopAt(queue[next-1:], kth()*(1+composeTolerance), false)
-				next = len(queue)
-				return nil
-			}
-			res.Priced++
-			return c
+	take := inTurn(&mu, queue, func(c *Candidate, left []*Candidate) verdict {
+		if guess[c] > kth()*(1+composeTolerance) {
+			return pass // modelled well above the Top-th: stays modelled
 		}
-		return nil
-	}
+		// past the time limit, only until one strategy fits (the answer
+		// needs one priced exactly)
+		if opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit && len(fit) > 0 {
+			res.stopAt(left, kth()*(1+composeTolerance), false)
+			return stop
+		}
+		res.Priced++
+		return toPrice
+	})
 	workers(opts.Workers, take, func(c *Candidate) {
 		e, err := evaluate(p, c, opts, b.dataName(p))
 		mu.Lock()
@@ -102,8 +93,7 @@ func (res *Result) runComposed(cands []*Candidate, b *base, p *Program, f *folde
 func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opts Options, start time.Time) (modelled []*Evaluated, unmodelled []*Candidate) {
 	var (
 		mu    sync.Mutex
-		top   []*Evaluated // modelled, sure to fit, fastest first
-		next  int
+		top   []*Evaluated             // modelled, sure to fit, fastest first
 		model = map[groupKey]float64{} // least modelled time off the data axis per group (bound.go)
 		floor = map[floorKey]float64{} // least modelled step without ZeRO's and offload's time per group and schedule
 	)
@@ -111,33 +101,25 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 	// bar: the exact step of the Top-th modelled can be as high as its
 	// modelled step over (1 − tolerance)
 	bar := func() float64 { return kth() / (1 - composeTolerance) }
-	take := func() *Candidate {
-		mu.Lock()
-		defer mu.Unlock()
-		for next < len(cands) {
-			c := cands[next]
-			next++
-			switch {
-			case opts.Memory > 0 && b.memoryBound(c, opts.Devices) > float64(opts.Memory):
-				res.PrunedMemory++
-				continue
-			case res.bound[c] > bar():
-				res.PrunedTime++
-				continue
-			case b.siblingBound(c, opts, model)*(1-composeTolerance) > bar(),
-				floor[floorKey{group(c), c.Schedule}]*(1-composeTolerance) > bar():
-				res.PrunedTime++
-				res.PrunedSibling++
-				continue
-			case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
-				res.stopAt(cands[next-1:], bar(), true)
-				next = len(cands)
-				return nil
-			}
-			return c
+	take := inTurn(&mu, cands, func(c *Candidate, left []*Candidate) verdict {
+		switch {
+		case opts.Memory > 0 && b.memoryBound(c, opts.Devices) > float64(opts.Memory):
+			res.PrunedMemory++
+			return pass
+		case res.bound[c] > bar():
+			res.PrunedTime++
+			return pass
+		case b.siblingBound(c, opts, model)*(1-composeTolerance) > bar(),
+			floor[floorKey{group(c), c.Schedule}]*(1-composeTolerance) > bar():
+			res.PrunedTime++
+			res.PrunedSibling++
+			return pass
+		case opts.TimeLimit > 0 && time.Since(start) > opts.TimeLimit:
+			res.stopAt(left, bar(), true)
+			return stop
 		}
-		return nil
-	}
+		return toPrice
+	})
 	workers(opts.Workers, take, func(c *Candidate) {
 		cost, err := f.compose(c, opts, b.dataName(p))
 		mu.Lock()
@@ -156,12 +138,8 @@ func (res *Result) model(cands []*Candidate, b *base, p *Program, f *folded, opt
 			if opts.Memory == 0 || composeMemorySlack*float64(cost.Peak) <= float64(opts.Memory) {
 				top = insertRanked(top, e)
 			}
-			if m, ok := model[group(c)]; !ok || cost.ModelAxes < m {
-				model[group(c)] = cost.ModelAxes
-			}
-			if f, ok := floor[floorKey{group(c), c.Schedule}]; !ok || cost.floor < f {
-				floor[floorKey{group(c), c.Schedule}] = cost.floor
-			}
+			lowerTo(model, group(c), cost.ModelAxes)
+			lowerTo(floor, floorKey{group(c), c.Schedule}, cost.floor)
 		}
 		mu.Unlock()
 	})
