@@ -1,5 +1,29 @@
 #include "textflag.h"
 
+// The three kernels share their arithmetic, so that AdamFused's lanes are
+// the separate kernels' operation for operation (bit for bit).
+
+// MOMENT sets ym = ym·yb + yg·yw, yt a scratch register: a moment of
+// gradient (or squared gradient) yg with β yb and 1 − β yw.
+#define MOMENT(ym, yg, yb, yw, yt) \
+	VMULPS yb, ym, ym; \
+	VMULPS yw, yg, yt; \
+	VADDPS yt, ym, ym
+
+// UPDATE writes p·decay − step·(m / (√v / rootBC2 + eps)) to (DI), for v
+// in yv and m in ym (both overwritten), p at (SI), and step, rootBC2,
+// eps, decay in Y12-Y15; Y2 is its scratch.
+#define UPDATE(yv, ym) \
+	VSQRTPS yv, yv; \
+	VDIVPS  Y13, yv, yv; \
+	VADDPS  Y14, yv, yv; \
+	VDIVPS  yv, ym, ym; \
+	VMULPS  Y12, ym, ym; \
+	VMOVUPS (SI), Y2; \
+	VMULPS  Y15, Y2, Y2; \
+	VSUBPS  ym, Y2, Y2; \
+	VMOVUPS Y2, (DI)
+
 // func adamAVX(out, p, m, v *float32, n int, step, rootBC2, eps, decay float32)
 //
 // Eight lanes of adam.go's AdamUpdate loop, operation for operation:
@@ -19,16 +43,8 @@ TEXT ·adamAVX(SB), NOSPLIT, $0-56
 
 aloop:
 	VMOVUPS (R9), Y0
-	VSQRTPS Y0, Y0
-	VDIVPS  Y13, Y0, Y0
-	VADDPS  Y14, Y0, Y0
 	VMOVUPS (R8), Y1
-	VDIVPS  Y0, Y1, Y1
-	VMULPS  Y12, Y1, Y1
-	VMOVUPS (SI), Y2
-	VMULPS  Y15, Y2, Y2
-	VSUBPS  Y1, Y2, Y2
-	VMOVUPS Y2, (DI)
+	UPDATE(Y0, Y1)
 	ADDQ $32, DI
 	ADDQ $32, SI
 	ADDQ $32, R8
@@ -59,11 +75,9 @@ TEXT ·momentAVX(SB), NOSPLIT, $0-41
 
 msq:
 	VMOVUPS (SI), Y0
-	VMULPS  Y14, Y0, Y0
 	VMOVUPS (R8), Y1
 	VMULPS  Y1, Y1, Y1
-	VMULPS  Y15, Y1, Y1
-	VADDPS  Y1, Y0, Y0
+	MOMENT(Y0, Y1, Y14, Y15, Y1)
 	VMOVUPS Y0, (DI)
 	ADDQ $32, DI
 	ADDQ $32, SI
@@ -74,10 +88,8 @@ msq:
 
 mplain:
 	VMOVUPS (SI), Y0
-	VMULPS  Y14, Y0, Y0
 	VMOVUPS (R8), Y1
-	VMULPS  Y15, Y1, Y1
-	VADDPS  Y1, Y0, Y0
+	MOMENT(Y0, Y1, Y14, Y15, Y1)
 	VMOVUPS Y0, (DI)
 	ADDQ $32, DI
 	ADDQ $32, SI
@@ -116,25 +128,13 @@ TEXT ·adamFusedAVX(SB), NOSPLIT, $0-96
 floop:
 	VMOVUPS (R12), Y0
 	VMOVUPS (R8), Y1
-	VMULPS  Y8, Y1, Y1
-	VMULPS  Y9, Y0, Y2
-	VADDPS  Y2, Y1, Y1
+	MOMENT(Y1, Y0, Y8, Y9, Y2)
 	VMOVUPS Y1, (R10)
 	VMOVUPS (R9), Y3
-	VMULPS  Y10, Y3, Y3
 	VMULPS  Y0, Y0, Y4
-	VMULPS  Y11, Y4, Y4
-	VADDPS  Y4, Y3, Y3
+	MOMENT(Y3, Y4, Y10, Y11, Y4)
 	VMOVUPS Y3, (R11)
-	VSQRTPS Y3, Y3
-	VDIVPS  Y13, Y3, Y3
-	VADDPS  Y14, Y3, Y3
-	VDIVPS  Y3, Y1, Y1
-	VMULPS  Y12, Y1, Y1
-	VMOVUPS (SI), Y2
-	VMULPS  Y15, Y2, Y2
-	VSUBPS  Y1, Y2, Y2
-	VMOVUPS Y2, (DI)
+	UPDATE(Y3, Y1)
 	ADDQ $32, DI
 	ADDQ $32, R10
 	ADDQ $32, R11
