@@ -1,14 +1,11 @@
 package lower
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"runtime"
 	"testing"
 
-	"github.com/meshrun/meshrun/bench/gptsrc"
-	"github.com/meshrun/meshrun/lang"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,13 +14,7 @@ import (
 // the report's JSON and text equal the report made in one part, for every
 // example, the uneven program and a pipelined GPT. Run it under -race too.
 func TestExplainInPartsIsExplainWhole(t *testing.T) {
-	plans := testPlans(t)
-	var gpt bytes.Buffer
-	gptsrc.Write(&gpt, 8, true)
-	g, err := lang.CheckSource("gpt.mesh", gpt.Bytes(), lang.CheckOptions{})
-	require.NoError(t, err)
-	plans["gpt pipelined"], err = Lower(g, Options{})
-	require.NoError(t, err)
+	plans := testPlansAndGPT(t)
 	defer func(n, procs int) { opsPerPart = n; runtime.GOMAXPROCS(procs) }(opsPerPart, runtime.GOMAXPROCS(4))
 	cut := 0
 	for name, p := range plans {

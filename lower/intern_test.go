@@ -190,13 +190,7 @@ func TestWindowPiecesAreDisjoint(t *testing.T) {
 // examples, the uneven program and a pipelined GPT; and the text written
 // as it renders is the text built as one string.
 func TestReportMemoMatchesFreshFormatting(t *testing.T) {
-	plans := testPlans(t)
-	var gpt bytes.Buffer
-	gptsrc.Write(&gpt, 8, true)
-	g, err := lang.CheckSource("gpt.mesh", gpt.Bytes(), lang.CheckOptions{})
-	require.NoError(t, err)
-	plans["gpt pipelined"], err = Lower(g, Options{})
-	require.NoError(t, err)
+	plans := testPlansAndGPT(t)
 	for name, p := range plans {
 		r := Explain(p)
 		tm := newTextMemo()
@@ -242,4 +236,18 @@ func TestReportMemoMatchesFreshFormatting(t *testing.T) {
 		require.NoError(t, r.WriteText(&streamed))
 		require.Equal(t, r.Text(), streamed.String(), "%s: WriteText writes Text's text", name)
 	}
+}
+
+// testPlansAndGPT is testPlans and an 8-layer pipelined GPT (bench's
+// generator), "gpt pipelined".
+func testPlansAndGPT(t *testing.T) map[string]*Plan {
+	t.Helper()
+	plans := testPlans(t)
+	var gpt bytes.Buffer
+	gptsrc.Write(&gpt, 8, true)
+	g, err := lang.CheckSource("gpt.mesh", gpt.Bytes(), lang.CheckOptions{})
+	require.NoError(t, err)
+	plans["gpt pipelined"], err = Lower(g, Options{})
+	require.NoError(t, err)
+	return plans
 }

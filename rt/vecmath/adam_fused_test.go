@@ -77,16 +77,7 @@ func seq(n int) []int {
 func BenchmarkAdamFusedVsThree(b *testing.B) {
 	const n = 512 * 1024
 	h := AdamHyper{Beta1: 0.9, Beta2: 0.999, Step: 1e-3, RootBC2: 0.99, Eps: 1e-8, Decay: 1}
-	type param struct{ p, g, m, v [3][]float32 }
-	ps := make([]param, 2)
-	for i := range ps {
-		for j := range 3 {
-			ps[i].p[j], ps[i].g[j], ps[i].m[j], ps[i].v[j] = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
-			for k := range n {
-				ps[i].p[j][k], ps[i].g[j][k] = float32(k%97)*0.01, float32(k%89)*1e-3
-			}
-		}
-	}
+	ps := benchParams(n)
 	it := 0
 	three := func() {
 		cur, next := it%3, (it+1)%3

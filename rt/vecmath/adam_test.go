@@ -57,16 +57,7 @@ func TestAdamSlices(t *testing.T) {
 // recycles them (the working set is the step's, 28 MB, beyond L2).
 func BenchmarkAdamStep(b *testing.B) {
 	const n = 512 * 1024
-	type param struct{ p, g, m, v [3][]float32 }
-	ps := make([]param, 2)
-	for i := range ps {
-		for j := range 3 {
-			ps[i].p[j], ps[i].g[j], ps[i].m[j], ps[i].v[j] = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
-			for k := range n {
-				ps[i].p[j][k], ps[i].g[j][k] = float32(k%97)*0.01, float32(k%89)*1e-3
-			}
-		}
-	}
+	ps := benchParams(n)
 	b.SetBytes(2 * n * 4)
 	for it := 0; b.Loop(); it++ {
 		cur, next := it%3, (it+1)%3
@@ -77,4 +68,22 @@ func BenchmarkAdamStep(b *testing.B) {
 			AdamUpdate(q.p[next], q.p[cur], q.m[next], q.v[next], 1e-3, 0.99, 1e-8, 1)
 		}
 	}
+}
+
+// benchParam is one parameter's p, g, m and v in three sets each, rotating
+// as an arena recycles them.
+type benchParam struct{ p, g, m, v [3][]float32 }
+
+// benchParams makes the Adam benchmarks' two parameters of n elements.
+func benchParams(n int) []benchParam {
+	ps := make([]benchParam, 2)
+	for i := range ps {
+		for j := range 3 {
+			ps[i].p[j], ps[i].g[j], ps[i].m[j], ps[i].v[j] = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+			for k := range n {
+				ps[i].p[j][k], ps[i].g[j][k] = float32(k%97)*0.01, float32(k%89)*1e-3
+			}
+		}
+	}
+	return ps
 }
