@@ -47,14 +47,33 @@ if [ -z "${VIRTUAL_ENV:-}" ] && command -v python3 >/dev/null; then
 	VIRTUAL_ENV=$(python3 -c 'import sys; print(sys.prefix)' 2>/dev/null) && export VIRTUAL_ENV
 fi
 status=0
+# DEADLINE (seconds, default 420): the device machine's lease is short, so
+# every step's timeout is cut to what is left, and steps that would start
+# with under 10 s left are skipped (said, and counted as failures)
+DEADLINE=${DEADLINE:-420}
 step() { echo; echo "=== $* (at ${SECONDS}s)"; }
 fail() { echo "FAILED: $*"; status=1; }
+# tmo N CMD...: timeout N, or less when the deadline is nearer
+tmo() {
+	local left=$((DEADLINE - SECONDS)) n=$1
+	shift
+	if [ "$left" -lt 10 ]; then echo "SKIPPED (deadline ${DEADLINE}s): $*"; return 124; fi
+	[ "$n" -gt "$left" ] && n=$left
+	timeout "$n" "$@"
+}
 
 step "build"; cat "$BIN/COMMIT" 2>/dev/null || echo "no $BIN/COMMIT: run bench/gpu_build.sh"
+step "machine"
+uname -srm; nproc; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; echo "VIRTUAL_ENV=${VIRTUAL_ENV:-}"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+echo "--- CUDA libraries present"
+{ ldconfig -p | grep -E 'libcuda\.so|libnvidia-ml|libnvrtc|libcublas|libnccl' | sed 's/^\s*//'
+  timeout 20 find /usr /opt /usr/local -xdev \( -name 'libnvrtc.so*' -o -name 'libcublas*.so*' -o -name 'libnccl.so*' -o -name 'libcuda.so*' \) 2>/dev/null; } | sort -u | head -40
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -1
 step "meshrun devices"
-timeout 60 "$BIN/meshrun" devices || fail "meshrun devices"
+tmo 60 "$BIN/meshrun" devices || fail "meshrun devices"
 echo "--- explain --link gpus (the links NVML's topology gives the mesh)"
-links=$(timeout 60 "$BIN/meshrun" explain examples/megatron_mlp.mesh --link gpus 2>&1)
+links=$(tmo 60 "$BIN/meshrun" explain examples/megatron_mlp.mesh --link gpus 2>&1)
 rc=$?
 echo "$links" | sed -n '1,/^$/p'
 # without NVML (trying this script on the fake driver) that is an answer
@@ -62,13 +81,13 @@ echo "$links" | sed -n '1,/^$/p'
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 
 step "package cuda's tests on the GPU"
-(cd cuda && MESHRUN_TEST_GPU=1 MESHRUN_REQUIRE_GPU=1 timeout 240 "$BIN/cuda.test" \
+(cd cuda && MESHRUN_TEST_GPU=1 MESHRUN_REQUIRE_GPU=1 tmo 240 "$BIN/cuda.test" \
     -test.v -test.run '^(TestBackend|TestHalf|TestExamples|TestCLI)' 2>&1 | grep -v '^=== RUN') || fail "cuda tests"
 
 step "meshrun check --backend cuda (mesh on the GPU vs one CPU device)"
 for ex in examples/dp_mlp.mesh examples/megatron_mlp.mesh examples/dp_tp_block.mesh examples/train/mlp_dp.mesh examples/train/megatron_dp_tp.mesh; do
     echo "--- $ex"
-    timeout 120 "$BIN/meshrun" check "$ex" --backend cuda || fail "check $ex"
+    tmo 120 "$BIN/meshrun" check "$ex" --backend cuda || fail "check $ex"
 done
 
 step "run/train --backend cuda vs --backend cpu, outputs compared"
@@ -79,7 +98,7 @@ for ex in examples/megatron_mlp.mesh examples/long_attention.mesh train:examples
     mkdir -p "$work/$name"
     for be in cuda cpu; do
         t0=$(date +%s.%N)
-        timeout 120 "$BIN/meshrun" $cmd "$ex" --backend $be --out "$work/$name/$be" > "$work/$name/$be.txt" 2>&1 \
+        tmo 120 "$BIN/meshrun" $cmd "$ex" --backend $be --out "$work/$name/$be" > "$work/$name/$be.txt" 2>&1 \
             || { fail "$cmd $ex --backend $be"; tail -5 "$work/$name/$be.txt"; }
         echo "$cmd $ex --backend $be: $(awk "BEGIN{printf \"%.2f\", $(date +%s.%N) - $t0}") s wall; $(tail -1 "$work/$name/$be.txt")"
     done
@@ -87,13 +106,21 @@ for ex in examples/megatron_mlp.mesh examples/long_attention.mesh train:examples
 done
 
 step "matmul: the backend vs raw cuBLAS"
-(cd cuda && MESHRUN_TEST_GPU=1 timeout 180 "$BIN/cuda.test" -test.run '^$' -test.bench MatmulVsCublas \
+(cd cuda && MESHRUN_TEST_GPU=1 tmo 180 "$BIN/cuda.test" -test.run '^$' -test.bench MatmulVsCublas \
     -test.benchtime 1x -test.v) || fail "matmul benchmark"
 
 step "PyTorch matmul on the same shapes (when torch has CUDA)"
-python3 - <<'PY' || echo "(no PyTorch with CUDA here)"
+tmo 120 python3 - <<'PY' || echo "(no PyTorch with CUDA here)"
 import time, torch
 assert torch.cuda.is_available()
+# the device's copy ceiling, bytes read plus written (1 GiB each way)
+x = torch.empty(1 << 28, device="cuda"); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+best = 1e9
+for _ in range(10):
+    torch.cuda.synchronize(); t = time.perf_counter(); y.copy_(x); torch.cuda.synchronize(); best = min(best, time.perf_counter() - t)
+print(f"torch device-to-device copy: {2 * x.numel() * 4 / best / 1e9:.0f} GB/s (read + write)")
+del x, y
 for name, dt, tf32 in (("f32", torch.float32, False), ("tf32", torch.float32, True), ("bf16", torch.bfloat16, False), ("f64", torch.float64, False)):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     for m, k, n in ((4096, 4096, 4096), (8192, 1024, 4096), (16 * 512, 768, 3072)):
@@ -120,9 +147,9 @@ gpt_vs_torch() {
         # the order rotates every round, so drift on the machine falls on each run alike
         for w in $(seq 0 2 | awk -v r="$r" '{print ($1 + r) % 3}'); do
             case $w in
-            0) timeout 120 "$BIN/meshrun" train "$d/gpt1.mesh" --backend cuda --log "$d/m1.$r" >/dev/null 2>"$d/m1.err" || { fail "meshrun train gpt1.mesh --backend cuda"; tail -3 "$d/m1.err"; return; } ;;
-            1) timeout 120 "$BIN/meshrun" train "$d/gpt.mesh" --backend cuda --log "$d/m4.$r" >/dev/null 2>"$d/m4.err" || { fail "meshrun train gpt.mesh --backend cuda"; tail -3 "$d/m4.err"; return; } ;;
-            2) timeout 120 python3 bench/torch_gpt.py train "$d" $steps 1 "$dev" >"$d/t.$r" || { fail "torch_gpt.py train on $dev"; return; } ;;
+            0) tmo 120 "$BIN/meshrun" train "$d/gpt1.mesh" --backend cuda --log "$d/m1.$r" >/dev/null 2>"$d/m1.err" || { fail "meshrun train gpt1.mesh --backend cuda"; tail -3 "$d/m1.err"; return; } ;;
+            1) tmo 120 "$BIN/meshrun" train "$d/gpt.mesh" --backend cuda --log "$d/m4.$r" >/dev/null 2>"$d/m4.err" || { fail "meshrun train gpt.mesh --backend cuda"; tail -3 "$d/m4.err"; return; } ;;
+            2) tmo 120 python3 bench/torch_gpt.py train "$d" $steps 1 "$dev" >"$d/t.$r" || { fail "torch_gpt.py train on $dev"; return; } ;;
             esac
         done
         m1=$(med "$d/m1.$r") m4=$(med "$d/m4.$r") tt=$(med "$d/t.$r")
