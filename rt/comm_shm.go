@@ -315,7 +315,7 @@ func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer
 		return nil, err
 	}
 	out, owner := g.posted().out[0], g.posted().owner
-	err := g.sameInputs("all_reduce", func(x *Tensor) bool { return x.Numel() == n })
+	err := g.sameInputs("all_reduce", func(shape []int) bool { return numel(shape) == n })
 	if err == nil {
 		lens := balanced(n, p)
 		lo := 0
@@ -335,7 +335,7 @@ func (g *Ring) shmAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer
 // shmReduceScatter: member r reduces its own chunk into its result.
 func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []int, op ReduceOp) (Buffer, error) {
 	start := g.began()
-	if err := g.checkLens(t, dim, lens); err != nil {
+	if err := g.checkLens(t.Shape, dim, lens); err != nil {
 		return nil, err
 	}
 	if g.isSmall(t.Bytes()) {
@@ -347,7 +347,7 @@ func (g *Ring) shmReduceScatter(ctx context.Context, t *Tensor, dim int, lens []
 	if err := g.meet(ctx, call{kind: "reduce_scatter", arg: dim<<1 | int(op)}, t, nil); err != nil {
 		return nil, err
 	}
-	err := g.sameInputs("reduce_scatter", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) })
+	err := g.sameInputs("reduce_scatter", func(shape []int) bool { return sameShape(shape, t.Shape) })
 	if err == nil {
 		outer, inner := around(t.Shape, dim)
 		lo := 0
@@ -395,49 +395,60 @@ func (g *Ring) shmAllGather(ctx context.Context, t *Tensor, dim int, lens []int)
 }
 
 // checkBlocks checks every posted block of an all-gather against this
-// member's: the same dtype and shape but for the gathered dim, whose
-// length is the member's entry of lens. Every member finds the same.
+// member's (blocksAgree).
 func (g *Ring) checkBlocks(dim int, lens []int) error {
-	in := g.posted().in
-	mine := in[g.Rank]
+	return blocksAgree(g.posted().in, g.Rank, dim, lens)
+}
+
+// blocksAgree checks every member's block of an all-gather against member
+// me's: the same dtype and shape but for the gathered dim, whose length
+// is the member's entry of lens. Every member finds the same.
+func blocksAgree[B Buffer](in []B, me, dim int, lens []int) error {
+	mine := in[me]
 	for m, x := range in {
-		ok := x.DType == mine.DType && len(x.Shape) == len(mine.Shape)
-		for d := 0; ok && d < len(x.Shape); d++ {
-			ok = d == dim || x.Shape[d] == mine.Shape[d]
+		shape, own := x.Dims(), mine.Dims()
+		ok := x.Elem() == mine.Elem() && len(shape) == len(own)
+		for d := 0; ok && d < len(shape); d++ {
+			ok = d == dim || shape[d] == own[d]
 		}
-		if !ok || x.Shape[dim] != lens[m] {
-			want := slices.Clone(mine.Shape)
+		if !ok || shape[dim] != lens[m] {
+			want := slices.Clone(own)
 			want[dim] = lens[m]
-			return fmt.Errorf("all_gather: block %d is %s%v, expected %s%v", m, x.DType, x.Shape, mine.DType, want)
+			return fmt.Errorf("all_gather: block %d is %s%v, expected %s%v", m, x.Elem(), shape, mine.Elem(), want)
 		}
 	}
 	return nil
 }
 
 // sameInputs checks that every member posted the same dtype and a shape
-// ok accepts.
-func (g *Ring) sameInputs(what string, ok func(*Tensor) bool) error {
-	in := g.posted().in
-	mine := in[g.Rank]
+// ok accepts (inputsAgree).
+func (g *Ring) sameInputs(what string, ok func(shape []int) bool) error {
+	return inputsAgree(g.posted().in, g.Rank, what, ok)
+}
+
+// inputsAgree checks that every member's input has member me's dtype and
+// a shape ok accepts.
+func inputsAgree[B Buffer](in []B, me int, what string, ok func(shape []int) bool) error {
+	mine := in[me]
 	for m, x := range in {
-		if x.DType != mine.DType || !ok(x) {
-			return fmt.Errorf("%s: member %d holds %s%v, member %d %s%v", what, m, x.DType, x.Shape, g.Rank, mine.DType, mine.Shape)
+		if x.Elem() != mine.Elem() || !ok(x.Dims()) {
+			return fmt.Errorf("%s: member %d holds %s%v, member %d %s%v", what, m, x.Elem(), x.Dims(), me, mine.Elem(), mine.Dims())
 		}
 	}
 	return nil
 }
 
-// checkLens checks a cut of t along dim into a length per member.
-func (g *Ring) checkLens(t *Tensor, dim int, lens []int) error {
-	if dim < 0 || dim >= len(t.Shape) {
-		return fmt.Errorf("dim %d of a %d-dim tensor", dim, len(t.Shape))
+// checkLens checks a cut of shape along dim into a length per member.
+func (g *Ring) checkLens(shape []int, dim int, lens []int) error {
+	if dim < 0 || dim >= len(shape) {
+		return fmt.Errorf("dim %d of a %d-dim tensor", dim, len(shape))
 	}
 	sum := 0
 	for _, l := range lens {
 		sum += l
 	}
-	if sum != t.Shape[dim] || len(lens) != g.Size() {
-		return fmt.Errorf("lengths %v do not cut %v along dim %d", lens, t.Shape, dim)
+	if sum != shape[dim] || len(lens) != g.Size() {
+		return fmt.Errorf("lengths %v do not cut %v along dim %d", lens, shape, dim)
 	}
 	return nil
 }

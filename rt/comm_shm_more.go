@@ -15,7 +15,7 @@ import (
 func (g *Ring) shmAllToAll(ctx context.Context, t *Tensor, splitDim int, lens []int, catDim int, catLens []int) (Buffer, error) {
 	start := g.began()
 	p := g.Size()
-	if err := g.checkLens(t, splitDim, lens); err != nil {
+	if err := g.checkLens(t.Shape, splitDim, lens); err != nil {
 		return nil, fmt.Errorf("all_to_all: %v", err)
 	}
 	if catDim < 0 || catDim >= len(t.Shape) || len(lens) != p || len(catLens) != p {
@@ -59,21 +59,27 @@ func (g *Ring) shmAllToAll(ctx context.Context, t *Tensor, splitDim int, lens []
 }
 
 // checkPieces checks every member's all-to-all input against this
-// member's: same dtype, same rank, the same split length, and along
-// catDim the length this member expects of that member's piece.
+// member's (piecesAgree).
 func (g *Ring) checkPieces(splitDim, catDim int, pieceLen func(int) int) error {
-	in := g.posted().in
-	mine := in[g.Rank]
+	return piecesAgree(g.posted().in, g.Rank, splitDim, catDim, pieceLen)
+}
+
+// piecesAgree checks every member's all-to-all input against member me's:
+// same dtype, same rank, the same split length, and along catDim the
+// length me expects of that member's piece.
+func piecesAgree[B Buffer](in []B, me, splitDim, catDim int, pieceLen func(int) int) error {
+	mine := in[me]
 	for m, x := range in {
-		ok := x.DType == mine.DType && len(x.Shape) == len(mine.Shape)
-		for d := 0; ok && d < len(x.Shape); d++ {
-			ok = d == catDim && d != splitDim || x.Shape[d] == mine.Shape[d]
+		shape, own := x.Dims(), mine.Dims()
+		ok := x.Elem() == mine.Elem() && len(shape) == len(own)
+		for d := 0; ok && d < len(shape); d++ {
+			ok = d == catDim && d != splitDim || shape[d] == own[d]
 		}
-		if ok && catDim != splitDim && x.Shape[catDim] != pieceLen(m) {
-			return fmt.Errorf("all_to_all: member %d's piece has length %d along dim %d, expected %d", m, x.Shape[catDim], catDim, pieceLen(m))
+		if ok && catDim != splitDim && shape[catDim] != pieceLen(m) {
+			return fmt.Errorf("all_to_all: member %d's piece has length %d along dim %d, expected %d", m, shape[catDim], catDim, pieceLen(m))
 		}
 		if !ok {
-			return fmt.Errorf("all_to_all: member %d holds %s%v, member %d %s%v", m, x.DType, x.Shape, g.Rank, mine.DType, mine.Shape)
+			return fmt.Errorf("all_to_all: member %d holds %s%v, member %d %s%v", m, x.Elem(), shape, me, mine.Elem(), own)
 		}
 	}
 	return nil
@@ -149,7 +155,7 @@ func (g *Ring) shmReduce(ctx context.Context, t *Tensor, root int) (Buffer, erro
 	if err := g.meet(ctx, call{kind: "reduce", arg: root}, t, out); err != nil {
 		return nil, err
 	}
-	err := g.sameInputs("reduce", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) })
+	err := g.sameInputs("reduce", func(shape []int) bool { return sameShape(shape, t.Shape) })
 	if err == nil {
 		lens := balanced(n, p)
 		lo := 0

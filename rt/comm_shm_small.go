@@ -131,7 +131,7 @@ func (g *Ring) smallAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buff
 	if err := g.meet(ctx, call{kind: "all_reduce", arg: int(op), small: true}, g.stage(t), nil); err != nil {
 		return nil, err
 	}
-	if err := g.sameInputs("all_reduce", func(x *Tensor) bool { return x.Numel() == n }); err != nil {
+	if err := g.sameInputs("all_reduce", func(shape []int) bool { return numel(shape) == n }); err != nil {
 		return nil, err
 	}
 	out := g.result(t.DType, t.Shape)
@@ -158,7 +158,7 @@ func (g *Ring) smallReduceScatter(ctx context.Context, t *Tensor, dim int, lens 
 	if err := g.meet(ctx, call{kind: "reduce_scatter", arg: dim<<1 | int(op), small: true}, g.stage(t), nil); err != nil {
 		return nil, err
 	}
-	if err := g.sameInputs("reduce_scatter", func(x *Tensor) bool { return sameShape(x.Shape, t.Shape) }); err != nil {
+	if err := g.sameInputs("reduce_scatter", func(shape []int) bool { return sameShape(shape, t.Shape) }); err != nil {
 		return nil, err
 	}
 	shape := slices.Clone(t.Shape)
