@@ -128,14 +128,6 @@ func grids(i, n int) (int, int) {
 	return n/32 + 2, 32
 }
 
-func numel(s []int) int {
-	n := 1
-	for _, d := range s {
-		n *= d
-	}
-	return n
-}
-
 var broadcastCases = [][2][]int{
 	{{7}, {7}},
 	{{3, 4}, {4}},

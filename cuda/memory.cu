@@ -60,72 +60,80 @@ MR_CAST(f64, double, f32, float)
  * ties to even, as the CPU backend's F32ToBF16/F32ToF16 (NaN stays a
  * quiet NaN; f16 has subnormals and overflows to ±inf). A half op runs as
  * the CPU runs it: operands widened, the f32 kernel, the result narrowed
- * once. */
+ * once. The conversions are device functions too (mr_bf16_bits, ...),
+ * for kernels that fold half values in f32 (comm.cu). */
+__device__ __forceinline__ unsigned int mr_bf16_bits(unsigned short h) { return (unsigned int)h << 16; }
+
+__device__ __forceinline__ unsigned short mr_bits_bf16(unsigned int b) {
+	if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu) != 0) {
+		return (unsigned short)((b >> 16) | 0x40);
+	}
+	b += 0x7fffu + ((b >> 16) & 1u);
+	return (unsigned short)(b >> 16);
+}
+
+__device__ __forceinline__ unsigned int mr_f16_bits(unsigned int h) {
+	unsigned int sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+	if (exp == 0 && man == 0) {
+		return sign;
+	}
+	if (exp == 0) { /* subnormal: normalise */
+		unsigned int e = 127 - 15 + 1;
+		while ((man & 0x400u) == 0) {
+			man <<= 1;
+			e--;
+		}
+		return sign | e << 23 | (man & 0x3ffu) << 13;
+	}
+	if (exp == 0x1f) {
+		return sign | 0xffu << 23 | man << 13;
+	}
+	return sign | (exp + 127 - 15) << 23 | man << 13;
+}
+
+__device__ __forceinline__ unsigned short mr_bits_f16(unsigned int b) {
+	unsigned int man = b & 0x7fffffu, r;
+	unsigned int sign = (b >> 16) & 0x8000u;
+	int exp = (int)((b >> 23) & 0xffu), e = exp - 127 + 15;
+	if (exp == 0xff) {
+		r = sign | (man != 0 ? 0x7e00u : 0x7c00u);
+	} else if (exp == 0 && man == 0) {
+		r = sign;
+	} else if (e >= 0x1f) {
+		r = sign | 0x7c00u; /* overflow */
+	} else if (e <= 0) {
+		if (e < -10) {
+			r = sign; /* underflow to zero */
+		} else {
+			unsigned int m = man | 0x800000u, shift = (unsigned int)(14 - e);
+			unsigned int half = 1u << (shift - 1), q = m >> shift, rem = m & ((1u << shift) - 1);
+			if (rem > half || (rem == half && (q & 1u))) q++;
+			r = sign | q;
+		}
+	} else {
+		unsigned int q = (unsigned int)e << 10 | man >> 13, rem = man & 0x1fffu;
+		if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) q++; /* may carry up to inf: correct */
+		r = sign | q;
+	}
+	return (unsigned short)r;
+}
+
 MR_KERNEL mr_widen_bf16(unsigned int *out, const unsigned short *x, long long n) {
-	MR_GRID_LOOP(i, n) { out[i] = (unsigned int)x[i] << 16; }
+	MR_GRID_LOOP(i, n) { out[i] = mr_bf16_bits(x[i]); }
 }
 MR_EMU_CAST(mr_widen_bf16, unsigned short, unsigned int)
 
 MR_KERNEL mr_narrow_bf16(unsigned short *out, const unsigned int *x, long long n) {
-	MR_GRID_LOOP(i, n) {
-		unsigned int b = x[i];
-		if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu) != 0) {
-			out[i] = (unsigned short)((b >> 16) | 0x40);
-		} else {
-			b += 0x7fffu + ((b >> 16) & 1u);
-			out[i] = (unsigned short)(b >> 16);
-		}
-	}
+	MR_GRID_LOOP(i, n) { out[i] = mr_bits_bf16(x[i]); }
 }
 MR_EMU_CAST(mr_narrow_bf16, unsigned int, unsigned short)
 
 MR_KERNEL mr_widen_f16(unsigned int *out, const unsigned short *x, long long n) {
-	MR_GRID_LOOP(i, n) {
-		unsigned int h = x[i], sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-		if (exp == 0 && man == 0) {
-			out[i] = sign;
-		} else if (exp == 0) { /* subnormal: normalise */
-			unsigned int e = 127 - 15 + 1;
-			while ((man & 0x400u) == 0) {
-				man <<= 1;
-				e--;
-			}
-			out[i] = sign | e << 23 | (man & 0x3ffu) << 13;
-		} else if (exp == 0x1f) {
-			out[i] = sign | 0xffu << 23 | man << 13;
-		} else {
-			out[i] = sign | (exp + 127 - 15) << 23 | man << 13;
-		}
-	}
+	MR_GRID_LOOP(i, n) { out[i] = mr_f16_bits(x[i]); }
 }
 MR_EMU_CAST(mr_widen_f16, unsigned short, unsigned int)
 
 MR_KERNEL mr_narrow_f16(unsigned short *out, const unsigned int *x, long long n) {
-	MR_GRID_LOOP(i, n) {
-		unsigned int b = x[i], man = b & 0x7fffffu, r;
-		unsigned int sign = (b >> 16) & 0x8000u;
-		int exp = (int)((b >> 23) & 0xffu), e = exp - 127 + 15;
-		if (exp == 0xff) {
-			r = sign | (man != 0 ? 0x7e00u : 0x7c00u);
-		} else if (exp == 0 && man == 0) {
-			r = sign;
-		} else if (e >= 0x1f) {
-			r = sign | 0x7c00u; /* overflow */
-		} else if (e <= 0) {
-			if (e < -10) {
-				r = sign; /* underflow to zero */
-			} else {
-				unsigned int m = man | 0x800000u, shift = (unsigned int)(14 - e);
-				unsigned int half = 1u << (shift - 1), q = m >> shift, rem = m & ((1u << shift) - 1);
-				if (rem > half || (rem == half && (q & 1u))) q++;
-				r = sign | q;
-			}
-		} else {
-			unsigned int q = (unsigned int)e << 10 | man >> 13, rem = man & 0x1fffu;
-			if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) q++; /* may carry up to inf: correct */
-			r = sign | q;
-		}
-		out[i] = (unsigned short)r;
-	}
+	MR_GRID_LOOP(i, n) { out[i] = mr_bits_f16(x[i]); }
 }
 MR_EMU_CAST(mr_narrow_f16, unsigned int, unsigned short)

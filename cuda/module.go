@@ -44,7 +44,7 @@ var GatherSource string
 
 // KernelSource is the one program NVRTC compiles for a device.
 func KernelSource() string {
-	return strings.Join([]string{ElementwiseSource, MemorySource, OptimSource, ReduceSource, NNSource, GatherSource}, "\n")
+	return strings.Join([]string{ElementwiseSource, MemorySource, OptimSource, ReduceSource, NNSource, GatherSource, CommSource}, "\n")
 }
 
 // module is a loaded program and the functions looked up in it so far.

@@ -149,6 +149,9 @@ type InProc struct {
 	// held is this rank's tensors of shared results, each with its
 	// count of holders (comm_shm_pool.go)
 	held map[*Tensor]*sharedResult
+	// dev runs the collectives of groups that fit it on the device the
+	// ranks share (DrawResultsFrom)
+	dev DeviceCollectives
 }
 
 // NewInProc returns the n communicators of an in-process world.
@@ -185,6 +188,9 @@ func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, erro
 		return nil, fmt.Errorf("rank %d is not in group %v", c.rank, members)
 	}
 	shm := &shmMember{s: c.shared.group(id, members), sent: &c.T.sent[c.rank], pool: c.pool, held: c.held}
+	if c.dev != nil && len(members) <= c.dev.MaxMembers() {
+		shm.dev = c.dev
+	}
 	return &Ring{T: c.T, Devices: members, Rank: idx, Tag: collectiveTag(id), shm: shm}, nil
 }
 
@@ -258,6 +264,9 @@ func (g *Ring) recv(ctx context.Context, from int) (*Tensor, error) {
 // AllGather implements Group: p-1 steps; in step k each rank forwards the
 // block it received in step k-1 (its own at k=0) to the next rank.
 func (g *Ring) AllGather(ctx context.Context, x Buffer, dim int, lens []int) (Buffer, error) {
+	if g.onDevice() {
+		return g.devAllGather(ctx, x, dim, lens)
+	}
 	t, err := host(x)
 	if err != nil {
 		return nil, err
@@ -295,6 +304,9 @@ func (g *Ring) allGather(ctx context.Context, t *Tensor, dim int, lens []int) (*
 // of chunk r-k-1 to the next rank and adds the chunk r-k-2 it receives;
 // after p-1 steps chunk r is complete on rank r.
 func (g *Ring) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []int, op ReduceOp) (Buffer, error) {
+	if g.onDevice() {
+		return g.devReduceScatter(ctx, x, dim, lens, op)
+	}
 	t, err := host(x)
 	if err != nil {
 		return nil, err
@@ -464,6 +476,9 @@ func sumHalf(parts []*Tensor) (*Tensor, error) {
 // AllReduce implements Group: ring reduce-scatter of the flattened tensor
 // in p balanced chunks, then ring all-gather of the chunks.
 func (g *Ring) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, error) {
+	if g.onDevice() {
+		return g.devAllReduce(ctx, x, op)
+	}
 	t, err := host(x)
 	if err != nil {
 		return nil, err
@@ -493,6 +508,9 @@ func (g *Ring) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, er
 // AllToAll implements Group: p-1 pairwise rounds; in round k rank r sends
 // to r+k and receives from r-k.
 func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int, catDim int, catLens []int) (Buffer, error) {
+	if g.onDevice() {
+		return g.devAllToAll(ctx, x, splitDim, lens, catDim, catLens)
+	}
 	t, err := host(x)
 	if err != nil {
 		return nil, err
@@ -533,6 +551,9 @@ func (g *Ring) AllToAll(ctx context.Context, x Buffer, splitDim int, lens []int,
 
 // Broadcast implements Group: binomial tree rooted at root; lg p rounds.
 func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, shape []int) (Buffer, error) {
+	if g.onDevice() {
+		return g.devBroadcast(ctx, x, root, dt, shape)
+	}
 	var t *Tensor
 	if x != nil {
 		var err error
@@ -576,6 +597,9 @@ func (g *Ring) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DType, s
 // every member but the root sends once. Half precision is summed in f32
 // (the partial sums travel in f32) and rounded once, on the root.
 func (g *Ring) Reduce(ctx context.Context, x Buffer, root int) (Buffer, error) {
+	if g.onDevice() {
+		return g.devReduce(ctx, x, root)
+	}
 	t, err := host(x)
 	if err != nil {
 		return nil, err

@@ -71,6 +71,8 @@ type posting struct {
 	// owner counts the holders of the shared result the first member
 	// posted in out (comm_shm_pool.go)
 	owner *sharedResult
+	// din and dout are in and out for a group on a device (comm_dev.go)
+	din, dout []Buffer
 }
 
 // shmMember is one member's side of a shared-memory group.
@@ -92,6 +94,9 @@ type shmMember struct {
 	// held is the rank's table of its tensors of shared results
 	// (InProc.held; nil: not counted)
 	held map[*Tensor]*sharedResult
+	// dev, if set, runs the group's collectives on the device its
+	// members share (comm_dev.go)
+	dev DeviceCollectives
 }
 
 // SetTimeout makes each of this group's waits at a barrier fail with
@@ -112,7 +117,8 @@ func (w *shmWorld) group(id int, members []int) *shmShared {
 	n := len(members)
 	fresh := &shmShared{bar: barrier{n: n, ch: make(chan struct{}), spin: n <= runtime.GOMAXPROCS(0)}, small: shmSmallBytes}
 	for i := range fresh.post {
-		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*staging, n)}
+		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*staging, n),
+			din: make([]Buffer, n), dout: make([]Buffer, n)}
 	}
 	s, _ := w.groups.LoadOrStore(key, fresh)
 	return s.(*shmShared)
@@ -234,7 +240,12 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	if err := s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm); err != nil {
 		return err
 	}
-	for m, o := range post.sig {
+	return g.agree(c)
+}
+
+// agree checks that every member posted collective c.
+func (g *Ring) agree(c call) error {
+	for m, o := range g.posted().sig {
 		if o.kind == c.kind && o.arg == c.arg && o.small != c.small {
 			return fmt.Errorf("%s: member %d's tensor and member %d's differ in size", c.kind, m, g.Rank)
 		}
@@ -297,9 +308,15 @@ func (g *Ring) result(dt ir.DType, shape []int) *Tensor {
 // be's arena (a recycling CPU backend), so that a training step's
 // collectives reuse last step's memory instead of faulting in fresh pages.
 // Call it before the groups are made (NewWorker).
+//
+// A device backend that runs collectives itself (DeviceCollectives: the
+// ranks share one GPU) has this rank's groups run them there instead.
 func (c *InProc) DrawResultsFrom(be Backend) {
 	if cpu, ok := be.(*CPU); ok {
 		c.pool = cpu.arena
+	}
+	if d, ok := be.(DeviceCollectives); ok {
+		c.dev = d
 	}
 }
 

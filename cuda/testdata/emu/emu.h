@@ -72,5 +72,11 @@ extern mr_dim3 blockIdx, threadIdx, blockDim, gridDim;
 	*(const T **)p[3], *(long long *)p[4], *(long long *)p[5], *(long long *)p[6]))
 #define MR_EMU_WHERE(NAME, T) MR_EMU_ENTRY(NAME, \
 	NAME(*(T **)p[0], *(const T **)p[1], *(const T **)p[2], *(const T **)p[3], *(long long *)p[4]))
+/* comm.cu's collective kernels (their argument structs are defined there) */
+#define MR_EMU_REDUCE_ROWS(NAME) MR_EMU_ENTRY(NAME, \
+	NAME(*(mr_members *)p[0], *(mr_members *)p[1], *(long long *)p[2], *(long long *)p[3], *(mr_rows *)p[4]))
+#define MR_EMU_COPY_ROWS(NAME, T) MR_EMU_ENTRY(NAME, NAME(*(mr_members *)p[0], *(const T **)p[1], *(mr_rows *)p[2]))
+#define MR_EMU_TREE(NAME, T) MR_EMU_ENTRY(NAME, \
+	NAME(*(T **)p[0], *(mr_members *)p[1], *(long long *)p[2], *(long long *)p[3]))
 #endif
 #endif
