@@ -22,7 +22,10 @@
 #     median / max over alternating rounds) in f32, TF32 (--tf32), bf16
 #     and f64 and, when PyTorch with CUDA is here, torch.matmul's TFLOP/s
 #     on the same shapes (TF32: allow_tf32);
-#  6. when PyTorch with CUDA is here: the tiny GPT's training step
+#  6. the collectives of logical ranks sharing the GPU (all-reduce,
+#     all-gather, reduce-scatter of 64 MiB per member, 2/4/8 members)
+#     against a device-to-device copy, in GB/s (bytes read + written);
+#  7. when PyTorch with CUDA is here: the tiny GPT's training step
 #     (examples/train/gpt/gpt.mesh, on one device and on its [dp=2, tp=2]
 #     mesh, all four ranks on GPU 0) against its PyTorch eager twin
 #     (bench/torch_gpt.py, the same parameters and data) on the GPU: the
@@ -108,6 +111,10 @@ done
 step "matmul: the backend vs raw cuBLAS"
 (cd cuda && MESHRUN_TEST_GPU=1 tmo 180 "$BIN/cuda.test" -test.run '^$' -test.bench MatmulVsCublas \
     -test.benchtime 1x -test.v) || fail "matmul benchmark"
+
+step "collectives among logical ranks on the GPU vs a device-to-device copy"
+(cd cuda && MESHRUN_TEST_GPU=1 tmo 120 "$BIN/cuda.test" -test.run '^$' -test.bench CollectivesVsCopy \
+    -test.benchtime 1x -test.v 2>&1 | grep -E 'comm_bench_test|^(ok|PASS|FAIL)|panic') || fail "collectives benchmark"
 
 step "PyTorch matmul on the same shapes (when torch has CUDA)"
 tmo 120 python3 - <<'PY' || echo "(no PyTorch with CUDA here)"

@@ -55,7 +55,7 @@ __device__ __forceinline__ unsigned int mr_bits_of(float f) {
 #define MR_REDUCE_ROWS(S, T) \
 	MR_KERNEL mr_reduce_rows_##S(mr_members outs, mr_members in, long long first, long long op, mr_rows r) { \
 		MR_GRID_LOOP(i, r.count * r.len) { \
-			long long row = i / r.len, col = i % r.len, p = in.n; \
+			long long row = r.count == 1 ? 0 : i / r.len, col = i - row * r.len, p = in.n; \
 			long long so = r.src + row * r.sstride + col, d = r.dst + row * r.dstride + col; \
 			T acc = MR_AT(T, in, first % p, so); \
 			for (long long k = 1; k < p; k++) { \
@@ -80,7 +80,7 @@ MR_REDUCE_ROWS(i64, long long)
 #define MR_REDUCE_ROWS_HALF(S, WIDEN, NARROW) \
 	MR_KERNEL mr_reduce_rows_##S(mr_members outs, mr_members in, long long first, long long op, mr_rows r) { \
 		MR_GRID_LOOP(i, r.count * r.len) { \
-			long long row = i / r.len, col = i % r.len, p = in.n; \
+			long long row = r.count == 1 ? 0 : i / r.len, col = i - row * r.len, p = in.n; \
 			long long so = r.src + row * r.sstride + col, d = r.dst + row * r.dstride + col; \
 			unsigned short bits; \
 			if (op == 0) { \
@@ -111,7 +111,7 @@ MR_REDUCE_ROWS_HALF(f16, mr_f16_bits, mr_bits_f16)
 #define MR_COPY_ROWS(S, T) \
 	MR_KERNEL mr_copy_rows_##S(mr_members outs, const T *x, mr_rows r) { \
 		MR_GRID_LOOP(i, r.count * r.len) { \
-			long long row = i / r.len, col = i % r.len; \
+			long long row = r.count == 1 ? 0 : i / r.len, col = i - row * r.len; \
 			T v = x[r.src + row * r.sstride + col]; \
 			long long d = r.dst + row * r.dstride + col; \
 			for (long long k = 0; k < outs.n; k++) MR_PUT(T, outs, k, d) = v; \

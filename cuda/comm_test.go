@@ -32,7 +32,7 @@ type commWorld struct {
 	groups []rt.Group // per member, in ring order
 }
 
-func newCommWorld(t *testing.T, be *Backend, p int) *commWorld {
+func newCommWorld(t testing.TB, be *Backend, p int) *commWorld {
 	w := &commWorld{be: be, comms: rt.NewInProc(p), groups: make([]rt.Group, p)}
 	members := rand.New(rand.NewSource(int64(p))).Perm(p)
 	for _, c := range w.comms {
