@@ -57,9 +57,11 @@ __device__ __forceinline__ unsigned int mr_bits_of(float f) {
 		MR_GRID_LOOP(i, r.count * r.len) { \
 			long long row = r.count == 1 ? 0 : i / r.len, col = i - row * r.len, p = in.n; \
 			long long so = r.src + row * r.sstride + col, d = r.dst + row * r.dstride + col; \
-			T acc = MR_AT(T, in, first % p, so); \
+			long long m = first % p; \
+			T acc = MR_AT(T, in, m, so); \
 			for (long long k = 1; k < p; k++) { \
-				T v = MR_AT(T, in, (first + k) % p, so); \
+				m = m + 1 == p ? 0 : m + 1; /* round the ring, no division */ \
+				T v = MR_AT(T, in, m, so); \
 				if (op == 0) { \
 					acc = acc + v; \
 				} else if (!(acc > v)) { \
@@ -88,10 +90,12 @@ MR_REDUCE_ROWS(i64, long long)
 				for (long long k = 1; k < p; k++) acc += mr_f32_of(WIDEN(MR_AT(unsigned short, in, k, so))); \
 				bits = NARROW(mr_bits_of(acc)); \
 			} else { \
-				bits = MR_AT(unsigned short, in, first % p, so); \
+				long long m = first % p; \
+				bits = MR_AT(unsigned short, in, m, so); \
 				float acc = mr_f32_of(WIDEN(bits)); \
 				for (long long k = 1; k < p; k++) { \
-					unsigned short v = MR_AT(unsigned short, in, (first + k) % p, so); \
+					m = m + 1 == p ? 0 : m + 1; \
+					unsigned short v = MR_AT(unsigned short, in, m, so); \
 					float f = mr_f32_of(WIDEN(v)); \
 					if (!(acc > f)) { \
 						acc = f; \
@@ -132,7 +136,7 @@ MR_COPY_ROWS(b8, unsigned long long)
 			W s[MR_MAX_MEMBERS]; \
 			long long p = in.n; \
 			for (long long u = p - 1; u >= 0; u--) { \
-				W acc = LOAD(MR_AT(T, in, (u + root) % p, i)); \
+				W acc = LOAD(MR_AT(T, in, u + root < p ? u + root : u + root - p, i)); \
 				long long low = u == 0 ? p : (u & -u); \
 				for (long long m = 1; m < low && u + m < p; m <<= 1) acc += s[u + m]; \
 				s[u] = acc; \

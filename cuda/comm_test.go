@@ -343,6 +343,29 @@ func TestBackendCollectivesFailTogether(t *testing.T) {
 		require.ErrorContains(t, err, "all_reduce: member", "member %d", i)
 	}
 
+	// a launcher that gave one member the device and the other none
+	comms := rt.NewInProc(2)
+	comms[0].DrawResultsFrom(be)
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := c.NewGroup(context.Background(), 0, []int{0, 1})
+			require.NoError(t, err)
+			var x rt.Buffer = rt.NewTensor(ir.F32, []int{4})
+			if i == 0 {
+				d, err := be.Alloc(ir.F32, []int{4})
+				require.NoError(t, err)
+				defer be.Free(d)
+				x = d
+			}
+			_, errs[i] = g.AllReduce(context.Background(), x, rt.OpSum)
+		}()
+	}
+	wg.Wait()
+	require.ErrorContains(t, errs[0], "on another device than member 0's")
+	require.ErrorContains(t, errs[1], "on a device, member 1's on the host")
+
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	x, err := be.Alloc(ir.F32, []int{8})

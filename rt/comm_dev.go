@@ -90,11 +90,37 @@ func (g *Ring) devInput(x Buffer) (b Buffer, drop func(), err error) {
 func (g *Ring) devMeet(ctx context.Context, c call, x, out Buffer) error {
 	g.begin()
 	post := g.posted()
-	post.din[g.Rank], post.dout[g.Rank], post.sig[g.Rank] = x, out, c
+	post.din[g.Rank], post.dout[g.Rank], post.sig[g.Rank], post.ddev[g.Rank] = x, out, c, g.shm.dev
 	if err := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm); err != nil {
 		return err
 	}
+	for m, d := range post.ddev {
+		if d != g.shm.dev {
+			// a launcher gave the members different devices (or one of
+			// them none): no kernel can read them all
+			return fmt.Errorf("%s: member %d's buffers are on another device than member %d's", c.kind, m, g.Rank)
+		}
+	}
 	return g.agree(c)
+}
+
+// devEnter meets the peers for collective c. A meeting that fails ends
+// the collective there for every member alike (as meet's callers do: no
+// second barrier); a failure of this member's own before it (own: its
+// result could not be allocated) ends it at the second barrier, since the
+// peers go on with their parts. done says whether it ended.
+func (g *Ring) devEnter(ctx context.Context, start time.Time, c call, x, out Buffer, own error) (res Buffer, done bool, err error) {
+	if err := g.devMeet(ctx, c, x, out); err != nil {
+		if out != nil {
+			g.shm.dev.Free(out)
+		}
+		return nil, true, err
+	}
+	if own != nil {
+		res, err = g.devFinish(ctx, start, out, own)
+		return res, true, err
+	}
+	return nil, false, nil
 }
 
 // devFinish waits at the second barrier, after which this member's
@@ -137,8 +163,8 @@ func (g *Ring) devAllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer,
 	dt, shape, p := x.Elem(), x.Dims(), g.Size()
 	n := numel(shape)
 	out, err := g.devResult(dt, shape, false)
-	if merr := g.devMeet(ctx, call{kind: "all_reduce", arg: int(op)}, x, out); merr != nil || err != nil {
-		return g.devFinish(ctx, start, out, firstErr(err, merr))
+	if r, done, err := g.devEnter(ctx, start, call{kind: "all_reduce", arg: int(op)}, x, out, err); done {
+		return r, err
 	}
 	post := g.posted()
 	err = firstErr(g.devOutsPosted(), inputsAgree(post.din, g.Rank, "all_reduce", func(s []int) bool { return numel(s) == n }))
@@ -169,8 +195,8 @@ func (g *Ring) devReduceScatter(ctx context.Context, x Buffer, dim int, lens []i
 	shape := slices.Clone(in)
 	shape[dim] = lens[g.Rank]
 	out, err := g.devResult(x.Elem(), shape, false)
-	if merr := g.devMeet(ctx, call{kind: "reduce_scatter", arg: dim<<1 | int(op)}, x, out); merr != nil || err != nil {
-		return g.devFinish(ctx, start, out, firstErr(err, merr))
+	if r, done, err := g.devEnter(ctx, start, call{kind: "reduce_scatter", arg: dim<<1 | int(op)}, x, out, err); done {
+		return r, err
 	}
 	post := g.posted()
 	err = inputsAgree(post.din, g.Rank, "reduce_scatter", func(s []int) bool { return sameShape(s, in) })
@@ -201,8 +227,8 @@ func (g *Ring) devAllGather(ctx context.Context, x Buffer, dim int, lens []int) 
 	shape := slices.Clone(in)
 	shape[dim] = sumInts(lens)
 	out, err := g.devResult(x.Elem(), shape, false)
-	if merr := g.devMeet(ctx, call{kind: "all_gather", arg: dim}, x, out); merr != nil || err != nil {
-		return g.devFinish(ctx, start, out, firstErr(err, merr))
+	if r, done, err := g.devEnter(ctx, start, call{kind: "all_gather", arg: dim}, x, out, err); done {
+		return r, err
 	}
 	post := g.posted()
 	err = firstErr(g.devOutsPosted(), blocksAgree(post.din, g.Rank, dim, lens))
@@ -258,8 +284,8 @@ func (g *Ring) devAllToAll(ctx context.Context, x Buffer, splitDim int, lens []i
 		shape[catDim] += pieceLen(m)
 	}
 	out, err := g.devResult(x.Elem(), shape, false)
-	if merr := g.devMeet(ctx, call{kind: "all_to_all", arg: splitDim<<8 | catDim}, x, out); merr != nil || err != nil {
-		return g.devFinish(ctx, start, out, firstErr(err, merr))
+	if r, done, err := g.devEnter(ctx, start, call{kind: "all_to_all", arg: splitDim<<8 | catDim}, x, out, err); done {
+		return r, err
 	}
 	post := g.posted()
 	err = piecesAgree(post.din, g.Rank, splitDim, catDim, pieceLen)
@@ -298,8 +324,8 @@ func (g *Ring) devBroadcast(ctx context.Context, x Buffer, root int, dt ir.DType
 	}
 	defer drop()
 	out, err := g.devResult(dt, shape, false)
-	if merr := g.devMeet(ctx, call{kind: "broadcast", arg: root}, x, out); merr != nil || err != nil {
-		return g.devFinish(ctx, start, out, firstErr(err, merr))
+	if r, done, err := g.devEnter(ctx, start, call{kind: "broadcast", arg: root}, x, out, err); done {
+		return r, err
 	}
 	post := g.posted()
 	r := post.din[root]
@@ -335,8 +361,8 @@ func (g *Ring) devReduce(ctx context.Context, x Buffer, root int) (Buffer, error
 	defer drop()
 	in := x.Dims()
 	out, err := g.devResult(x.Elem(), in, g.Rank != root)
-	if merr := g.devMeet(ctx, call{kind: "reduce", arg: root}, x, out); merr != nil || err != nil {
-		return g.devFinish(ctx, start, out, firstErr(err, merr))
+	if r, done, err := g.devEnter(ctx, start, call{kind: "reduce", arg: root}, x, out, err); done {
+		return r, err
 	}
 	post := g.posted()
 	err = inputsAgree(post.din, g.Rank, "reduce", func(s []int) bool { return sameShape(s, in) })

@@ -71,8 +71,10 @@ type posting struct {
 	// owner counts the holders of the shared result the first member
 	// posted in out (comm_shm_pool.go)
 	owner *sharedResult
-	// din and dout are in and out for a group on a device (comm_dev.go)
+	// din and dout are in and out for a group on a device (comm_dev.go),
+	// ddev the device each member runs its part on
 	din, dout []Buffer
+	ddev      []DeviceCollectives
 }
 
 // shmMember is one member's side of a shared-memory group.
@@ -118,7 +120,7 @@ func (w *shmWorld) group(id int, members []int) *shmShared {
 	fresh := &shmShared{bar: barrier{n: n, ch: make(chan struct{}), spin: n <= runtime.GOMAXPROCS(0)}, small: shmSmallBytes}
 	for i := range fresh.post {
 		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*staging, n),
-			din: make([]Buffer, n), dout: make([]Buffer, n)}
+			din: make([]Buffer, n), dout: make([]Buffer, n), ddev: make([]DeviceCollectives, n)}
 	}
 	s, _ := w.groups.LoadOrStore(key, fresh)
 	return s.(*shmShared)
@@ -239,6 +241,11 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	post.in[g.Rank], post.out[g.Rank], post.sig[g.Rank] = x, out, c
 	if err := s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm); err != nil {
 		return err
+	}
+	for m, d := range post.ddev {
+		if d != nil {
+			return fmt.Errorf("%s: member %d's buffers are on a device, member %d's on the host", c.kind, m, g.Rank)
+		}
 	}
 	return g.agree(c)
 }
