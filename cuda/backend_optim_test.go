@@ -19,23 +19,6 @@ import (
 // three kernels the fused one must equal.
 type threeKernels struct{ rt.Backend }
 
-// bitsOf is a tensor's elements as bit patterns (NaN payloads and -0
-// included), so equal means bit for bit.
-func bitsOf(t *rt.Tensor) []uint64 {
-	var out []uint64
-	switch d := t.Data.(type) {
-	case []float32:
-		for _, v := range d {
-			out = append(out, uint64(math.Float32bits(v)))
-		}
-	case []float64:
-		for _, v := range d {
-			out = append(out, math.Float64bits(v))
-		}
-	}
-	return out
-}
-
 // adamFusedArgs are adam_fused's ten arguments for a parameter of shape:
 // p, m, v (v ≥ 0, with zeros: the denominator is then ε alone), g (with
 // zeros, a NaN and both infinities where the shape has room), and the
