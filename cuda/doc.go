@@ -29,7 +29,8 @@
 //
 // Native ops: the elementwise kernels (BinaryOps with NumPy broadcasting
 // by strides, UnaryOps), matmul, transpose (a box copy with permuted
-// strides), const, Adam's fused ops (optim.cu), and sum, mean, max and
+// strides), const, Adam's fused ops (optim.cu; the plan's adam_fused as
+// one kernel through LaunchResults, optim.go), and sum, mean, max and
 // mse (reduce.cu: double accumulation in the CPU's order, one thread per
 // output, so bit for bit with the CPU), softmax, log_softmax, layernorm,
 // softmax_grad, normalize and normalize_grad (nn.cu: likewise in double,
@@ -79,9 +80,10 @@
 // shared library whose bytes are the CUBIN, cuLaunchKernel runs the grid one
 // thread at a time from the driver's argument list, cuBLAS's GEMMs are
 // loops with cuBLAS's argument checks. Against it every line of the
-// backend runs: op-by-op comparisons with the CPU backend, whole examples
-// (inference and training, several ranks sharing the device) against the
-// CPU and one device, the compile cache, injected failures. NVRTC needs
+// backend runs: op-by-op comparisons with the CPU backend, every example
+// in examples/ (inference and training, with variants: every pipeline
+// schedule, ZeRO 0-3, f16, accumulation; several ranks sharing the
+// device) against the CPU and one device, the compile cache, injected failures. NVRTC needs
 // no GPU: nvrtc_test.go compiles the program with a real NVRTC when one is
 // found (it passed with NVRTC 11.8, for sm_80 and sm_90). What only a GPU
 // can check: the CUBIN loading and running, the GPU's math library

@@ -63,7 +63,7 @@ func launchedKernels() []string {
 	var out []string
 	for _, s := range []ir.DType{ir.F32, ir.F64} {
 		ops := append(append([]string{}, BinaryOps...), UnaryOps...)
-		ops = append(ops, "adam_moment", "adam_moment2", "adam_update", "sum", "mean", "max", "mse", "softmax",
+		ops = append(ops, "adam_moment", "adam_moment2", "adam_update", "adam_fused", "sum", "mean", "max", "mse", "softmax",
 			"log_softmax", "layernorm", "softmax_grad", "normalize", "normalize_grad", "max_grad", "nonfinite", "where")
 		for _, op := range ops {
 			n, _ := KernelName(op, s)

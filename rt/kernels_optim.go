@@ -100,8 +100,8 @@ type ResultsLauncher interface {
 }
 
 // LaunchResults runs kernel k with n results on be: in one launch where
-// be has a kernel for it, else as the separate kernels it fuses (the CUDA
-// backend runs adam_fused as its three optimizer kernels). Either way the
+// be has a kernel for it (the CPU and CUDA backends have adam_fused), else
+// as the separate kernels it fuses. Either way the
 // instruction's results are n buffers of block out, held from the
 // instruction on, as the plan's memory replay counts them; the
 // intermediate results of the separate kernels are those buffers.

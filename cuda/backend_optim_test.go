@@ -1,0 +1,134 @@
+package cuda
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/rt"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// threeKernels is the backend without its ResultsLauncher: rt.LaunchResults
+// then runs adam_fused as adam_moment, adam_moment2 and adam_update, the
+// three kernels the fused one must equal.
+type threeKernels struct{ rt.Backend }
+
+// adamFusedArgs are adam_fused's ten arguments for a parameter of shape:
+// p, m, v (v ≥ 0, with zeros: the denominator is then ε alone), g (with
+// zeros, a NaN and both infinities where the shape has room), and the
+// scalars β1, β2, step, root_bc2, ε, decay.
+func adamFusedArgs(rng *rand.Rand, dt ir.DType, shape []int) []*rt.Tensor {
+	p, m, g := randTensor(rng, dt, shape), randTensor(rng, dt, shape), randTensor(rng, dt, shape)
+	v := absTensor(randTensor(rng, dt, shape))
+	gs, vs := g.Float64s(), v.Float64s()
+	for i, s := range []float64{0, math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if 2*i+1 < len(gs) {
+			gs[2*i+1] = s
+			vs[2*i] = 0
+		}
+	}
+	g, v = hostTensor(dt, shape, gs), hostTensor(dt, shape, vs)
+	scalar := func(x float64) *rt.Tensor { return hostTensor(dt, nil, []float64{x}) }
+	return []*rt.Tensor{p, m, v, g, scalar(0.9), scalar(0.999), scalar(1e-3), scalar(0.31), scalar(1e-8), scalar(0.9999)}
+}
+
+// launchResults runs adam_fused on a backend: the tensors as device
+// buffers, the scalars as host tensors (what a collective returns), and
+// copies the three results out.
+func launchResults(t *testing.T, be rt.Backend, dev *Backend, k *plan.Kernel, args []*rt.Tensor) []*rt.Tensor {
+	t.Helper()
+	var bufs []rt.Buffer
+	var in []sbp.Block
+	for i, a := range args {
+		var b rt.Buffer = a
+		if i < 4 {
+			var err error
+			b, err = dev.CopyIn(a)
+			require.NoError(t, err)
+			defer dev.Free(b)
+		}
+		bufs = append(bufs, b)
+		in = append(in, sbp.Block{Off: make([]int, len(a.Shape)), Len: a.Shape})
+	}
+	res, err := rt.LaunchResults(context.Background(), be, k, bufs, in, sbp.Block{Off: make([]int, len(k.Shape)), Len: k.Shape}, 3)
+	require.NoError(t, err)
+	require.NoError(t, dev.Sync(context.Background()))
+	var out []*rt.Tensor
+	for _, r := range res {
+		h, err := dev.CopyOut(r)
+		require.NoError(t, err)
+		dev.Free(r)
+		out = append(out, h)
+	}
+	return out
+}
+
+// TestBackendAdamFused: the one-pass adam_fused kernel (optim.cu) bit for
+// bit against the CPU's fused kernel and against the backend's own three
+// kernels, in f32 and f64, over one element, a matrix and several blocks
+// of threads, with zeros, NaN and infinities among the gradients.
+func TestBackendAdamFused(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(41, 42))
+	cpu := &rt.CPU{BLAS: rt.GonumBLAS{}}
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, shape := range [][]int{{1}, {7, 5}, {3, 331}} {
+			args := adamFusedArgs(rng, dt, shape)
+			k := &plan.Kernel{Op: "adam_fused", DType: dt, Shape: shape}
+			for _, a := range args {
+				k.ArgDTypes, k.ArgShapes = append(k.ArgDTypes, a.DType), append(k.ArgShapes, a.Shape)
+			}
+			var want []*rt.Tensor
+			bufs := make([]rt.Buffer, len(args))
+			for i, a := range args {
+				bufs[i] = a
+			}
+			res, err := cpu.LaunchResults(context.Background(), k, bufs, nil, sbp.Block{Len: shape}, 3)
+			require.NoError(t, err)
+			for _, r := range res {
+				want = append(want, r.(*rt.Tensor))
+			}
+			fused := launchResults(t, be, be, k, args)
+			three := launchResults(t, threeKernels{be}, be, k, args)
+			for i, what := range []string{"p'", "m'", "v'"} {
+				require.Equal(t, shape, fused[i].Shape)
+				require.Equal(t, bitsOf(want[i]), bitsOf(fused[i]), "%s %s %v: fused vs the CPU", what, dt, shape)
+				require.Equal(t, bitsOf(three[i]), bitsOf(fused[i]), "%s %s %v: fused vs the three kernels", what, dt, shape)
+			}
+		}
+	}
+	require.Empty(t, be.Fallbacks())
+}
+
+// TestBackendAdamFusedRejects: what lowering never makes is an error
+// naming it, not a wrong result: another dtype, an argument of the wrong
+// size or dtype, another several-result kernel.
+func TestBackendAdamFusedRejects(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(43, 44))
+	args := adamFusedArgs(rng, ir.F32, []int{4})
+	bufs := make([]rt.Buffer, len(args))
+	for i, a := range args {
+		bufs[i] = a
+	}
+	out := sbp.Block{Off: []int{0}, Len: []int{4}}
+	k := &plan.Kernel{Op: "adam_fused", DType: ir.BF16, Shape: []int{4}}
+	_, err := be.LaunchResults(context.Background(), k, bufs, nil, out, 3)
+	require.ErrorContains(t, err, "lower fuses no other dtype")
+	k.DType = ir.F32
+	_, err = be.LaunchResults(context.Background(), k, bufs, nil, sbp.Block{Off: []int{0}, Len: []int{5}}, 3)
+	require.ErrorContains(t, err, "adam_fused: argument 1 is f32[4], want f32 with 5 elements")
+	wrong := append([]rt.Buffer(nil), bufs...)
+	wrong[5] = hostTensor(ir.F64, nil, []float64{0.999})
+	_, err = be.LaunchResults(context.Background(), k, wrong, nil, out, 3)
+	require.ErrorContains(t, err, "argument 6 is f64[], want f32 with 1 elements")
+	_, err = be.LaunchResults(context.Background(), &plan.Kernel{Op: "adam_other", DType: ir.F32}, bufs, nil, out, 3)
+	require.ErrorContains(t, err, "no kernel for adam_other with 3 results")
+	require.Empty(t, be.Fallbacks())
+}
