@@ -196,6 +196,9 @@ func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, erro
 
 // Send implements Comm.
 func (c *InProc) Send(ctx context.Context, peer, tag int, b Buffer) error {
+	if c.dev != nil {
+		return c.sendOnDevice(ctx, peer, tag, b)
+	}
 	t, err := host(b)
 	if err != nil {
 		return err
@@ -205,6 +208,9 @@ func (c *InProc) Send(ctx context.Context, peer, tag int, b Buffer) error {
 
 // Recv implements Comm.
 func (c *InProc) Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []int) (Buffer, error) {
+	if c.dev != nil {
+		return c.recvOnDevice(ctx, peer, tag, dt, shape)
+	}
 	t, err := c.T.Recv(ctx, c.rank, peer, tag)
 	if err != nil {
 		return nil, err

@@ -375,6 +375,61 @@ func (g *Ring) devReduce(ctx context.Context, x Buffer, root int) (Buffer, error
 	return g.devFinish(ctx, start, out, err)
 }
 
+// sendOnDevice sends b to peer as a device copy made now, in stream
+// order after b's producer: the sender may free b after Flush (or at once:
+// the copy is enqueued), and the receiver owns the copy. A host buffer is
+// uploaded. The bytes are counted as the transport counts its own.
+func (c *InProc) sendOnDevice(ctx context.Context, peer, tag int, b Buffer) error {
+	var x Buffer
+	var err error
+	if t, ok := b.(*Tensor); ok {
+		x, err = c.dev.CopyIn(t.Clone())
+	} else {
+		x, err = c.dev.Uninit(b.Elem(), b.Dims())
+		if err == nil && numel(b.Dims()) > 0 {
+			if err = c.dev.CopyRows([]Buffer{x}, b, Rows{Count: 1, Len: numel(b.Dims())}); err != nil {
+				c.dev.Free(x)
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("send to rank %d: %w", peer, err)
+	}
+	select {
+	case c.mailbox(c.rank, peer, tag) <- x:
+		c.T.sent[c.rank].Add(x.Bytes())
+		return nil
+	case <-ctx.Done():
+		c.dev.Free(x)
+		return fmt.Errorf("send to rank %d: %w", peer, ctxErr(ctx))
+	}
+}
+
+// recvOnDevice takes the device copy peer sent.
+func (c *InProc) recvOnDevice(ctx context.Context, peer, tag int, dt ir.DType, shape []int) (Buffer, error) {
+	select {
+	case x := <-c.mailbox(peer, c.rank, tag):
+		if x.Elem() != dt || !sameShape(x.Dims(), shape) {
+			c.dev.Free(x)
+			return nil, fmt.Errorf("received %s%v from rank %d (tag %d), expected %s%v", x.Elem(), x.Dims(), peer, tag, dt, shape)
+		}
+		return x, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for rank %d: %w", peer, ctxErr(ctx))
+	}
+}
+
+// mailbox is the channel of messages from one rank to another with a
+// tag, made on first use and as deep as the transport's.
+func (c *InProc) mailbox(from, to, tag int) chan Buffer {
+	k := [3]int{from, to, tag}
+	if ch, ok := c.shared.mail.Load(k); ok {
+		return ch.(chan Buffer)
+	}
+	ch, _ := c.shared.mail.LoadOrStore(k, make(chan Buffer, 64))
+	return ch.(chan Buffer)
+}
+
 func sumInts(xs []int) int {
 	s := 0
 	for _, x := range xs {

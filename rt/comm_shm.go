@@ -40,6 +40,9 @@ import (
 // shmWorld holds the shared tables of one in-process world's groups.
 type shmWorld struct {
 	groups sync.Map // group key → *shmShared
+	// mail holds the point-to-point messages of ranks sharing a device:
+	// [3]int{from, to, tag} → chan Buffer (comm_dev.go)
+	mail sync.Map
 }
 
 // shmShared is what the members of one group share.
