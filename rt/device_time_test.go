@@ -191,4 +191,3 @@ output y {B}
 	require.ErrorContains(t, err, "the device's clock broke")
 	require.Equal(t, p.Exec.ProgramOf(re.Device).Instrs[2].Pos, re.Pos, "the third instruction's line")
 }
-
