@@ -116,18 +116,34 @@ func TestBackendDeviceTimeline(t *testing.T) {
 	}
 }
 
-// TestCLITraceOnCUDA: meshrun trace --backend cuda writes Chrome trace
-// JSON whose tracks are the ranks' GPU time: every instruction's event
-// says "clock": "device", and per track the instruction events are in
-// order and do not overlap.
+// TestCLITraceOnCUDA: meshrun trace --backend cuda and meshrun run
+// --trace --backend cuda write Chrome trace JSON whose tracks are the
+// ranks' GPU time: every instruction's event says "clock": "device", and
+// per track the instruction events are in order and do not overlap.
 func TestCLITraceOnCUDA(t *testing.T) {
 	cuda.UseDriver(t)
-	out := filepath.Join(t.TempDir(), "trace.json")
-	var stdout, stderr bytes.Buffer
-	code := cli.Main([]string{"trace", "../examples/megatron_mlp.mesh", "--backend", "cuda", "-o", out}, strings.NewReader(""), &stdout, &stderr)
-	require.Equal(t, cli.ExitOK, code, "%s%s", stdout.String(), stderr.String())
-	require.Contains(t, stderr.String(), "meshrun: kernels run on cuda (")
-	require.Contains(t, stdout.String(), "(GPU time: each instruction spans the CUDA events around its work)")
+	dir := t.TempDir()
+	for _, cmd := range []string{"trace", "run"} {
+		out := filepath.Join(dir, cmd+".json")
+		args := []string{cmd, "../examples/megatron_mlp.mesh", "--backend", "cuda", "-o", out}
+		if cmd == "run" {
+			args[4] = "--trace"
+		}
+		var stdout, stderr bytes.Buffer
+		code := cli.Main(args, strings.NewReader(""), &stdout, &stderr)
+		require.Equal(t, cli.ExitOK, code, "%s%s", stdout.String(), stderr.String())
+		require.Contains(t, stderr.String(), "meshrun: kernels run on cuda (")
+		if cmd == "trace" {
+			require.Contains(t, stdout.String(), "(GPU time: each instruction spans the CUDA events around its work)")
+		}
+		checkTraceFile(t, out)
+	}
+}
+
+// checkTraceFile checks a Chrome trace of the Megatron MLP's 8 ranks in
+// GPU time.
+func checkTraceFile(t *testing.T, out string) {
+	t.Helper()
 	b, err := os.ReadFile(out)
 	require.NoError(t, err)
 	var doc struct {
