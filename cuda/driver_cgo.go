@@ -373,8 +373,9 @@ func drEventChain(ctx uintptr, evs []uintptr) ([]float32, int) {
 	defer C.free(unsafe.Pointer(ce))
 	cm := (*C.float)(C.malloc(C.size_t(n-1) * C.size_t(unsafe.Sizeof(C.float(0)))))
 	defer C.free(unsafe.Pointer(cm))
+	handles := unsafe.Slice(ce, n)
 	for i, e := range evs {
-		unsafe.Slice(ce, n)[i] = C.uintptr_t(e)
+		handles[i] = C.uintptr_t(e)
 	}
 	if rc := C.dr_eventChain(ptr(ctx), ce, C.int(n), cm); rc != 0 {
 		return nil, int(rc)

@@ -138,6 +138,12 @@ func TestCLITraceOnCUDA(t *testing.T) {
 		}
 		checkTraceFile(t, out)
 	}
+	// a pipeline's Gantt chart on the wall clock is drawn in GPU time
+	var stdout, stderr bytes.Buffer
+	code := cli.Main([]string{"trace", "../examples/train/pipeline_schedules.mesh", "--backend", "cuda", "--clock", "wall"}, strings.NewReader(""), &stdout, &stderr)
+	require.Equal(t, cli.ExitOK, code, "%s%s", stdout.String(), stderr.String())
+	require.Contains(t, stdout.String(), "bubble")
+	require.Contains(t, stdout.String(), "the timeline is GPU time: each instruction spans the CUDA events around its work")
 }
 
 // checkTraceFile checks a Chrome trace of the Megatron MLP's 8 ranks in

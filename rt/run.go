@@ -26,6 +26,11 @@
 // activations each stage keeps alive, and with Options.Clock a SimClock
 // replaces wall time so schedules' bubbles can be read off exactly.
 //
+// The timeline is the host's clock around each instruction, except with
+// Options.DeviceTime on a backend that times its own queue (DeviceClock,
+// device_time.go: a GPU's events), where each instruction's event is the
+// span the device spent on its work.
+//
 // Launchers: Local runs every rank as a goroutine of this process over the
 // in-process ring collectives (the default); package rt/mpi and the CLI run
 // one rank per process under mpirun.

@@ -107,6 +107,9 @@ func (e *env) trace(args []string) int {
 		return ExitOK
 	}
 	e.printSchedule(file, p, res, events, *clock, *width)
+	if onDevice(res) {
+		fmt.Fprintln(e.stdout, "\nthe timeline is GPU time: each instruction spans the CUDA events around its work")
+	}
 	return ExitOK
 }
 
