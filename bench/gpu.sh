@@ -183,7 +183,7 @@ PY
 gpt_vs_torch
 
 step "GPU time on the timeline: meshrun trace --backend cuda (CUDA events around every instruction)"
-# one step each (the process's first: cold caches), all ranks sharing GPU 0;
+# the second step of each (the first pays the GPU's set-up), all ranks on GPU 0;
 # bench/gputime.py checks the trace (device-timed, in order, no overlap per
 # rank) and prints each rank's GPU compute time against the step's span
 for ex in examples/train/gpt/gpt.mesh examples/megatron_mlp.mesh; do

@@ -114,8 +114,15 @@ func (e *env) trace(args []string) int {
 }
 
 // traceRun executes p once (a training program: its last step) on the
-// in-process launcher with the chosen clock.
+// in-process launcher with the chosen clock. On a GPU it runs twice (the
+// last two steps) and shows the second: the first pays the GPU's set-up
+// (cuBLAS's first calls, the allocator's first cuMemAlloc's), which is
+// not the program's time.
 func (e *env) traceRun(p *lower.Plan, c *common, clock string) (*rt.Result, error) {
+	warm := 0
+	if c.opened != nil {
+		warm = 1
+	}
 	opts := rt.Options{Seed: c.seed, Timeout: c.timeout, Backend: c.opened, DeviceTime: true}
 	if p.Pipe != nil && clock != "wall" {
 		opts.Clock = simClock(p, c, clock)
@@ -126,11 +133,16 @@ func (e *env) traceRun(p *lower.Plan, c *common, clock string) (*rt.Result, erro
 		return nil, err
 	}
 	if t := p.Graph.Train; t != nil {
-		r, err := rt.TrainOn(ctx, l, p, opts, rt.TrainConfig{Start: t.Steps - 1})
+		r, err := rt.TrainOn(ctx, l, p, opts, rt.TrainConfig{Start: max(t.Steps-1-warm, 0)})
 		if err != nil {
 			return nil, err
 		}
 		return r.Last, nil
+	}
+	for range warm {
+		if _, err := l.Run(ctx, nil); err != nil {
+			return nil, err
+		}
 	}
 	return l.Run(ctx, nil)
 }
