@@ -23,9 +23,9 @@ package cuda
 // inside it: the ranks' compute spans never overlap on the GPU, they take
 // turns. A collective, send or receive waits for its peers and cannot
 // hold the lock; its span covers that wait, and whatever the other ranks
-// issued meanwhile. Work a rank issues outside a span of its own (a
-// peer's host copy for a collective) can still fall inside another
-// rank's exclusive span and lengthen it by that copy.
+// issued meanwhile. Work issued without the lock — a peer's part of a
+// collective (its kernels in comm.go, or a host copy) — can still fall
+// inside another rank's exclusive span and lengthen it by that work.
 
 import (
 	"fmt"
