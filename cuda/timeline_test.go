@@ -23,19 +23,35 @@ import (
 // what it measured, for comparison with the timeline the worker laid out.
 type keptSpans struct {
 	*cuda.Backend
-	mu    sync.Mutex
-	spans map[int][]rt.DeviceSpan
+	mu      sync.Mutex
+	spans   map[int][]rt.DeviceSpan
+	watches map[int]*keptWatch
 }
 
 type keptWatch struct {
 	rt.Stopwatch
-	k    *keptSpans
-	rank int
+	k         *keptSpans
+	rank      int
+	exclusive []bool // per span of the execution
 }
 
 func (k *keptSpans) NewStopwatch(rank int) (rt.Stopwatch, error) {
 	sw, err := k.Backend.NewStopwatch(rank)
-	return &keptWatch{Stopwatch: sw, k: k, rank: rank}, err
+	w := &keptWatch{Stopwatch: sw, k: k, rank: rank}
+	k.mu.Lock()
+	k.watches[rank] = w
+	k.mu.Unlock()
+	return w, err
+}
+
+func (w *keptWatch) Begin() (time.Time, error) {
+	w.exclusive = w.exclusive[:0]
+	return w.Stopwatch.Begin()
+}
+
+func (w *keptWatch) Start(exclusive bool) error {
+	w.exclusive = append(w.exclusive, exclusive)
+	return w.Stopwatch.Start(exclusive)
 }
 
 func (w *keptWatch) Spans() ([]rt.DeviceSpan, error) {
@@ -74,7 +90,7 @@ func TestBackendDeviceTimeline(t *testing.T) {
 	for _, ex := range []string{"megatron_mlp", "dp_tp_block"} {
 		t.Run(ex, func(t *testing.T) {
 			var notes bytes.Buffer
-			be := &keptSpans{Backend: newBackend(t, &notes), spans: map[int][]rt.DeviceSpan{}}
+			be := &keptSpans{Backend: newBackend(t, &notes), spans: map[int][]rt.DeviceSpan{}, watches: map[int]*keptWatch{}}
 			p := lowered(t, "../examples/"+ex+".mesh", false)
 			cpu, err := rt.Run(context.Background(), p, rt.Options{DeviceTime: true})
 			require.NoError(t, err)
@@ -111,8 +127,42 @@ func TestBackendDeviceTimeline(t *testing.T) {
 						t.Logf("%s device 0: GPU compute %v of a %v step", ex, compute, span)
 					}
 				}
+				checkRanksTakeTurns(t, be)
 			}
 		})
+	}
+}
+
+// checkRanksTakeTurns checks, on the device's clock, that no two ranks'
+// exclusive spans overlap: one ends before the other starts.
+func checkRanksTakeTurns(t *testing.T, be *keptSpans) {
+	t.Helper()
+	type span struct {
+		rank       int
+		start, end uintptr
+	}
+	var all []span
+	for r, w := range be.watches {
+		evs := cuda.SpanEvents(w.Stopwatch)
+		require.Len(t, evs, 1+2*len(w.exclusive))
+		for i, ex := range w.exclusive {
+			if ex {
+				all = append(all, span{r, evs[1+2*i], evs[2+2*i]})
+			}
+		}
+	}
+	gap := func(a, b uintptr) time.Duration {
+		d, err := cuda.DeviceGap(be.Backend, a, b)
+		require.NoError(t, err)
+		return d
+	}
+	for i, a := range all {
+		for _, b := range all[i+1:] {
+			if a.rank != b.rank {
+				require.True(t, gap(a.end, b.start) >= 0 || gap(b.end, a.start) >= 0,
+					"exclusive spans of ranks %d and %d overlap on the GPU", a.rank, b.rank)
+			}
+		}
 	}
 }
 
