@@ -25,9 +25,9 @@ type pipeStats struct {
 	simulated bool // times come from a SimClock
 	started   bool
 	start     time.Duration
-	// first is the instruction that started the current action, and at
-	// each span's first and last instruction (device timing relays spans
-	// onto its own)
+	// first is the instruction that started the current action; at[k]
+	// is span k's first and last instruction (device timing moves each
+	// span onto those instructions' device spans)
 	first int
 	at    [][2]int
 	owner map[Buffer]pipeline.Action // activation → the forward that made it
