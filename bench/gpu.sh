@@ -31,7 +31,10 @@
 #     (bench/torch_gpt.py, the same parameters and data) on the GPU: the
 #     losses of the first steps must agree, then GPT_ROUNDS alternating
 #     rounds (default 5) of each run's median step (steps 3..) and
-#     meshrun/PyTorch as min / median / max (issue 9's goal: <= 1.25).
+#     meshrun/PyTorch as min / median / max (issue 9's goal: <= 1.25);
+#  7. meshrun trace --backend cuda on the tiny GPT and the Megatron MLP:
+#     the timeline in GPU time (CUDA events), checked and summarised per
+#     rank by bench/gputime.py (GPU compute time vs the step's span).
 # Exit status 0 only when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -178,6 +181,17 @@ for name, k in (("1 device", 0), ("[dp=2, tp=2]", 1)):
 PY
 }
 gpt_vs_torch
+
+step "GPU time on the timeline: meshrun trace --backend cuda (CUDA events around every instruction)"
+# the second step of each (the first pays the GPU's set-up), all ranks on GPU 0;
+# bench/gputime.py checks the trace (device-timed, in order, no overlap per
+# rank) and prints each rank's GPU compute time against the step's span
+for ex in examples/train/gpt/gpt.mesh examples/megatron_mlp.mesh; do
+    name=$(basename "$ex" .mesh)
+    tmo 60 "$BIN/meshrun" trace "$ex" --backend cuda -o "$work/trace-$name.json" >"$work/trace-$name.txt" 2>&1 \
+        || { fail "trace $ex --backend cuda"; tail -5 "$work/trace-$name.txt"; continue; }
+    python3 bench/gputime.py "$work/trace-$name.json" "$ex" || fail "GPU timeline of $ex"
+done
 
 step "done in ${SECONDS}s: status $status"
 exec >&- 2>&- # let tee write the log's last lines before the script ends

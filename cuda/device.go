@@ -33,6 +33,8 @@ type Device struct {
 	blasMu sync.Mutex // a cuBLAS handle is used by one thread at a time
 	blas   uintptr
 	tf32   atomic.Bool // f32 GEMMs on the tensor cores in TF32 (Backend.SetTF32)
+
+	events eventBook // the stopwatches' events (events.go)
 }
 
 // Error is a failed call into a CUDA library: which call, what it was
@@ -137,6 +139,9 @@ func (d *Device) Close() error {
 		return nil
 	}
 	err := d.Sync()
+	if e := d.destroyEvents(); err == nil {
+		err = e
+	}
 	d.mu.Lock()
 	for _, ps := range d.free {
 		for _, p := range ps {

@@ -65,6 +65,13 @@
 // takes the host tensors they return as arguments (uploading them). There
 // is no NCCL path and no device-side collective yet.
 //
+// Timeline (events.go): the backend is an rt.DeviceClock. When a command
+// shows the timeline (rt.Options.DeviceTime), each rank's stopwatch
+// records CUDA events on the stream around every instruction's work, and
+// the rank's timeline becomes their spans: GPU time, not launch time. The
+// ranks sharing the GPU take turns at exclusive spans (compute and local
+// steps), so their compute spans never overlap on the GPU's clock.
+//
 // Errors name the call and the library's name for the status:
 // "cuda: cuMemAlloc (4096 bytes): CUDA_ERROR_OUT_OF_MEMORY (2)" (from
 // cuGetErrorName), "cuda: cublasGemmEx: CUBLAS_STATUS_EXECUTION_FAILED

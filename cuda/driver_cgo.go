@@ -156,6 +156,29 @@ static int bl_gemm(uintptr_t ctx, uintptr_t h, int m, int n, int k, const void *
 	return ((sgemm_t)f_cublasGemmStridedBatchedEx)((void *)h, 0, 0, m, n, k, alpha, (const void *)a, dtype, lda, sa,
 		(const void *)b, dtype, ldb, sb, beta, (void *)c, dtype, ldc, sc, batch, compute, -1);
 }
+// ---- events (cuda/events.go): a rank's instructions timed on the stream ----
+extern void *f_cuEventCreate, *f_cuEventRecord, *f_cuEventElapsedTime, *f_cuEventSynchronize, *f_cuEventDestroy;
+
+// CU_EVENT_DEFAULT (0): timing on, and cuEventSynchronize spins, which
+// wakes sooner than blocking sync (the mark's host time is read after it).
+static int dr_eventCreate(uintptr_t ctx, void **e) { CTX(ctx); return ((int (*)(void **, unsigned))f_cuEventCreate)(e, 0); }
+static int dr_eventDestroy(uintptr_t ctx, uintptr_t e) { CTX(ctx); return ((int (*)(void *))f_cuEventDestroy)((void *)e); }
+static int dr_eventRecord(uintptr_t ctx, uintptr_t e, uintptr_t s) {
+	CTX(ctx);
+	return ((int (*)(void *, void *))f_cuEventRecord)((void *)e, (void *)s);
+}
+static int dr_eventSync(uintptr_t ctx, uintptr_t e) { CTX(ctx); return ((int (*)(void *))f_cuEventSynchronize)((void *)e); }
+
+// dr_eventChain writes into ms[i] the milliseconds from evs[i] to
+// evs[i+1], for i < n-1: one call into C per execution, not one per pair.
+static int dr_eventChain(uintptr_t ctx, const uintptr_t *evs, int n, float *ms) {
+	CTX(ctx);
+	for (int i = 0; i + 1 < n; i++) {
+		int rc = ((int (*)(float *, void *, void *))f_cuEventElapsedTime)(&ms[i], (void *)evs[i], (void *)evs[i + 1]);
+		if (rc) return rc;
+	}
+	return 0;
+}
 */
 import "C"
 
@@ -325,4 +348,41 @@ func blGemm(ctx, h uintptr, g *gemmCall) int {
 	return int(C.bl_gemm(ptr(ctx), ptr(h), C.int(g.m), C.int(g.n), C.int(g.k), alpha,
 		C.devptr(g.a), C.int(g.lda), C.longlong(g.sa), C.devptr(g.b), C.int(g.ldb), C.longlong(g.sb), beta,
 		C.devptr(g.c), C.int(g.ldc), C.longlong(g.sc), C.int(g.batch), C.int(g.dtype), C.int(g.compute)))
+}
+
+// ---- events (cuda/events.go) ----
+
+func drEventCreate(ctx uintptr) (uintptr, int) {
+	var e unsafe.Pointer
+	rc := C.dr_eventCreate(ptr(ctx), &e)
+	return uintptr(e), int(rc)
+}
+func drEventDestroy(ctx, e uintptr) int   { return int(C.dr_eventDestroy(ptr(ctx), ptr(e))) }
+func drEventRecord(ctx, e, s uintptr) int { return int(C.dr_eventRecord(ptr(ctx), ptr(e), ptr(s))) }
+func drEventSync(ctx, e uintptr) int      { return int(C.dr_eventSync(ptr(ctx), ptr(e))) }
+
+// drEventChain returns the milliseconds between consecutive events of evs
+// (len(evs)-1 of them).
+func drEventChain(ctx uintptr, evs []uintptr) ([]float32, int) {
+	if len(evs) < 2 {
+		return nil, 0
+	}
+	// C memory: the handles and results pass through C without Go pointers
+	n := len(evs)
+	ce := (*C.uintptr_t)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
+	defer C.free(unsafe.Pointer(ce))
+	cm := (*C.float)(C.malloc(C.size_t(n-1) * C.size_t(unsafe.Sizeof(C.float(0)))))
+	defer C.free(unsafe.Pointer(cm))
+	handles := unsafe.Slice(ce, n)
+	for i, e := range evs {
+		handles[i] = C.uintptr_t(e)
+	}
+	if rc := C.dr_eventChain(ptr(ctx), ce, C.int(n), cm); rc != 0 {
+		return nil, int(rc)
+	}
+	out := make([]float32, n-1)
+	for i, v := range unsafe.Slice(cm, n-1) {
+		out[i] = float32(v)
+	}
+	return out, 0
 }

@@ -33,3 +33,11 @@ func blCreate(uintptr, uintptr) (uintptr, int)                       { return 0,
 func blDestroy(uintptr, uintptr) int                                 { return errNoCgo }
 func blMathMode(uintptr, uintptr, int) int                           { return errNoCgo }
 func blGemm(uintptr, uintptr, *gemmCall) int                         { return errNoCgo }
+
+// events (cuda/events.go)
+
+func drEventCreate(uintptr) (uintptr, int)             { return 0, errNoCgo }
+func drEventDestroy(uintptr, uintptr) int              { return errNoCgo }
+func drEventRecord(uintptr, uintptr, uintptr) int      { return errNoCgo }
+func drEventSync(uintptr, uintptr) int                 { return errNoCgo }
+func drEventChain(uintptr, []uintptr) ([]float32, int) { return nil, errNoCgo }

@@ -36,6 +36,8 @@ void *f_ncclGetVersion, *f_ncclGetUniqueId, *f_ncclCommInitRank, *f_ncclCommDest
 	*f_ncclCommAbort, *f_ncclGetErrorString, *f_ncclAllReduce, *f_ncclAllGather,
 	*f_ncclReduceScatter, *f_ncclBroadcast, *f_ncclSend, *f_ncclRecv, *f_ncclGroupStart,
 	*f_ncclGroupEnd;
+// events (cuda/events.go; cuEventCreate, Record and ElapsedTime are above)
+void *f_cuEventSynchronize, *f_cuEventDestroy;
 
 static struct { int lib; const char *name; void **fn; } entries[] = {
 	{L_DRIVER, "cuInit", &f_cuInit}, {L_DRIVER, "cuDriverGetVersion", &f_cuDriverGetVersion},
@@ -74,6 +76,8 @@ static struct { int lib; const char *name; void **fn; } entries[] = {
 	{L_NCCL, "ncclReduceScatter", &f_ncclReduceScatter}, {L_NCCL, "ncclBroadcast", &f_ncclBroadcast},
 	{L_NCCL, "ncclSend", &f_ncclSend}, {L_NCCL, "ncclRecv", &f_ncclRecv},
 	{L_NCCL, "ncclGroupStart", &f_ncclGroupStart}, {L_NCCL, "ncclGroupEnd", &f_ncclGroupEnd},
+	// events (cuda/events.go)
+	{L_DRIVER, "cuEventSynchronize", &f_cuEventSynchronize}, {L_DRIVER, "cuEventDestroy_v2", &f_cuEventDestroy},
 };
 #define NENTRIES (sizeof entries / sizeof entries[0])
 

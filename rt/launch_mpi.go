@@ -219,13 +219,17 @@ func (m *MPI) GatherStats(ctx context.Context, stats []DeviceStats) ([]DeviceSta
 }
 
 // statsHeader is how many numbers precede the events in encoded stats.
-const statsHeader = 9
+const statsHeader = 10
 
 // encodeStats flattens a rank's statistics; an event's third number is
 // the bytes it sent or, for a copy between tiers, the bytes it copied
 // (an instruction never does both).
 func encodeStats(st DeviceStats) *Tensor {
-	v := []int64{st.Peak, st.Final, st.BytesSent, st.Held, st.HostPeak, st.HostFinal, st.HostHeld, st.ToHost, st.ToDevice}
+	onDevice := int64(0) // a rank's events are all the device's or none
+	if len(st.Events) > 0 && st.Events[0].OnDevice {
+		onDevice = 1
+	}
+	v := []int64{st.Peak, st.Final, st.BytesSent, st.Held, st.HostPeak, st.HostFinal, st.HostHeld, st.ToHost, st.ToDevice, onDevice}
 	for _, e := range st.Events {
 		v = append(v, int64(e.Start), int64(e.Dur), e.Bytes+e.Copied)
 	}
@@ -239,6 +243,7 @@ func decodeStats(rank int, prog *plan.Program, t *Tensor) DeviceStats {
 	for i, l := range labelsOf(prog) {
 		e := v[statsHeader+3*i:]
 		ev := l.event(time.Duration(e[0]), time.Duration(e[1]), e[2])
+		ev.OnDevice = v[9] == 1
 		if l.kind == plan.Offload.String() || l.kind == plan.Fetch.String() {
 			ev.Bytes, ev.Copied = 0, e[2] // a copy sends nothing
 		}

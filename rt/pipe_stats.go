@@ -25,10 +25,15 @@ type pipeStats struct {
 	simulated bool // times come from a SimClock
 	started   bool
 	start     time.Duration
-	owner     map[Buffer]pipeline.Action // activation → the forward that made it
-	slots     map[Buffer]int             // activation → slots holding it
-	live      map[pipeline.Action]int    // forward → its live activations
-	bytes     map[int]int64              // stage → live activation bytes
+	// first is the instruction that started the current action; at[k]
+	// is span k's first and last instruction (device timing moves each
+	// span onto those instructions' device spans)
+	first int
+	at    [][2]int
+	owner map[Buffer]pipeline.Action // activation → the forward that made it
+	slots map[Buffer]int             // activation → slots holding it
+	live  map[pipeline.Action]int    // forward → its live activations
+	bytes map[int]int64              // stage → live activation bytes
 	// PeakLive and PeakBytes are, per stage, the most micro-batches with
 	// live activations and the most activation bytes at any moment;
 	// PeakKept the most bytes kept between actions (at their marks, when
@@ -43,13 +48,13 @@ func newPipeStats(simulated bool) *pipeStats {
 		bytes: map[int]int64{}, PeakLive: map[int]int{}, PeakBytes: map[int]int64{}, PeakKept: map[int]int64{}}
 }
 
-// step notes instruction in ran from t0 to t1.
-func (p *pipeStats) step(in *plan.Instr, t0, t1 time.Duration) {
+// step notes instruction i, in, ran from t0 to t1.
+func (p *pipeStats) step(i int, in *plan.Instr, t0, t1 time.Duration) {
 	if in.Act == nil {
 		return
 	}
 	if in.Kind != plan.Send && in.Kind != plan.Recv && !p.started {
-		p.started, p.start = true, t0
+		p.started, p.start, p.first = true, t0, i
 	}
 	if in.Kind == plan.Mark {
 		for st, b := range p.bytes {
@@ -60,6 +65,7 @@ func (p *pipeStats) step(in *plan.Instr, t0, t1 time.Duration) {
 			start = t0
 		}
 		p.spans = append(p.spans, ActionSpan{Act: *in.Act, Start: start, End: t1})
+		p.at = append(p.at, [2]int{p.first, i})
 		p.started = false
 	}
 }

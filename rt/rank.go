@@ -49,6 +49,9 @@ type Worker struct {
 	// inProc is Comm when it is the in-process launcher's: the rank's
 	// count of shared collective results it holds (comm_shm_pool.go)
 	inProc *InProc
+	// watch times the rank's instructions on its device (DeviceTime, on
+	// a DeviceClock backend); nil: the host's clock
+	watch Stopwatch
 	// events is how many timeline events the last execution recorded
 	// (instructions and ring steps): the next one's list is made that
 	// long at once instead of grown by doubling.
@@ -70,6 +73,9 @@ func NewWorker(ctx context.Context, p *plan.Plan, rank int, be Backend, c Comm, 
 		w.Timeout = 60 * time.Second
 	}
 	w.inProc, _ = c.(*InProc)
+	if w.watch, err = stopwatch(be, rank, opts); err != nil {
+		return nil, fmt.Errorf("rank %d: device timing: %w", rank, err)
+	}
 	if w.files == nil {
 		w.files = &npyCache{}
 	}
@@ -140,6 +146,9 @@ type execution struct {
 	events            []Event
 	clk               *clockState // nil: wall time
 	pipe              *pipeStats  // nil: not a pipelined plan
+	// devOrigin is, with device timing, where the stopwatch's origin
+	// lies on the run's clock
+	devOrigin time.Duration
 }
 
 // now is the execution's time: simulated, or since start.
@@ -166,6 +175,11 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	}
 	sent0 := w.Comm.BytesSent()
 	w.drawRings(x)
+	if w.watch != nil {
+		if err := x.beginDevice(); err != nil {
+			return nil, err
+		}
+	}
 	// One clock read per instruction: an instruction's span starts where
 	// the previous one's ended, so the bookkeeping between two (holding a
 	// result, freeing dead slots, the timeline) counts in the later one.
@@ -183,6 +197,12 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 		return nil, fmt.Errorf("rank %d: %v", w.Prog.Rank, err)
 	}
 	end := x.now()
+	if w.watch != nil {
+		var err error
+		if end, err = x.layDevice(end); err != nil {
+			return nil, err
+		}
+	}
 	if err := w.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -232,7 +252,7 @@ func (x *execution) step(ctx context.Context, i int, t0 time.Duration) (time.Dur
 	if comm {
 		before = w.Comm.BytesSent()
 	}
-	out, err := x.exec(ctx, in, b)
+	out, err := x.timed(ctx, in, b)
 	if err == nil && out != nil {
 		err = checkShapes(b.Out.Len, out, x.more)
 	}
@@ -248,7 +268,7 @@ func (x *execution) step(ctx context.Context, i int, t0 time.Duration) (time.Dur
 	}
 	x.record(in, w.labels[i].event(t0, t1-t0, sent), out)
 	if x.pipe != nil {
-		x.pipe.step(in, t0, t1)
+		x.pipe.step(i, in, t0, t1)
 	}
 	if in.Out >= 0 {
 		x.hold(in, in.Out, out)
@@ -442,6 +462,25 @@ func (w *Worker) describe(in *plan.Instr) string {
 		return fmt.Sprintf("%s of %s (tag %d)", in.Kind, in.Label, in.Tag)
 	}
 	return fmt.Sprintf("%s (%s)", in.Kernel.Op, in.Label)
+}
+
+// timed runs an instruction, between its stopwatch's marks when the
+// device times it.
+func (x *execution) timed(ctx context.Context, in *plan.Instr, b *plan.Bound) (Buffer, error) {
+	sw := x.w.watch
+	if sw == nil {
+		return x.exec(ctx, in, b)
+	}
+	if err := sw.Start(exclusive(in.Kind)); err != nil {
+		return nil, err
+	}
+	out, err := x.exec(ctx, in, b)
+	if e := sw.Stop(); err == nil && e != nil {
+		// the run fails: its result is left to the backend's teardown
+		// (it may also be an argument another slot holds)
+		return nil, e
+	}
+	return out, err
 }
 
 func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (out Buffer, err error) {

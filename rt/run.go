@@ -26,6 +26,11 @@
 // activations each stage keeps alive, and with Options.Clock a SimClock
 // replaces wall time so schedules' bubbles can be read off exactly.
 //
+// The timeline is the host's clock around each instruction, except with
+// Options.DeviceTime on a backend that times its own queue (DeviceClock,
+// device_time.go: a GPU's events), where each instruction's event is the
+// span the device spent on its work.
+//
 // Launchers: Local runs every rank as a goroutine of this process over the
 // in-process ring collectives (the default); package rt/mpi and the CLI run
 // one rank per process under mpirun.
@@ -58,6 +63,11 @@ type Options struct {
 	// Clock, if set, replaces wall time with a simulated clock (the
 	// in-process launcher only): see SimClock.
 	Clock *SimClock
+	// DeviceTime times the timeline on the device where the backend can
+	// (a DeviceClock: the CUDA backend's events), not by the host around
+	// each launch; it costs two event records per instruction and a wait
+	// per execution, so only a command that shows the timeline asks.
+	DeviceTime bool
 }
 
 // Event is one entry of a device's timeline.
@@ -71,6 +81,9 @@ type Event struct {
 	// device's memory and its host's (ZeRO-Offload's host tier).
 	Copied int64
 	Where  string
+	// OnDevice says Start and Dur are the device's: the span between the
+	// events its stopwatch recorded around the instruction (DeviceTime).
+	OnDevice bool
 }
 
 // DeviceStats is what one device did.

@@ -10,7 +10,9 @@ import (
 // WriteChromeTrace writes the per-device timelines in the Chrome trace
 // event format (load it in Perfetto or chrome://tracing): one track per
 // device, one complete event per instruction, and on a pipeline one per
-// action (stage, kind, micro-batch) around its instructions.
+// action (stage, kind, micro-batch) around its instructions. An event the
+// device timed (Event.OnDevice: its GPU span, from CUDA events) says so
+// in its args ("clock": "device"), as does its track's name.
 func WriteChromeTrace(w io.Writer, m *mesh.Mesh, res *Result) error {
 	type ev struct {
 		Name string         `json:"name"`
@@ -24,7 +26,11 @@ func WriteChromeTrace(w io.Writer, m *mesh.Mesh, res *Result) error {
 	}
 	var evs []ev
 	for _, d := range res.Devices {
-		evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 0, Tid: d.Device, Args: map[string]any{"name": "device " + m.CoordString(d.Device)}})
+		track := "device " + m.CoordString(d.Device)
+		if len(d.Events) > 0 && d.Events[0].OnDevice {
+			track += " (device time)"
+		}
+		evs = append(evs, ev{Name: "thread_name", Ph: "M", Pid: 0, Tid: d.Device, Args: map[string]any{"name": track}})
 		for _, e := range d.Events {
 			args := map[string]any{"where": e.Where}
 			if e.Bytes > 0 {
@@ -32,6 +38,9 @@ func WriteChromeTrace(w io.Writer, m *mesh.Mesh, res *Result) error {
 			}
 			if e.Copied > 0 { // offload, fetch: between device and host memory
 				args["bytes_copied"] = e.Copied
+			}
+			if e.OnDevice {
+				args["clock"] = "device"
 			}
 			evs = append(evs, ev{Name: e.Name, Cat: e.Kind, Ph: "X", Ts: float64(e.Start.Nanoseconds()) / 1e3, Dur: float64(e.Dur.Nanoseconds()) / 1e3, Pid: 0, Tid: d.Device, Args: args})
 		}

@@ -19,7 +19,7 @@ func TestBackendCudaWithoutDriver(t *testing.T) {
 	if cuda.Load(cuda.Driver) == nil {
 		t.Skip("this machine has a CUDA driver")
 	}
-	for _, cmd := range []string{"run", "train", "check"} {
+	for _, cmd := range []string{"run", "train", "check", "trace"} {
 		file := "../../examples/dp_mlp.mesh"
 		if cmd == "train" {
 			file = "../../examples/train/mlp_dp.mesh"

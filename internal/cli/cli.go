@@ -123,6 +123,12 @@ type common struct {
 	gpus      *hostGPUs // this host's GPUs, once --link gpus has read them
 	// judgeMemoryOnlyIfSet: apply --memory but no default budget (explain)
 	judgeMemoryOnlyIfSet bool
+	// deviceTime: the run's timeline is shown (run --trace, trace), so a
+	// GPU times it with its events (rt.Options.DeviceTime)
+	deviceTime bool
+	// opened is the backend trace opened once for all its runs (nil: the
+	// CPU's)
+	opened rt.Backend
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -354,6 +360,7 @@ func (e *env) run(args []string) int {
 	if p == nil {
 		return code
 	}
+	c.deviceTime = *trace != ""
 	res, code := e.execute(p, &c)
 	if res == nil || e.follower {
 		return code // a follower of an MPI run: rank 0 reports

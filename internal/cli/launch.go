@@ -81,7 +81,7 @@ func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
 		fmt.Fprintln(e.stderr, "meshrun:", err)
 		return nil, ExitUsage
 	}
-	opts := rt.Options{Seed: c.seed, Timeout: c.timeout, Hook: testFault()}
+	opts := rt.Options{Seed: c.seed, Timeout: c.timeout, Hook: testFault(), DeviceTime: c.deviceTime}
 	if opts.Backend, err = c.openBackend(e.stderr); err != nil {
 		fmt.Fprintf(e.stderr, "meshrun: --backend %s: %v\n", c.backend, err)
 		return nil, ExitUsage

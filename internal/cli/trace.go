@@ -20,11 +20,14 @@ import (
 
 // trace runs one execution (one training step) on the in-process launcher
 // and shows its timeline: a Chrome trace file, and for a pipeline the
-// schedule as a Gantt chart with its bubble and activation memory.
+// schedule as a Gantt chart with its bubble and activation memory. With
+// --backend cuda the timeline is the GPU's: each instruction spans the
+// CUDA events recorded around its work (rt.Options.DeviceTime).
 func (e *env) trace(args []string) int {
 	var c common
-	fs := newFlags(e, "trace", "trace FILE [-o trace.json] [--json] [--svg FILE] [--clock unit|model|wall] [--schedules LIST]")
+	fs := newFlags(e, "trace", "trace FILE [-o trace.json] [--json] [--svg FILE] [--clock unit|model|wall] [--schedules LIST] [--backend cpu|cuda|auto]")
 	c.register(fs)
+	c.registerBackend(fs)
 	out := fs.String("o", "", "write the timeline as Chrome trace JSON (Perfetto, chrome://tracing)")
 	asJSON := fs.Bool("json", false, "print the pipeline's events (rank, stage, micro, kind, start, end) as JSON instead of the chart")
 	svg := fs.String("svg", "", "write the pipeline's Gantt chart as an SVG picture")
@@ -56,6 +59,11 @@ func (e *env) trace(args []string) int {
 	if p == nil {
 		return code
 	}
+	var err error
+	if c.opened, err = c.openBackend(e.stderr); err != nil {
+		fmt.Fprintf(e.stderr, "meshrun: --backend %s: %v\n", c.backend, err)
+		return ExitUsage
+	}
 	if *compare != "" {
 		return e.compareSchedules(file, &c, *clock, strings.Split(*compare, ","))
 	}
@@ -74,6 +82,9 @@ func (e *env) trace(args []string) int {
 		fmt.Fprintf(e.stdout, "%s on %s: no pipeline axis, so no schedule to draw", file, p.Exec.Mesh)
 		if *out != "" {
 			fmt.Fprintf(e.stdout, "; the timeline of every device is in %s", *out)
+			if onDevice(res) {
+				fmt.Fprint(e.stdout, " (GPU time: each instruction spans the CUDA events around its work)")
+			}
 		}
 		fmt.Fprintln(e.stdout)
 		return ExitOK
@@ -96,13 +107,23 @@ func (e *env) trace(args []string) int {
 		return ExitOK
 	}
 	e.printSchedule(file, p, res, events, *clock, *width)
+	if onDevice(res) {
+		fmt.Fprintln(e.stdout, "\nthe timeline is GPU time: each instruction spans the CUDA events around its work")
+	}
 	return ExitOK
 }
 
 // traceRun executes p once (a training program: its last step) on the
-// in-process launcher with the chosen clock.
+// in-process launcher with the chosen clock. On a GPU it runs twice (the
+// last two steps) and shows the second: the first pays the GPU's set-up
+// (cuBLAS's first calls, the allocator's first cuMemAlloc's), which is
+// not the program's time.
 func (e *env) traceRun(p *lower.Plan, c *common, clock string) (*rt.Result, error) {
-	opts := rt.Options{Seed: c.seed, Timeout: c.timeout}
+	warm := 0
+	if c.opened != nil {
+		warm = 1
+	}
+	opts := rt.Options{Seed: c.seed, Timeout: c.timeout, Backend: c.opened, DeviceTime: true}
 	if p.Pipe != nil && clock != "wall" {
 		opts.Clock = simClock(p, c, clock)
 	}
@@ -112,11 +133,16 @@ func (e *env) traceRun(p *lower.Plan, c *common, clock string) (*rt.Result, erro
 		return nil, err
 	}
 	if t := p.Graph.Train; t != nil {
-		r, err := rt.TrainOn(ctx, l, p, opts, rt.TrainConfig{Start: t.Steps - 1})
+		r, err := rt.TrainOn(ctx, l, p, opts, rt.TrainConfig{Start: max(t.Steps-1-warm, 0)})
 		if err != nil {
 			return nil, err
 		}
 		return r.Last, nil
+	}
+	for range warm {
+		if _, err := l.Run(ctx, nil); err != nil {
+			return nil, err
+		}
 	}
 	return l.Run(ctx, nil)
 }
@@ -157,6 +183,17 @@ func simClock(p *lower.Plan, c *common, mode string) *rt.SimClock {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * 1e9) }
+
+// onDevice says whether the run's timeline is the device's (a GPU's
+// events), not the host's.
+func onDevice(res *rt.Result) bool {
+	for _, d := range res.Devices {
+		if len(d.Events) > 0 && d.Events[0].OnDevice {
+			return true
+		}
+	}
+	return false
+}
 
 // printSchedule draws the pipeline's timeline and its measured figures
 // next to the textbook ones.

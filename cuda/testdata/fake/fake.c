@@ -26,11 +26,11 @@
  * NVRTC); MESHRUN_FAKE_FAIL lists entry points that fail (with their
  * usual error: cuMemAlloc_v2 out of memory, cuMemsetD8_v2 an invalid
  * value, nvrtcCompileProgram a compilation error, cublasGemmEx execution
- * failed; cuStreamCreate and cublasCreate_v2 fail too); MESHRUN_FAKE_LOG
+ * failed; cuStreamCreate, cublasCreate_v2 and cuEventRecord fail too); MESHRUN_FAKE_LOG
  * names a file each compilation appends a line to; MESHRUN_FAKE_LIFECYCLE
- * names one that every retain and release of the primary context, stream
- * creation and destruction and cuBLAS handle creation and destruction
- * append a "+ctx" or "-ctx" (stream, blas) line to, so a test can see
+ * names one that every retain and release of the primary context, and
+ * every creation and destruction of a stream, cuBLAS handle and event,
+ * append a "+ctx" or "-ctx" (stream, blas, event) line to, so a test can see
  * that what is made is also given back; MESHRUN_FAKE_MAX_SM
  * (e.g. 80) makes NVRTC reject newer architectures, as an old one does. */
 #define _GNU_SOURCE
@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef unsigned long long devptr;
@@ -216,9 +217,86 @@ int cuStreamDestroy_v2(void *s) {
 	lifecycle('-', "stream");
 	return 0;
 }
-int cuEventCreate(void **e, unsigned flags) { NEED_CTX; (void)flags; *e = &the_stream; return 0; }
-int cuEventRecord(void *e, void *s) { NEED_CTX; (void)e; (void)s; return 0; }
-int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 0; }
+
+/* ---- events (cuda/events.go) ----
+ * The fake's stream has done its work when the call that issued it
+ * returns, so an event completes as it is recorded: it keeps the host's
+ * monotonic clock at that moment, and the elapsed time between two events
+ * is real (a kernel's emulated grid takes measurable time). Handles are
+ * checked against the live events, as allocations are; an event never
+ * recorded, or made with CU_EVENT_DISABLE_TIMING (2), cannot be timed
+ * (CUDA_ERROR_INVALID_HANDLE), as on a GPU. */
+struct event { int timing, recorded; long long ns; };
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct event **events;
+static size_t nevents, capevents;
+
+static long long mono_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+/* live_event: ev's slot in events, or -1 (call with ev_mu held) */
+static long live_event(const void *ev) {
+	for (size_t i = 0; i < nevents; i++)
+		if (events[i] == ev) return (long)i;
+	return -1;
+}
+int cuEventCreate(void **e, unsigned flags) {
+	NEED_CTX;
+	if (flags & ~3u) return 1;
+	struct event *ev = calloc(1, sizeof *ev);
+	if (!ev) return 2;
+	ev->timing = !(flags & 2);
+	pthread_mutex_lock(&ev_mu);
+	if (nevents == capevents) {
+		capevents = capevents ? 2 * capevents : 64;
+		events = realloc(events, capevents * sizeof *events);
+	}
+	events[nevents++] = ev;
+	pthread_mutex_unlock(&ev_mu);
+	*e = ev;
+	lifecycle('+', "event");
+	return 0;
+}
+int cuEventDestroy_v2(void *e) {
+	NEED_CTX;
+	pthread_mutex_lock(&ev_mu);
+	long i = live_event(e);
+	if (i >= 0) events[i] = events[--nevents];
+	pthread_mutex_unlock(&ev_mu);
+	if (i < 0) return 400;
+	free(e);
+	lifecycle('-', "event");
+	return 0;
+}
+int cuEventRecord(void *e, void *s) {
+	NEED_CTX;
+	if (failing("cuEventRecord")) return 1;
+	if (s != &the_stream && s != NULL) return 400;
+	pthread_mutex_lock(&ev_mu);
+	long i = live_event(e);
+	if (i >= 0) { events[i]->recorded = 1; events[i]->ns = mono_ns(); }
+	pthread_mutex_unlock(&ev_mu);
+	return i < 0 ? 400 : 0;
+}
+int cuEventSynchronize(void *e) {
+	NEED_CTX;
+	pthread_mutex_lock(&ev_mu);
+	long i = live_event(e);
+	pthread_mutex_unlock(&ev_mu);
+	return i < 0 ? 400 : 0;
+}
+int cuEventElapsedTime(float *ms, void *a, void *b) {
+	NEED_CTX;
+	pthread_mutex_lock(&ev_mu);
+	long i = live_event(a), j = live_event(b);
+	int rc = 0;
+	if (i < 0 || j < 0 || !events[i]->recorded || !events[j]->recorded || !events[i]->timing || !events[j]->timing) rc = 400;
+	else *ms = (float)((double)(events[j]->ns - events[i]->ns) / 1e6);
+	pthread_mutex_unlock(&ev_mu);
+	return rc;
+}
 
 /* ---- modules: a "CUBIN" is a shared library's bytes ---- */
 static size_t elf_size(const unsigned char *img) {
