@@ -55,8 +55,10 @@ func (be *Backend) ReduceRows(outs, in []rt.Buffer, first int, span rt.Rows, op 
 	if err := be.checkRows(outs, in, span); err != nil {
 		return err
 	}
-	return be.dev.launch("mr_reduce_rows_"+s, int64(span.Count*span.Len),
-		new(params).members(os).members(is).i64(int64(first)).i64(int64(op)).rows(span))
+	return be.shared(func() error {
+		return be.dev.launch("mr_reduce_rows_"+s, int64(span.Count*span.Len),
+			new(params).members(os).members(is).i64(int64(first)).i64(int64(op)).rows(span))
+	})
 }
 
 // CopyRows implements rt.DeviceCollectives.
@@ -76,7 +78,9 @@ func (be *Backend) CopyRows(outs []rt.Buffer, x rt.Buffer, span rt.Rows) error {
 	if err := be.checkRows(outs, []rt.Buffer{x}, span); err != nil {
 		return err
 	}
-	return be.dev.launch("mr_copy_rows_"+s, int64(span.Count*span.Len), new(params).members(os).ptr(xs[0]).rows(span))
+	return be.shared(func() error {
+		return be.dev.launch("mr_copy_rows_"+s, int64(span.Count*span.Len), new(params).members(os).ptr(xs[0]).rows(span))
+	})
 }
 
 // CopyBlock implements rt.DeviceCollectives.
@@ -95,8 +99,10 @@ func (be *Backend) CopyBlock(out rt.Buffer, outOff []int, x rt.Buffer, xOff, cou
 		}
 	}
 	es := int64(x.Elem().Size())
-	return be.copyBox(x.Elem(), bs[0]+uint64(int64(offset(o, outOff))*es), denseStrides(o),
-		bs[1]+uint64(int64(offset(s, xOff))*es), denseStrides(s), count)
+	return be.shared(func() error {
+		return be.copyBox(x.Elem(), bs[0]+uint64(int64(offset(o, outOff))*es), denseStrides(o),
+			bs[1]+uint64(int64(offset(s, xOff))*es), denseStrides(s), count)
+	})
 }
 
 // TreeReduce implements rt.DeviceCollectives.
@@ -122,7 +128,19 @@ func (be *Backend) TreeReduce(out rt.Buffer, in []rt.Buffer, root int) error {
 	if root < 0 || root >= len(in) {
 		return fmt.Errorf("cuda: reduce: root %d of %d members", root, len(in))
 	}
-	return be.dev.launch("mr_tree_reduce_"+s, int64(n), new(params).ptr(os[0]).members(is).i64(int64(root)).i64(int64(n)))
+	return be.shared(func() error {
+		return be.dev.launch("mr_tree_reduce_"+s, int64(n), new(params).ptr(os[0]).members(is).i64(int64(root)).i64(int64(n)))
+	})
+}
+
+// shared issues a member's part of a collective under the device's
+// bracket lock (events.go), so that it lands between the other ranks'
+// exclusive spans on the timeline, not inside one. A member holds the
+// lock only while it launches, never at a barrier: no deadlock.
+func (be *Backend) shared(launch func() error) error {
+	be.dev.events.bracket.Lock()
+	defer be.dev.events.bracket.Unlock()
+	return launch()
 }
 
 // members are the device pointers of bufs: this backend's live buffers,

@@ -23,8 +23,9 @@ package cuda
 // inside it: the ranks' compute spans never overlap on the GPU, they take
 // turns. A collective, send or receive waits for its peers and cannot
 // hold the lock; its span covers that wait, and whatever the other ranks
-// issued meanwhile. Work issued without the lock — a peer's part of a
-// collective (its kernels in comm.go, or a host copy) — can still fall
+// issued meanwhile. A peer's part of a collective (its kernels, comm.go)
+// takes the lock only while it launches, so it falls between exclusive
+// spans; work issued without the lock (a host copy) can still fall
 // inside another rank's exclusive span and lengthen it by that work.
 
 import (

@@ -91,7 +91,10 @@ func TestBackendDeviceTimeline(t *testing.T) {
 		t.Run(ex, func(t *testing.T) {
 			var notes bytes.Buffer
 			be := &keptSpans{Backend: newBackend(t, &notes), spans: map[int][]rt.DeviceSpan{}, watches: map[int]*keptWatch{}}
-			p := lowered(t, "../examples/"+ex+".mesh", false)
+			file := "../examples/" + ex + ".mesh"
+			src, err := os.ReadFile(file)
+			require.NoError(t, err)
+			p := compile(t, file, string(src), "", false)
 			cpu, err := rt.Run(context.Background(), p, rt.Options{DeviceTime: true})
 			require.NoError(t, err)
 			l, err := rt.NewLocal(context.Background(), p.Exec, rt.Options{Backend: be, DeviceTime: true})
