@@ -60,10 +60,12 @@
 // dtype prints one line on the notify writer (stderr under the CLI), and
 // Backend.Fallbacks counts them. Correct, but slow where it happens often.
 //
-// Collectives and sends stay the runtime's host-side ones: a Buf is an
-// rt.HostReader, so they read it through a host copy, and the backend
-// takes the host tensors they return as arguments (uploading them). There
-// is no NCCL path and no device-side collective yet.
+// Collectives among the logical ranks sharing the GPU run on it (comm.go,
+// comm.cu): the backend is an rt.DeviceCollectives, whose kernels read
+// every member's buffer at once, in the ring's order (rt/comm_dev.go has
+// the protocol); sends between them are device copies. Between processes
+// a Buf is an rt.HostReader: the MPI collectives read it through a host
+// copy, and the backend takes the host tensors they return as arguments.
 //
 // Timeline (events.go): the backend is an rt.DeviceClock. When a command
 // shows the timeline (rt.Options.DeviceTime), each rank's stopwatch
