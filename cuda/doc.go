@@ -1,8 +1,8 @@
 // Package cuda is meshrun's CUDA backend: an rt.Backend on one NVIDIA GPU
 // through the driver API, NVRTC and cuBLAS, all loaded at run time, and
-// `--backend cuda` (internal/cli) to use it. It has been tested against a
-// fake driver on the CPU only; it has NEVER run on a GPU (see Testing),
-// so it is unverified on hardware until bench/gpu.sh has run on one.
+// `--backend cuda` (internal/cli) to use it. Its tests run against a fake
+// driver on the CPU (see Testing) and, through bench/gpu.sh, on a GPU:
+// they passed on an NVIDIA H200 on 2026-11-30.
 //
 // # The backend
 //
