@@ -100,7 +100,7 @@ func TestBackendAdamFused(t *testing.T) {
 				require.Equal(t, shape, fused[i].Shape)
 				// a NaN's payload is the hardware's (a GPU's is 0x7fffffff)
 				require.Equal(t, nanAsOne(want[i]), nanAsOne(fused[i]), "%s %s %v: fused vs the CPU", what, dt, shape)
-				require.Equal(t, bitsOf(three[i]), bitsOf(fused[i]), "%s %s %v: fused vs the three kernels", what, dt, shape)
+				require.Equal(t, three[i].Bits(), fused[i].Bits(), "%s %s %v: fused vs the three kernels", what, dt, shape)
 			}
 		}
 	}
@@ -134,10 +134,10 @@ func TestBackendAdamFusedRejects(t *testing.T) {
 	require.Empty(t, be.Fallbacks())
 }
 
-// nanAsOne is bitsOf with every NaN as one value: the elements' bits, but
+// nanAsOne is Bits with every NaN as one value: the elements' bits, but
 // for the payload of NaNs, which no op here defines.
 func nanAsOne(t *rt.Tensor) []uint64 {
-	bits := bitsOf(t)
+	bits := t.Bits()
 	for i, b := range bits {
 		if t.DType == ir.F32 && math.IsNaN(float64(math.Float32frombits(uint32(b)))) ||
 			t.DType == ir.F64 && math.IsNaN(math.Float64frombits(b)) {

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -106,23 +105,11 @@ func benchCollective(b *testing.B, be *Backend, kind string, p, elems, reps, rou
 	copyOnce()
 	var ratios, tColl, tCopy []float64
 	for range b.N {
-		for r := range rounds {
-			first, second := collective, copyOnce
-			if r%2 == 1 {
-				first, second = copyOnce, collective
-			}
-			t0 := time.Now()
-			first()
-			t1 := time.Now()
-			second()
-			t2 := time.Now()
-			x, y := t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds()
-			if r%2 == 1 {
-				x, y = y, x
-			}
-			tColl, tCopy = append(tColl, x), append(tCopy, y)
-			ratios = append(ratios, (float64(moved)/x)/(float64(2*n)/y))
-		}
+		x, y := alternate(rounds, collective, copyOnce)
+		tColl, tCopy = append(tColl, x...), append(tCopy, y...)
+	}
+	for i := range tColl {
+		ratios = append(ratios, (float64(moved)/tColl[i])/(float64(2*n)/tCopy[i]))
 	}
 	slices.Sort(ratios)
 	collGBs := float64(moved) * float64(reps) / slices.Min(tColl) / 1e9

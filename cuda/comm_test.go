@@ -148,39 +148,12 @@ func bitsEqual(t *testing.T, got, want *rt.Tensor, what string) {
 	t.Helper()
 	require.Equal(t, want.DType, got.DType, what)
 	require.Equal(t, want.Shape, got.Shape, what)
-	a, b := bitsOf(got), bitsOf(want)
+	a, b := got.Bits(), want.Bits()
 	for i := range b {
 		if a[i] != b[i] {
 			require.Failf(t, "not bitwise the host's", "%s: element %d of %d: %#x, host %#x", what, i, len(b), a[i], b[i])
 		}
 	}
-}
-
-func bitsOf(t *rt.Tensor) []uint64 {
-	var out []uint64
-	switch d := t.Data.(type) {
-	case []float32:
-		for _, v := range d {
-			out = append(out, uint64(math.Float32bits(v)))
-		}
-	case []float64:
-		for _, v := range d {
-			out = append(out, math.Float64bits(v))
-		}
-	case []int32:
-		for _, v := range d {
-			out = append(out, uint64(v))
-		}
-	case []int64:
-		for _, v := range d {
-			out = append(out, uint64(v))
-		}
-	case []uint16:
-		for _, v := range d {
-			out = append(out, uint64(v))
-		}
-	}
-	return out
 }
 
 // collectiveCase is one collective: each member's input, and the call.

@@ -82,25 +82,14 @@ func benchMatmul(b *testing.B, be *Backend, dt ir.DType, m, k, n, reps, rounds i
 	}
 	backend() // warm-up: cuBLAS picks its kernels, the allocator its block
 	rawGemm()
-	var ratios, tBackend, tRaw []float64
+	var tBackend, tRaw []float64
 	for range b.N {
-		for r := range rounds {
-			first, second := backend, rawGemm
-			if r%2 == 1 {
-				first, second = rawGemm, backend
-			}
-			t0 := time.Now()
-			first()
-			t1 := time.Now()
-			second()
-			t2 := time.Now()
-			x, y := t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds()
-			if r%2 == 1 {
-				x, y = y, x
-			}
-			tBackend, tRaw = append(tBackend, x), append(tRaw, y)
-			ratios = append(ratios, x/y)
-		}
+		x, y := alternate(rounds, backend, rawGemm)
+		tBackend, tRaw = append(tBackend, x...), append(tRaw, y...)
+	}
+	ratios := make([]float64, len(tBackend))
+	for i := range ratios {
+		ratios[i] = tBackend[i] / tRaw[i]
 	}
 	slices.Sort(ratios)
 	flops := 2 * float64(m) * float64(k) * float64(n) * float64(reps)
@@ -112,6 +101,29 @@ func benchMatmul(b *testing.B, be *Backend, dt ir.DType, m, k, n, reps, rounds i
 	b.Logf("%s %dx%dx%d on %s: backend/raw cuBLAS time min %.3f median %.3f max %.3f over %d rounds of %d; best %.2f vs %.2f TFLOP/s",
 		dt, m, k, n, be.Name(), ratios[0], ratios[len(ratios)/2], ratios[len(ratios)-1], len(ratios), reps,
 		flops/slices.Min(tBackend)/1e12, flops/slices.Min(tRaw)/1e12)
+}
+
+// alternate runs a and b rounds times, the order flipping every round
+// (so drift on the machine falls on both alike), and returns each one's
+// seconds per round.
+func alternate(rounds int, a, b func()) (ta, tb []float64) {
+	for r := range rounds {
+		first, second := a, b
+		if r%2 == 1 {
+			first, second = b, a
+		}
+		t0 := time.Now()
+		first()
+		t1 := time.Now()
+		second()
+		t2 := time.Now()
+		x, y := t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds()
+		if r%2 == 1 {
+			x, y = y, x
+		}
+		ta, tb = append(ta, x), append(tb, y)
+	}
+	return ta, tb
 }
 
 func randHost(rng *rand.Rand, dt ir.DType, r, c int) *rt.Tensor {

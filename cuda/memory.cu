@@ -118,22 +118,14 @@ __device__ __forceinline__ unsigned short mr_bits_f16(unsigned int b) {
 	return (unsigned short)r;
 }
 
-MR_KERNEL mr_widen_bf16(unsigned int *out, const unsigned short *x, long long n) {
-	MR_GRID_LOOP(i, n) { out[i] = mr_bf16_bits(x[i]); }
-}
-MR_EMU_CAST(mr_widen_bf16, unsigned short, unsigned int)
+/* mr_<widen|narrow>_<bf16|f16>: out[i] = CONV(x[i]) over bit patterns. */
+#define MR_CONVERT(NAME, FT, TT, CONV) \
+	MR_KERNEL NAME(TT *out, const FT *x, long long n) { \
+		MR_GRID_LOOP(i, n) { out[i] = CONV(x[i]); } \
+	} \
+	MR_EMU_CAST(NAME, FT, TT)
 
-MR_KERNEL mr_narrow_bf16(unsigned short *out, const unsigned int *x, long long n) {
-	MR_GRID_LOOP(i, n) { out[i] = mr_bits_bf16(x[i]); }
-}
-MR_EMU_CAST(mr_narrow_bf16, unsigned int, unsigned short)
-
-MR_KERNEL mr_widen_f16(unsigned int *out, const unsigned short *x, long long n) {
-	MR_GRID_LOOP(i, n) { out[i] = mr_f16_bits(x[i]); }
-}
-MR_EMU_CAST(mr_widen_f16, unsigned short, unsigned int)
-
-MR_KERNEL mr_narrow_f16(unsigned short *out, const unsigned int *x, long long n) {
-	MR_GRID_LOOP(i, n) { out[i] = mr_bits_f16(x[i]); }
-}
-MR_EMU_CAST(mr_narrow_f16, unsigned int, unsigned short)
+MR_CONVERT(mr_widen_bf16, unsigned short, unsigned int, mr_bf16_bits)
+MR_CONVERT(mr_narrow_bf16, unsigned int, unsigned short, mr_bits_bf16)
+MR_CONVERT(mr_widen_f16, unsigned short, unsigned int, mr_f16_bits)
+MR_CONVERT(mr_narrow_f16, unsigned int, unsigned short, mr_bits_f16)

@@ -100,34 +100,6 @@ func (w *world) run(t *testing.T, f func(ctx context.Context, g *Ring) (Buffer, 
 	return out, sent, steps
 }
 
-// bitsOf is a tensor's elements as bit patterns (NaNs compare too).
-func bitsOf(t *Tensor) []uint64 {
-	var out []uint64
-	switch d := t.Data.(type) {
-	case []float32:
-		for _, v := range d {
-			out = append(out, uint64(math.Float32bits(v)))
-		}
-	case []float64:
-		for _, v := range d {
-			out = append(out, math.Float64bits(v))
-		}
-	case []int32:
-		for _, v := range d {
-			out = append(out, uint64(v))
-		}
-	case []int64:
-		for _, v := range d {
-			out = append(out, uint64(v))
-		}
-	case []uint16:
-		for _, v := range d {
-			out = append(out, uint64(v))
-		}
-	}
-	return out
-}
-
 // randomOf is a tensor of dt with values of mixed sign and magnitude; with
 // special, some are NaN, ±0 or ±Inf (for maxima).
 func randomOf(r *rand.Rand, dt ir.DType, shape []int, special bool) *Tensor {
@@ -176,7 +148,7 @@ func sameBothWays(t *testing.T, p int, what string, f func(ctx context.Context, 
 			w := fmt.Sprintf("%s (one-barrier limit %d) member %d", what, limit, i)
 			require.Equal(t, b[i].DType, a[i].DType, w)
 			require.Equal(t, b[i].Shape, a[i].Shape, w)
-			require.Equal(t, bitsOf(b[i]), bitsOf(a[i]), w)
+			require.Equal(t, b[i].Bits(), a[i].Bits(), w)
 			require.Equal(t, bsent[i], asent[i], "%s: bytes sent", w)
 			require.Equal(t, bsteps[i], asteps[i], "%s: ring steps", w)
 		}

@@ -2,6 +2,7 @@ package rt
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 
@@ -287,3 +288,33 @@ func concatDim(p *hostPool, ts []*Tensor, dim int) *Tensor {
 
 // sameShape reports equal shapes.
 func sameShape(a, b []int) bool { return slices.Equal(a, b) }
+
+// Bits is the tensor's elements as bit patterns, widened to 64 bits: for
+// comparing results bit for bit (a NaN compares by its payload, -0 and +0
+// differ), as the tests of the collectives and of the GPU's kernels do.
+func (t *Tensor) Bits() []uint64 {
+	out := make([]uint64, 0, t.Numel())
+	switch d := t.Data.(type) {
+	case []float32:
+		for _, v := range d {
+			out = append(out, uint64(math.Float32bits(v)))
+		}
+	case []float64:
+		for _, v := range d {
+			out = append(out, math.Float64bits(v))
+		}
+	case []int32:
+		for _, v := range d {
+			out = append(out, uint64(v))
+		}
+	case []int64:
+		for _, v := range d {
+			out = append(out, uint64(v))
+		}
+	case []uint16:
+		for _, v := range d {
+			out = append(out, uint64(v))
+		}
+	}
+	return out
+}
