@@ -76,7 +76,11 @@ func launchedKernels() []string {
 		}
 	}
 	for _, b := range []string{"b2", "b4", "b8"} {
-		out = append(out, "mr_copy_box_"+b, "mr_fill_"+b)
+		out = append(out, "mr_copy_box_"+b, "mr_fill_"+b, "mr_copy_rows_"+b)
+	}
+	for _, dt := range []ir.DType{ir.F32, ir.F64, ir.I32, ir.I64, ir.BF16, ir.F16} { // the collectives (comm.go)
+		s, _ := elemSuffix(dt)
+		out = append(out, "mr_reduce_rows_"+s, "mr_tree_reduce_"+s)
 	}
 	out = append(out, "mr_arange_f32", "mr_cast_f32_f64", "mr_cast_f64_f32")
 	for _, h := range []string{"bf16", "f16"} {
