@@ -150,7 +150,7 @@ func trainVariants() []variant {
 // device. A program with local functions is written per device: its
 // one-device form is the program checked again on a mesh whose axes have
 // size 1 (as meshrun check's reference).
-func compile(t *testing.T, file, src, schedule string, single bool) *lower.Plan {
+func compile(t testing.TB, file, src, schedule string, single bool) *lower.Plan {
 	t.Helper()
 	opts := lang.CheckOptions{Dir: filepath.Dir(file), Pipeline: schedule}
 	g, err := lang.CheckSource(file, []byte(src), opts)
@@ -183,7 +183,7 @@ func source(t *testing.T, v variant) (string, string) {
 	return file, src
 }
 
-func newBackend(t *testing.T, notes *bytes.Buffer) *cuda.Backend {
+func newBackend(t testing.TB, notes *bytes.Buffer) *cuda.Backend {
 	t.Helper()
 	cuda.UseDriver(t)
 	be, err := cuda.NewBackend(0, notes)
