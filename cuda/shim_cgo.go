@@ -38,6 +38,9 @@ void *f_ncclGetVersion, *f_ncclGetUniqueId, *f_ncclCommInitRank, *f_ncclCommDest
 	*f_ncclGroupEnd;
 // events (cuda/events.go; cuEventCreate, Record and ElapsedTime are above)
 void *f_cuEventSynchronize, *f_cuEventDestroy;
+// NCCL's comm (nccl_cgo.go): reduce to a root, errors a kernel reports
+// later, and the stream poll a collective's timeout needs.
+void *f_ncclReduce, *f_ncclCommGetAsyncError, *f_cuStreamQuery;
 
 static struct { int lib; const char *name; void **fn; } entries[] = {
 	{L_DRIVER, "cuInit", &f_cuInit}, {L_DRIVER, "cuDriverGetVersion", &f_cuDriverGetVersion},
@@ -78,6 +81,8 @@ static struct { int lib; const char *name; void **fn; } entries[] = {
 	{L_NCCL, "ncclGroupStart", &f_ncclGroupStart}, {L_NCCL, "ncclGroupEnd", &f_ncclGroupEnd},
 	// events (cuda/events.go)
 	{L_DRIVER, "cuEventSynchronize", &f_cuEventSynchronize}, {L_DRIVER, "cuEventDestroy_v2", &f_cuEventDestroy},
+	{L_NCCL, "ncclReduce", &f_ncclReduce}, {L_NCCL, "ncclCommGetAsyncError", &f_ncclCommGetAsyncError},
+	{L_DRIVER, "cuStreamQuery", &f_cuStreamQuery},
 };
 #define NENTRIES (sizeof entries / sizeof entries[0])
 

@@ -25,7 +25,7 @@ const gatherTag = plan.MaxTag + 1
 // to rank 0's process, which reports them and writes every file.
 type MPI struct {
 	plan  *plan.Plan
-	comm  *MPIComm
+	comm  Comm // MPIComm, or TCPComm under a rendezvous (NewProcess)
 	w     *Worker
 	world Group
 }
@@ -46,6 +46,17 @@ func NewMPI(ctx context.Context, p *plan.Plan, opts Options) (*MPI, error) {
 		}
 		return nil, err
 	}
+	return NewProcess(ctx, p, c, opts)
+}
+
+// NewProcess makes this process's worker and groups over c, a
+// communicator between processes (MPI's or the rendezvous's TCPComm),
+// which the launcher keeps for its own messages; the worker runs on
+// opts.Comm's communicator when set.
+func NewProcess(ctx context.Context, p *plan.Plan, c Comm, opts Options) (*MPI, error) {
+	if c.Size() != p.Mesh.Size() {
+		return nil, fmt.Errorf("%d processes, but the mesh %s has %d devices: start one process per device", c.Size(), p.Mesh, p.Mesh.Size())
+	}
 	all := make([]int, c.Size())
 	for i := range all {
 		all[i] = i
@@ -63,12 +74,21 @@ func NewMPI(ctx context.Context, p *plan.Plan, opts Options) (*MPI, error) {
 	if err := sameRun(gctx, world, p, opts.Seed); err != nil {
 		return nil, err
 	}
-	if opts.Backend == nil {
+	if mc, ok := c.(*MPIComm); ok && opts.Backend == nil {
 		// one rank per process: no other rank can hold a freed buffer, so
 		// collective results may reuse them
-		opts.Backend = c.RecyclingCPU()
+		opts.Backend = mc.RecyclingCPU()
 	}
-	w, err := NewWorker(ctx, p, c.Rank(), opts.Backend, c, opts)
+	if opts.Backend == nil {
+		opts.Backend = &CPU{BLAS: DefaultBLAS()}
+	}
+	wc := c
+	if opts.Comm != nil {
+		if wc, err = opts.Comm(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	w, err := NewWorker(ctx, p, c.Rank(), opts.Backend, wc, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -68,6 +68,10 @@ type Options struct {
 	// each launch; it costs two event records per instruction and a wait
 	// per execution, so only a command that shows the timeline asks.
 	DeviceTime bool
+	// Comm, if set, makes the communicator a process's rank runs on from
+	// the one between processes (NewProcess): the CUDA backend's NCCL
+	// communicator, whose collectives run on the GPU.
+	Comm func(ctx context.Context, host Comm) (Comm, error)
 }
 
 // Event is one entry of a device's timeline.

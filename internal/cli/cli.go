@@ -140,7 +140,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.links, "link", "", "per-axis links, e.g. 'dp=25:12.5,tp=5:100' (alpha us : GB/s); gpus: from this host's GPUs (NVML), e.g. 'gpus,dp=25:12.5'")
 	fs.BoolVar(&c.verify, "verify", false, "run the plan verifier after every lowering pass")
 	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass (infer, boxing, spmd, memory, all)")
-	fs.StringVar(&c.launcher, "launcher", "auto", "local (every device a goroutine here), mpi (one process per device under mpirun/srun), or auto")
+	fs.StringVar(&c.launcher, "launcher", "auto", "local (every device a goroutine here), mpi (one process per device under mpirun/srun), rendezvous (one process per device, from MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK), or auto")
 	fs.Var(&c.memory, "memory", "memory budget per device, e.g. 16GiB; a plan whose peak exceeds it is an error (0: none)")
 }
 

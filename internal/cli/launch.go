@@ -29,13 +29,19 @@ func (c *common) launchMode() (string, error) {
 	switch c.launcher {
 	case "local", "mpi":
 		return c.launcher, nil
+	case "rendezvous":
+		_, err := rendezvous(true)
+		return c.launcher, err
 	case "auto", "":
 		if info := mpi.Launcher(); info.Launcher != "" && info.Size > 1 {
 			return "mpi", nil
 		}
+		if rv, err := rendezvous(false); err != nil || (rv != nil && rv.Size > 1) {
+			return "rendezvous", err
+		}
 		return "local", nil
 	}
-	return "", fmt.Errorf("--launcher %q: want local, mpi or auto", c.launcher)
+	return "", fmt.Errorf("--launcher %q: want local, mpi, rendezvous or auto", c.launcher)
 }
 
 // quietFollower sets up a process that is not rank 0 of a launcher-started
@@ -44,6 +50,9 @@ func (c *common) launchMode() (string, error) {
 // says where.
 func (e *env) quietFollower() {
 	info := mpi.Launcher()
+	if rv, _ := rendezvous(false); info.Launcher == "" && rv != nil {
+		info.Launcher, info.Size, info.Rank = "rendezvous", rv.Size, rv.Rank
+	}
 	if info.Launcher == "" || info.Size <= 1 || info.Rank <= 0 {
 		return
 	}
@@ -87,6 +96,12 @@ func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
 		return nil, ExitUsage
 	}
 	ctx := context.Background()
+	if mode != "local" {
+		opts.Comm = ncclOver(opts.Backend)
+	}
+	if mode == "rendezvous" {
+		return e.launchRendezvous(ctx, p, opts)
+	}
 	if mode == "local" {
 		l, err := rt.NewLocal(ctx, p.Exec, opts)
 		if err != nil {

@@ -81,7 +81,7 @@ func (c *common) memoryBudget(n int, explicitOnly bool) int64 {
 		return 0
 	}
 	if gpu, ok := c.gpuMemory(); ok {
-		if mode, err := c.launchMode(); err == nil && mode == "mpi" {
+		if mode, err := c.launchMode(); err == nil && (mode == "mpi" || mode == "rendezvous") {
 			n = 1
 		}
 		return gpu / 10 * 9 / int64(max(n, 1))

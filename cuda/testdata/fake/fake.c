@@ -32,7 +32,9 @@
  * every creation and destruction of a stream, cuBLAS handle and event,
  * append a "+ctx" or "-ctx" (stream, blas, event) line to, so a test can see
  * that what is made is also given back; MESHRUN_FAKE_MAX_SM
- * (e.g. 80) makes NVRTC reject newer architectures, as an old one does. */
+ * (e.g. 80) makes NVRTC reject newer architectures, as an old one does;
+ * MESHRUN_FAKE_GPUS is how many devices there are (1). It is also a fake
+ * libnccl for ranks in several processes (the last block). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -76,17 +78,20 @@ static __thread void *current;
 
 int cuInit(unsigned flags) { return flags ? 1 : 0; }
 int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-int cuDeviceGetCount(int *n) { *n = 1; return 0; }
-int cuDeviceGet(int *d, int ordinal) { if (ordinal != 0) return 101; *d = 0; return 0; }
+/* MESHRUN_FAKE_GPUS devices (default 1), all alike */
+static int ngpus(void) { const char *g = getenv("MESHRUN_FAKE_GPUS"); return g && atoi(g) > 0 ? atoi(g) : 1; }
+#define BAD_DEV(d) ((d) < 0 || (d) >= ngpus())
+int cuDeviceGetCount(int *n) { *n = ngpus(); return 0; }
+int cuDeviceGet(int *d, int ordinal) { if (BAD_DEV(ordinal)) return 101; *d = ordinal; return 0; }
 int cuDeviceGetAttribute(int *v, int attr, int dev) {
-	if (dev != 0) return 101;
+	if (BAD_DEV(dev)) return 101;
 	if (attr == 75) *v = 9;
 	else if (attr == 76) *v = 0;
 	else return 1;
 	return 0;
 }
 int cuDeviceGetName(char *name, int len, int dev) {
-	if (dev != 0) return 101;
+	if (BAD_DEV(dev)) return 101;
 	snprintf(name, len, "Fake GPU (host memory)");
 	return 0;
 }
@@ -96,22 +101,24 @@ static void lifecycle(char sign, const char *what) {
 	FILE *f = logf ? fopen(logf, "a") : NULL;
 	if (f) { fprintf(f, "%c%s\n", sign, what); fclose(f); }
 }
+static int fake_dev; /* the device of the primary context (one per process) */
 static int ctx_refs; /* cuDevicePrimaryCtxRetain minus cuDevicePrimaryCtxRelease_v2 */
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
-	if (dev != 0) return 101;
+	if (BAD_DEV(dev)) return 101;
 	*ctx = &the_ctx;
+	fake_dev = dev;
 	__atomic_add_fetch(&ctx_refs, 1, __ATOMIC_SEQ_CST);
 	lifecycle('+', "ctx");
 	return 0;
 }
 int cuDevicePrimaryCtxRelease_v2(int dev) {
-	if (dev != 0) return 101;
+	if (BAD_DEV(dev)) return 101;
 	if (__atomic_sub_fetch(&ctx_refs, 1, __ATOMIC_SEQ_CST) < 0) { __atomic_add_fetch(&ctx_refs, 1, __ATOMIC_SEQ_CST); return 201; }
 	lifecycle('-', "ctx");
 	return 0;
 }
 int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
-	if (dev != 0) return 101;
+	if (BAD_DEV(dev)) return 101;
 	const char *m = getenv("MESHRUN_FAKE_TOTAL_MEM");
 	*bytes = m ? (size_t)strtoull(m, NULL, 10) : (size_t)80 << 30;
 	return 0;
@@ -122,6 +129,11 @@ int cuCtxSetCurrent(void *ctx) {
 	current = ctx;
 	return 0;
 }
+
+/* NCCL's operations (the last block) finish before stream work issued
+ * after them: the copies (synchronous with the stream), launches and
+ * stream waits finish them first. */
+static int nccl_streams(int blocking);
 
 /* ---- memory: every live allocation, so accesses can be checked ---- */
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -175,18 +187,21 @@ int cuMemFree_v2(devptr p) {
 
 int cuMemcpyHtoD_v2(devptr dst, const void *src, size_t n) {
 	NEED_CTX;
+	nccl_streams(1);
 	if (!inside(dst, n)) return 1;
 	memcpy((void *)(uintptr_t)dst, src, n);
 	return 0;
 }
 int cuMemcpyDtoH_v2(void *dst, devptr src, size_t n) {
 	NEED_CTX;
+	nccl_streams(1);
 	if (!inside(src, n)) return 1;
 	memcpy(dst, (void *)(uintptr_t)src, n);
 	return 0;
 }
 int cuMemcpyDtoDAsync_v2(devptr dst, devptr src, size_t n, void *stream) {
 	NEED_CTX;
+	nccl_streams(1);
 	(void)stream;
 	if (!inside(dst, n) || !inside(src, n)) return 1;
 	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
@@ -194,6 +209,7 @@ int cuMemcpyDtoDAsync_v2(devptr dst, devptr src, size_t n, void *stream) {
 }
 int cuMemsetD8_v2(devptr p, unsigned char v, size_t n) {
 	NEED_CTX;
+	nccl_streams(1);
 	if (!inside(p, n)) return 1;
 	if (failing("cuMemsetD8_v2")) return 1;
 	memset((void *)(uintptr_t)p, v, n);
@@ -210,7 +226,7 @@ int cuStreamCreate(void **s, unsigned flags) {
 	lifecycle('+', "stream");
 	return 0;
 }
-int cuStreamSynchronize(void *s) { NEED_CTX; return s == &the_stream || s == NULL ? 0 : 400; }
+int cuStreamSynchronize(void *s) { NEED_CTX; nccl_streams(1); return s == &the_stream || s == NULL ? 0 : 400; }
 int cuStreamDestroy_v2(void *s) {
 	NEED_CTX;
 	if (s != &the_stream) return 400;
@@ -351,6 +367,7 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 	if (!fn) return 400;
 	if (gx == 0 || bx == 0 || bx > 1024 || gy != 1 || gz != 1 || by != 1 || bz != 1 || !params || extra) return 1;
 	if (stream != &the_stream || shmem) return 1;
+	nccl_streams(1);
 	pthread_mutex_lock(&launch_mu);
 	((void (*)(unsigned, unsigned, void **))fn)(gx, bx, params);
 	pthread_mutex_unlock(&launch_mu);
@@ -635,3 +652,336 @@ size_t cublasLtGetVersion(void) { return 130000; }
 int cublasLtCreate(void **h) { *h = NULL; return 15; }
 int cublasLtDestroy(void *h) { (void)h; return 0; }
 int cublasLtMatmul(void) { return 15; }
+
+/* ---- NCCL: ranks in several processes of this machine ----
+ * A communicator is a file under /dev/shm, named by the key the unique id
+ * carries, mapped by every member: a header (each member's device, the
+ * sequence number of the last operation it posted and of the last it
+ * finished, and what that operation is) and two data slots per member,
+ * used by operations in turn. An operation (one call, or the calls
+ * between ncclGroupStart and ncclGroupEnd) is posted when called: the
+ * member copies what it sends into its slot and publishes its list of
+ * calls. It completes later, as on a GPU, when the stream is queried or
+ * waited for and every member has posted it: then the member reads its
+ * peers' slots (collectives match call by call; a receive matches the
+ * peer's sends to it in order) and marks it finished. Slots are reused
+ * two operations later, once every member has finished with them.
+ *
+ * The unique id is "MRFNCCL1", a random key, bytes derived from the key,
+ * and an FNV-1a hash of the first 120 bytes in the last 8: an id that
+ * reaches ncclCommInitRank other than by value fails the check.
+ * ncclCommInitRank waits for every member (as NCCL does) and rejects two
+ * members on one device (NCCL's "Duplicate GPU detected"); the fake has
+ * MESHRUN_FAKE_GPUS devices (default 1). A member that never posts
+ * leaves the others' operations unfinished until ncclCommAbort.
+ * MESHRUN_FAKE_NCCL_SLOT sets a slot's bytes (default 64 MiB, sparse). */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define NC_MAXR 16
+#define NC_MAXE 64
+enum { NC_ALLREDUCE, NC_ALLGATHER, NC_REDUCESCATTER, NC_BROADCAST, NC_REDUCE, NC_SEND, NC_RECV };
+typedef struct { char internal[128]; } nc_uid;
+struct nc_entry { int32_t kind, dt, op, peer; int64_t count, off; };
+struct nc_post { int64_t n; struct nc_entry e[NC_MAXE]; };
+struct nc_shared {
+	int64_t joined;
+	int32_t dev[NC_MAXR]; /* device + 1; 0 until joined */
+	int64_t posted[NC_MAXR], done[NC_MAXR];
+	struct nc_post post[NC_MAXR][2];
+};
+struct nc_local { struct nc_entry e; void *send, *recv; };
+struct ncomm {
+	struct nc_shared *sh;
+	char *data;
+	size_t slot, mapped;
+	int rank, n, async;
+	int64_t seq, pending; /* pending: the posted, unfinished operation (0: none) */
+	int nlocal;
+	struct nc_local local[NC_MAXE];
+};
+
+static pthread_mutex_t nc_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ncomm *nc_comms[256]; /* this process's live communicators */
+
+static size_t nc_esize(int dt) { return dt == 2 || dt == 3 ? 4 : dt == 4 || dt == 5 || dt == 8 ? 8 : dt == 7 ? 4 : dt == 6 || dt == 9 ? 2 : 1; }
+static uint64_t nc_fnv(const unsigned char *p, size_t n) {
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+	return h;
+}
+static int64_t nc_now_ms(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+static int64_t nc_patience_ms(void) { return 120000; } /* a blocking wait's bound */
+
+int ncclGetVersion(int *v) { *v = 22800; return 0; }
+const char *ncclGetErrorString(int rc) {
+	static const char *s[] = {"no error", "unhandled cuda error", "unhandled system error", "internal error",
+		"invalid argument", "invalid usage", "remote process exited or there was a network error", "operation in progress"};
+	return rc >= 0 && rc < 8 ? s[rc] : "unknown result code";
+}
+
+int ncclGetUniqueId(nc_uid *id) {
+	uint64_t key = 0;
+	FILE *f = fopen("/dev/urandom", "rb");
+	if (!f || fread(&key, 8, 1, f) != 1) key = (uint64_t)getpid() * 2654435761u ^ (uint64_t)nc_now_ms();
+	if (f) fclose(f);
+	memcpy(id->internal, "MRFNCCL1", 8);
+	memcpy(id->internal + 8, &key, 8);
+	for (int i = 16; i < 120; i++) id->internal[i] = (char)(key >> (i % 57) ^ (uint64_t)i * 131);
+	uint64_t h = nc_fnv((unsigned char *)id->internal, 120);
+	memcpy(id->internal + 120, &h, 8);
+	return 0;
+}
+
+
+int ncclCommInitRank(struct ncomm **out, int n, nc_uid id, int rank) {
+	uint64_t h, key;
+	memcpy(&h, id.internal + 120, 8);
+	if (memcmp(id.internal, "MRFNCCL1", 8) || h != nc_fnv((unsigned char *)id.internal, 120)) {
+		fprintf(stderr, "fake NCCL: ncclCommInitRank got a unique id that fails its checksum (not passed by value?)\n");
+		return 4;
+	}
+	if (n < 1 || n > NC_MAXR || rank < 0 || rank >= n) return 4;
+	if (current != &the_ctx) return 1;
+	memcpy(&key, id.internal + 8, 8);
+	const char *sl = getenv("MESHRUN_FAKE_NCCL_SLOT");
+	size_t slot = sl ? (size_t)strtoull(sl, NULL, 10) : (size_t)64 << 20;
+	size_t head = (sizeof(struct nc_shared) + 4095) & ~(size_t)4095;
+	size_t total = head + slot * 2 * (size_t)n;
+	char name[96];
+	snprintf(name, sizeof name, "/dev/shm/meshrun-fake-nccl-%016llx-%d", (unsigned long long)key, n);
+	int fd = open(name, O_RDWR | O_CREAT, 0600);
+	if (fd < 0 || ftruncate(fd, (off_t)total) != 0) {
+		fprintf(stderr, "fake NCCL: %s: %s\n", name, strerror(errno));
+		if (fd >= 0) close(fd);
+		return 2;
+	}
+	char *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED) return 2;
+	struct nc_shared *sh = (struct nc_shared *)m;
+	if (__atomic_exchange_n(&sh->dev[rank], fake_dev + 1, __ATOMIC_SEQ_CST) != 0) {
+		fprintf(stderr, "fake NCCL: rank %d joined twice\n", rank);
+		munmap(m, total);
+		return 5;
+	}
+	__atomic_add_fetch(&sh->joined, 1, __ATOMIC_SEQ_CST);
+	for (int64_t t0 = nc_now_ms(); __atomic_load_n(&sh->joined, __ATOMIC_SEQ_CST) < n; usleep(200)) {
+		if (nc_now_ms() - t0 > nc_patience_ms()) { munmap(m, total); return 6; }
+	}
+	unlink(name); /* everyone has it mapped */
+	for (int p = 0; p < n; p++) {
+		if (p != rank && __atomic_load_n(&sh->dev[p], __ATOMIC_SEQ_CST) == fake_dev + 1) {
+			fprintf(stderr, "fake NCCL: Duplicate GPU detected: rank %d and rank %d both on device %d\n", rank, p, fake_dev);
+			munmap(m, total);
+			return 5;
+		}
+	}
+	struct ncomm *c = calloc(1, sizeof *c);
+	c->sh = sh, c->data = m + head, c->slot = slot, c->mapped = total, c->rank = rank, c->n = n;
+	pthread_mutex_lock(&nc_mu);
+	for (int i = 0; i < 256; i++)
+		if (!nc_comms[i]) { nc_comms[i] = c; break; }
+	pthread_mutex_unlock(&nc_mu);
+	*out = c;
+	return 0;
+}
+
+static char *nc_slot(struct ncomm *c, int r, int64_t seq) { return c->data + ((size_t)r * 2 + (size_t)(seq & 1)) * c->slot; }
+
+/* nc_post_op publishes this member's calls as the next operation. */
+static int nc_post_op(struct ncomm *c, struct nc_local *ls, int nl) {
+	if (c->pending) return 5; /* the backend must wait for each operation */
+	int64_t seq = c->seq + 1;
+	for (int p = 0; p < c->n; p++) /* the slot is free once everyone is done with seq-2 */
+		for (int64_t t0 = nc_now_ms(); __atomic_load_n(&c->sh->done[p], __ATOMIC_ACQUIRE) < seq - 2; usleep(100))
+			if (nc_now_ms() - t0 > nc_patience_ms()) return 6;
+	struct nc_post *post = &c->sh->post[c->rank][seq & 1];
+	char *slot = nc_slot(c, c->rank, seq);
+	size_t off = 0;
+	for (int i = 0; i < nl; i++) {
+		struct nc_entry *e = &ls[i].e;
+		size_t bytes = (size_t)e->count * nc_esize(e->dt);
+		int sends = e->kind == NC_ALLREDUCE || e->kind == NC_ALLGATHER || e->kind == NC_REDUCE || e->kind == NC_SEND ||
+			(e->kind == NC_BROADCAST && e->peer == c->rank);
+		if (e->kind == NC_REDUCESCATTER) bytes *= (size_t)c->n, sends = 1;
+		e->off = (int64_t)off;
+		if (!sends) continue;
+		if (off + bytes > c->slot) {
+			fprintf(stderr, "fake NCCL: an operation of %zu bytes is over MESHRUN_FAKE_NCCL_SLOT (%zu)\n", off + bytes, c->slot);
+			return 4;
+		}
+		if (!inside((devptr)(uintptr_t)ls[i].send, bytes)) return 4;
+		memcpy(slot + off, ls[i].send, bytes);
+		off += bytes;
+	}
+	for (int i = 0; i < nl; i++) post->e[i] = ls[i].e;
+	post->n = nl;
+	memcpy(c->local, ls, sizeof *ls * (size_t)nl);
+	c->nlocal = nl;
+	c->seq = c->pending = seq;
+	__atomic_store_n(&c->sh->posted[c->rank], seq, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* nc_fold folds n elements of src into dst (sum or max) in dt. */
+static void nc_fold(void *dst, const void *src, int64_t n, int dt, int op) {
+#define NC_FOLD(T) do { T *d = dst; const T *s = src; for (int64_t i = 0; i < n; i++) d[i] = op == 2 ? (s[i] > d[i] ? s[i] : d[i]) : d[i] + s[i]; } while (0)
+	switch (dt) {
+	case 2: NC_FOLD(int32_t); break;
+	case 4: NC_FOLD(int64_t); break;
+	case 7: NC_FOLD(float); break;
+	case 8: NC_FOLD(double); break;
+	}
+#undef NC_FOLD
+}
+
+/* nc_reduce writes into dst the fold over members, in rank order, of n
+ * elements at byte offset skip of each member's entry i. */
+static void nc_reduce(struct ncomm *c, int i, void *dst, int64_t n, int dt, int op, size_t skip) {
+	size_t bytes = (size_t)n * nc_esize(dt);
+	for (int p = 0; p < c->n; p++) {
+		const char *src = nc_slot(c, p, c->pending) + c->sh->post[p][c->pending & 1].e[i].off + skip;
+		if (p == 0) memcpy(dst, src, bytes);
+		else nc_fold(dst, src, n, dt, op);
+	}
+}
+
+/* nc_finish completes the pending operation once every member posted it:
+ * 0 when done (or none), 600 (CUDA_ERROR_NOT_READY) when not blocking
+ * and a member is missing. */
+static int nc_finish(struct ncomm *c, int blocking) {
+	int64_t seq = c->pending;
+	if (!seq) return 0;
+	for (int p = 0; p < c->n; p++) {
+		for (int64_t t0 = nc_now_ms(); __atomic_load_n(&c->sh->posted[p], __ATOMIC_ACQUIRE) < seq; usleep(100)) {
+			if (!blocking) return 600;
+			if (nc_now_ms() - t0 > nc_patience_ms()) { c->async = 6; c->pending = 0; return 0; }
+		}
+	}
+	int recvs[NC_MAXR] = {0};
+	for (int i = 0; i < c->nlocal; i++) {
+		struct nc_entry *e = &c->local[i].e;
+		char *out = c->local[i].recv;
+		size_t es = nc_esize(e->dt), bytes = (size_t)e->count * es;
+		for (int p = 0; p < c->n && e->kind < NC_SEND; p++) { /* collectives match call by call */
+			struct nc_post *pp = &c->sh->post[p][seq & 1];
+			if (pp->n != c->nlocal || pp->e[i].kind != e->kind || pp->e[i].count != e->count || pp->e[i].dt != e->dt) {
+				fprintf(stderr, "fake NCCL: rank %d's call %d differs from rank %d's\n", p, i, c->rank);
+				c->async = 5;
+			}
+		}
+		if (c->async) break;
+		switch (e->kind) {
+		case NC_ALLREDUCE: nc_reduce(c, i, out, e->count, e->dt, e->op, 0); break;
+		case NC_REDUCESCATTER: nc_reduce(c, i, out, e->count, e->dt, e->op, (size_t)c->rank * bytes); break;
+		case NC_REDUCE: if (e->peer == c->rank) nc_reduce(c, i, out, e->count, e->dt, e->op, 0); break;
+		case NC_ALLGATHER:
+			for (int p = 0; p < c->n; p++)
+				memcpy(out + (size_t)p * bytes, nc_slot(c, p, seq) + c->sh->post[p][seq & 1].e[i].off, bytes);
+			break;
+		case NC_BROADCAST:
+			memcpy(out, nc_slot(c, e->peer, seq) + c->sh->post[e->peer][seq & 1].e[i].off, bytes);
+			break;
+		case NC_RECV: { /* the k-th receive from q takes q's k-th send to this rank */
+			int q = e->peer, k = recvs[q]++, found = 0;
+			struct nc_post *pq = &c->sh->post[q][seq & 1];
+			for (int j = 0; j < pq->n && !found; j++) {
+				struct nc_entry *s = &pq->e[j];
+				if (s->kind == NC_SEND && s->peer == c->rank && k-- == 0) {
+					if ((size_t)s->count * nc_esize(s->dt) != bytes) break;
+					memcpy(out, nc_slot(c, q, seq) + s->off, bytes);
+					found = 1;
+				}
+			}
+			if (!found) {
+				fprintf(stderr, "fake NCCL: rank %d receives from rank %d, which sent nothing that matches\n", c->rank, q);
+				c->async = 5;
+			}
+			break;
+		}
+		}
+	}
+	c->pending = 0;
+	__atomic_store_n(&c->sh->done[c->rank], seq, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* nccl_streams finishes (or, not blocking, tries to) every pending
+ * operation of this process: stream order, for the driver's calls. */
+static int nccl_streams(int blocking) {
+	int rc = 0;
+	pthread_mutex_lock(&nc_mu);
+	for (int i = 0; i < 256; i++)
+		if (nc_comms[i] && nc_finish(nc_comms[i], blocking)) rc = 600;
+	pthread_mutex_unlock(&nc_mu);
+	return rc;
+}
+int cuStreamQuery(void *s) { NEED_CTX; if (s != &the_stream) return 400; return nccl_streams(0); }
+
+static __thread int nc_depth, nc_gn;
+static __thread struct ncomm *nc_gcomm;
+static __thread struct nc_local nc_group[NC_MAXE];
+
+int ncclGroupStart(void) { if (!nc_depth++) nc_gn = 0, nc_gcomm = NULL; return 0; }
+int ncclGroupEnd(void) {
+	if (nc_depth == 0) return 5;
+	if (--nc_depth || nc_gn == 0) return 0;
+	pthread_mutex_lock(&nc_mu);
+	int rc = nc_post_op(nc_gcomm, nc_group, nc_gn);
+	pthread_mutex_unlock(&nc_mu);
+	return rc;
+}
+
+/* nc_call posts one call, or adds it to the open group. */
+static int nc_call(struct ncomm *c, int kind, const void *send, void *recv, size_t n, int dt, int op, int peer, void *stream) {
+	if (!c || stream != &the_stream || current != &the_ctx) return 4;
+	if (dt < 0 || dt > 9 || ((kind == NC_SEND || kind == NC_RECV || kind == NC_BROADCAST || kind == NC_REDUCE) && (peer < 0 || peer >= c->n))) return 4;
+	size_t recvBytes = n * nc_esize(dt) * (kind == NC_ALLGATHER ? (size_t)c->n : 1);
+	int writes = kind != NC_SEND && (kind != NC_REDUCE || peer == c->rank);
+	if (writes && !inside((devptr)(uintptr_t)recv, recvBytes)) return 4;
+	struct nc_local l = {{kind, dt, op, peer, (int64_t)n, 0}, (void *)send, recv};
+	if (nc_depth) {
+		if ((nc_gcomm && nc_gcomm != c) || nc_gn == NC_MAXE) return 5;
+		nc_gcomm = c;
+		nc_group[nc_gn++] = l;
+		return 0;
+	}
+	pthread_mutex_lock(&nc_mu);
+	int rc = nc_post_op(c, &l, 1);
+	pthread_mutex_unlock(&nc_mu);
+	return rc;
+}
+int ncclAllReduce(const void *s, void *r, size_t n, int dt, int op, struct ncomm *c, void *st) { return nc_call(c, NC_ALLREDUCE, s, r, n, dt, op, 0, st); }
+int ncclAllGather(const void *s, void *r, size_t n, int dt, struct ncomm *c, void *st) { return nc_call(c, NC_ALLGATHER, s, r, n, dt, 0, 0, st); }
+int ncclReduceScatter(const void *s, void *r, size_t n, int dt, int op, struct ncomm *c, void *st) { return nc_call(c, NC_REDUCESCATTER, s, r, n, dt, op, 0, st); }
+int ncclBroadcast(const void *s, void *r, size_t n, int dt, int root, struct ncomm *c, void *st) { return nc_call(c, NC_BROADCAST, s, r, n, dt, 0, root, st); }
+int ncclReduce(const void *s, void *r, size_t n, int dt, int op, int root, struct ncomm *c, void *st) { return nc_call(c, NC_REDUCE, s, r, n, dt, op, root, st); }
+int ncclSend(const void *s, size_t n, int dt, int peer, struct ncomm *c, void *st) { return nc_call(c, NC_SEND, s, NULL, n, dt, 0, peer, st); }
+int ncclRecv(void *r, size_t n, int dt, int peer, struct ncomm *c, void *st) { return nc_call(c, NC_RECV, NULL, r, n, dt, 0, peer, st); }
+
+int ncclCommGetAsyncError(struct ncomm *c, int *e) { *e = c->async; return 0; }
+static int nc_release(struct ncomm *c) {
+	pthread_mutex_lock(&nc_mu);
+	for (int i = 0; i < 256; i++)
+		if (nc_comms[i] == c) nc_comms[i] = NULL;
+	pthread_mutex_unlock(&nc_mu);
+	munmap(c->sh, c->mapped);
+	free(c);
+	return 0;
+}
+/* Abort leaves the pending operation unfinished: its peers' wait on it. */
+int ncclCommAbort(struct ncomm *c) { return nc_release(c); }
+int ncclCommDestroy(struct ncomm *c) {
+	pthread_mutex_lock(&nc_mu);
+	nc_finish(c, 1);
+	pthread_mutex_unlock(&nc_mu);
+	return nc_release(c);
+}
