@@ -28,3 +28,6 @@ func DeviceGap(be *Backend, a, b uintptr) (time.Duration, error) {
 	}
 	return time.Duration(float64(ms[0]) * 1e6), nil
 }
+
+// StartTestRanks is startTestRanks for the external tests.
+var StartTestRanks = startTestRanks

@@ -61,13 +61,18 @@ func freePort(t testing.TB) int {
 // startRanks runs the scenario in n processes and returns each one's
 // combined output and error; extra sets variables per rank.
 func startRanks(t *testing.T, scenario string, n int, extra func(rank int) []string) ([]string, []error) {
+	return startTestRanks(t, "TestNCCLChild", scenario, n, extra)
+}
+
+// startTestRanks runs test (which reads MESHRUN_NCCL_CHILD) in n processes.
+func startTestRanks(t *testing.T, test, scenario string, n int, extra func(rank int) []string) ([]string, []error) {
 	t.Helper()
 	useNCCL(t) // the children inherit the fake's variables
 	port := freePort(t)
 	outs, errs := make([]string, n), make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestNCCLChild$", "-test.v", "-test.timeout", "120s")
+		cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$", "-test.v", "-test.timeout", "300s")
 		cmd.Env = append(os.Environ(), "MESHRUN_NCCL_CHILD="+scenario, "MASTER_ADDR=127.0.0.1",
 			"MASTER_PORT="+strconv.Itoa(port), "WORLD_SIZE="+strconv.Itoa(n), "RANK="+strconv.Itoa(r),
 			"LOCAL_RANK="+strconv.Itoa(r), "MESHRUN_FAKE_GPUS="+strconv.Itoa(n))

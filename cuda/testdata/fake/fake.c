@@ -674,7 +674,10 @@ int cublasLtMatmul(void) { return 15; }
  * members on one device (NCCL's "Duplicate GPU detected"); the fake has
  * MESHRUN_FAKE_GPUS devices (default 1). A member that never posts
  * leaves the others' operations unfinished until ncclCommAbort.
- * MESHRUN_FAKE_NCCL_SLOT sets a slot's bytes (default 64 MiB, sparse). */
+ * MESHRUN_FAKE_NCCL_SLOT sets a slot's bytes (default 64 MiB, sparse);
+ * MESHRUN_FAKE_NCCL_LOG names a file that every member's join ("init rank
+ * R of N") and every posted operation ("op KIND COUNT by rank R", its
+ * first call's kind) append a line to. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -719,6 +722,14 @@ static int64_t nc_now_ms(void) {
 	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 static int64_t nc_patience_ms(void) { return 120000; } /* a blocking wait's bound */
+static void nc_log(const char *fmt, int a, long long b, int c) {
+	const char *path = getenv("MESHRUN_FAKE_NCCL_LOG");
+	FILE *f = path ? fopen(path, "a") : NULL;
+	if (!f) return;
+	fprintf(f, fmt, a, b, c);
+	fputc('\n', f);
+	fclose(f);
+}
 
 int ncclGetVersion(int *v) { *v = 22800; return 0; }
 const char *ncclGetErrorString(int rc) {
@@ -784,6 +795,7 @@ int ncclCommInitRank(struct ncomm **out, int n, nc_uid id, int rank) {
 			return 5;
 		}
 	}
+	nc_log("init rank %d of %lld%.0d", rank, n, 0);
 	struct ncomm *c = calloc(1, sizeof *c);
 	c->sh = sh, c->data = m + head, c->slot = slot, c->mapped = total, c->rank = rank, c->n = n;
 	pthread_mutex_lock(&nc_mu);
@@ -827,6 +839,7 @@ static int nc_post_op(struct ncomm *c, struct nc_local *ls, int nl) {
 	memcpy(c->local, ls, sizeof *ls * (size_t)nl);
 	c->nlocal = nl;
 	c->seq = c->pending = seq;
+	nc_log("op %d %lld by rank %d", ls[0].e.kind, (long long)ls[0].e.count, c->rank);
 	__atomic_store_n(&c->sh->posted[c->rank], seq, __ATOMIC_RELEASE);
 	return 0;
 }

@@ -1,0 +1,131 @@
+package cuda_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshrun/meshrun/cuda"
+	"github.com/meshrun/meshrun/internal/cli"
+	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/rt"
+)
+
+// Whole examples with one process per device: meshrun run and train
+// --backend cuda under the rendezvous variables, each process on its own
+// device of the fake, collectives through the fake NCCL between the
+// processes, sends over TCP; rank 0's outputs against the CPU's run on
+// one device, within the bounds of examples_test.go.
+
+// TestNCCLCLIChild is one process of such a run: meshrun with the
+// arguments in MESHRUN_NCCL_ARGS.
+func TestNCCLCLIChild(t *testing.T) {
+	if os.Getenv("MESHRUN_NCCL_CHILD") != "cli" {
+		t.Skip("a rank of the multi-process CLI tests (they start it)")
+	}
+	code := cli.Main(strings.Fields(os.Getenv("MESHRUN_NCCL_ARGS")), strings.NewReader(""), os.Stdout, os.Stderr)
+	require.Equal(t, cli.ExitOK, code)
+}
+
+// runRanks runs meshrun args in n processes; each must succeed. It
+// returns rank 0's output and the fake NCCL's log.
+func runRanks(t *testing.T, n int, args ...string) (string, string) {
+	t.Helper()
+	log := filepath.Join(t.TempDir(), "nccl.log")
+	outs, errs := cuda.StartTestRanks(t, "TestNCCLCLIChild", "cli", n, func(int) []string {
+		return []string{"MESHRUN_NCCL_ARGS=" + strings.Join(args, " "), "MESHRUN_FAKE_NCCL_LOG=" + log}
+	})
+	for r := range n {
+		require.NoError(t, errs[r], "rank %d of %d: %v\n%s", r, n, args, outs[r])
+	}
+	b, err := os.ReadFile(log)
+	if !os.IsNotExist(err) { // no log: no communicator
+		require.NoError(t, err)
+	}
+	return outs[0], string(b)
+}
+
+func readNpy(t *testing.T, path string) *rt.Tensor {
+	t.Helper()
+	h, data, err := npy.ReadFile(path)
+	require.NoError(t, err)
+	return rt.FromSlice(h.Shape, data)
+}
+
+// usedNCCL checks the fake NCCL's log: every rank joined one communicator
+// per plan group, and collectives ran.
+func usedNCCL(t *testing.T, log string, p *lower.Plan) {
+	t.Helper()
+	n, groups := p.Exec.Mesh.Size(), len(p.Exec.Groups)
+	require.Equal(t, n*groups, strings.Count(log, "init rank "), "every rank joins a communicator per plan group (%d ranks, %d groups)", n, groups)
+	if groups > 0 {
+		require.Contains(t, log, "op ", "collectives went through NCCL")
+	}
+}
+
+func TestNCCLExamplesAcrossProcesses(t *testing.T) {
+	cuda.FakeOnly(t)
+	for _, ex := range []string{"dp_tp_block", "moe", "uneven"} {
+		t.Run(ex, func(t *testing.T) {
+			path := "../examples/" + ex + ".mesh"
+			p := lowered(t, path, false)
+			dir := t.TempDir()
+			out, log := runRanks(t, p.Exec.Mesh.Size(), "run", path, "--backend", "cuda", "--out", dir)
+			require.Contains(t, out, "meshrun: kernels run on cuda (", out)
+			usedNCCL(t, log, p)
+			single, err := rt.Run(context.Background(), lowered(t, path, true), rt.Options{})
+			require.NoError(t, err)
+			for i, name := range single.Names {
+				got := readNpy(t, filepath.Join(dir, name+".npy"))
+				w := compare(t, name, got, rt.NpyReady(single.Outputs[i]), runULPs, runFloor)
+				t.Logf("%s on %s, one process per device: %s worst %.0f ulp vs one CPU device", ex, p.Exec.Mesh, name, w)
+			}
+		})
+	}
+}
+
+// TestNCCLTrainAcrossProcesses: the params after training against the
+// CPU's in-process run on the same mesh, within the bounds of
+// TestExamplesTrainOnCUDA, and against one CPU device within check's
+// tolerance for the dtype it computes in (mixed precision reduces
+// gradients in bf16 on the mesh, so the mesh and one device differ by
+// more than ulps).
+func TestNCCLTrainAcrossProcesses(t *testing.T) {
+	cuda.FakeOnly(t)
+	for _, ex := range []string{"mlp_bf16", "pipeline_schedules"} {
+		t.Run(ex, func(t *testing.T) {
+			path := "../examples/train/" + ex + ".mesh"
+			p := lowered(t, path, false)
+			n := p.Exec.Mesh.Size()
+			dir := t.TempDir()
+			_, log := runRanks(t, n, "train", path, "--backend", "cuda", "--out", dir)
+			usedNCCL(t, log, p)
+			mesh, err := rt.Train(context.Background(), p, rt.Options{}, rt.TrainConfig{})
+			require.NoError(t, err)
+			single, err := rt.Train(context.Background(), lowered(t, path, true), rt.Options{}, rt.TrainConfig{})
+			require.NoError(t, err)
+			dt := p.Graph.Train.Loss.Type.DType
+			if prec, ok := ir.ParseDType(p.Graph.Train.Precision); ok {
+				dt = prec // mixed precision: computed in half
+			}
+			tol := rt.DefaultTolerance(dt, n)
+			for i, prm := range mesh.Params {
+				bound := float64(trainULPs)
+				if h := halfULP(mesh.Final[i].DType); h > 1 {
+					bound = halfULPs * h
+				}
+				got := readNpy(t, filepath.Join(dir, prm.Name+".npy"))
+				w := compare(t, "param "+prm.Name, got, rt.NpyReady(mesh.Final[i]), bound, trainFlr)
+				d := rt.CompareWithin(got, rt.NpyReady(single.Final[i]), tol)
+				require.True(t, d.OK, "param %s against one CPU device (%s): %+v", prm.Name, tol, d)
+				t.Logf("%s on %s: param %s worst %.0f ulp vs the CPU mesh; vs one CPU device max |diff| %g", ex, p.Exec.Mesh, prm.Name, w, d.MaxAbs)
+			}
+		})
+	}
+}
