@@ -31,3 +31,6 @@ func DeviceGap(be *Backend, a, b uintptr) (time.Duration, error) {
 
 // StartTestRanks is startTestRanks for the external tests.
 var StartTestRanks = startTestRanks
+
+// UseNCCL is useNCCL for the external tests.
+var UseNCCL = useNCCL

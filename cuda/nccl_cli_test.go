@@ -3,7 +3,9 @@ package cuda_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -127,5 +129,37 @@ func TestNCCLTrainAcrossProcesses(t *testing.T) {
 				t.Logf("%s on %s: param %s worst %.0f ulp vs the CPU mesh; vs one CPU device max |diff| %g", ex, p.Exec.Mesh, prm.Name, w, d.MaxAbs)
 			}
 		})
+	}
+}
+
+// TestNCCLUnderMPI: the same under Open MPI's mpirun: the group ids travel
+// over MPI, each process takes the device of its local rank
+// (OMPI_COMM_WORLD_LOCAL_RANK), collectives go through the fake NCCL.
+func TestNCCLUnderMPI(t *testing.T) {
+	cuda.FakeOnly(t)
+	mpirun, err := exec.LookPath("mpirun.openmpi")
+	if err != nil {
+		t.Skip("mpirun.openmpi not found: apt-get install openmpi-bin")
+	}
+	cuda.UseNCCL(t)
+	path := "../examples/dp_tp_block.mesh"
+	p := lowered(t, path, false)
+	n := p.Exec.Mesh.Size()
+	dir, log := t.TempDir(), filepath.Join(t.TempDir(), "nccl.log")
+	cmd := exec.Command(mpirun, "-np", strconv.Itoa(n), "--oversubscribe", os.Args[0], "-test.run", "^TestNCCLCLIChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+		"OMPI_MCA_btl=self,vader", "OMPI_MCA_oob_tcp_if_include=lo", "OMPI_MCA_btl_vader_single_copy_mechanism=none",
+		"MESHRUN_NCCL_CHILD=cli", "MESHRUN_FAKE_GPUS="+strconv.Itoa(n), "MESHRUN_FAKE_NCCL_LOG="+log,
+		"MESHRUN_NCCL_ARGS=run "+path+" --backend cuda --out "+dir)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	usedNCCL(t, string(b), p)
+	single, err := rt.Run(context.Background(), lowered(t, path, true), rt.Options{})
+	require.NoError(t, err)
+	for i, name := range single.Names {
+		w := compare(t, name, readNpy(t, filepath.Join(dir, name+".npy")), rt.NpyReady(single.Outputs[i]), runULPs, runFloor)
+		t.Logf("dp_tp_block under mpirun, one process per device: %s worst %.0f ulp vs one CPU device", name, w)
 	}
 }
