@@ -63,9 +63,12 @@
 // Collectives among the logical ranks sharing the GPU run on it (comm.go,
 // comm.cu): the backend is an rt.DeviceCollectives, whose kernels read
 // every member's buffer at once, in the ring's order (rt/comm_dev.go has
-// the protocol); sends between them are device copies. Between processes
-// a Buf is an rt.HostReader: the MPI collectives read it through a host
-// copy, and the backend takes the host tensors they return as arguments.
+// the protocol); sends between them are device copies. Between processes,
+// one rank per GPU (under MPI or the rendezvous variables), NCCLComm
+// (nccl.go) runs each plan group's collectives with NCCL on device
+// buffers; sends there, and the launcher's messages, go through the host
+// communicator (MPI or TCP), reading a Buf through its host copy
+// (rt.HostReader).
 //
 // Timeline (events.go): the backend is an rt.DeviceClock. When a command
 // shows the timeline (rt.Options.DeviceTime), each rank's stopwatch
@@ -150,7 +153,8 @@
 // matters for NCCL, whose ncclUniqueId is a 128-byte struct passed by
 // value to ncclCommInitRank: on x86-64 and arm64 such a struct travels in
 // memory laid out by the C compiler, so the wrapper takes a pointer from
-// Go and dereferences it in C (tested against a fake libnccl built by the
-// test with the C compiler). NCCL is loaded by nothing yet: the backend
-// does not use it.
+// Go and dereferences it in C (nccl_cgo.go). The fake NCCL at the end of
+// testdata/fake/fake.c — a communicator shared by processes through a
+// file under /dev/shm — refuses an id whose checksum, carried in its last
+// bytes, does not match, so an id passed other than by value fails.
 package cuda
