@@ -29,8 +29,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +63,36 @@ func NewNCCLComm(host rt.Comm, be *Backend) (*NCCLComm, error) {
 	if err := Load(NCCL); err != nil {
 		return nil, err
 	}
+	if err := gpuPerProcess(); err != nil {
+		return nil, err
+	}
 	return &NCCLComm{host: host, be: be}, nil
+}
+
+// gpuPerProcess checks that this process's local rank has a GPU of its
+// own: ChooseDevice wraps local ranks around the GPUs, which lets
+// logical ranks share one, but NCCL refuses two members on one GPU — and
+// says so only once every member has joined, as "invalid usage". An
+// explicit MESHRUN_CUDA_DEVICE is the user's choice and is not checked.
+func gpuPerProcess() error {
+	if os.Getenv("MESHRUN_CUDA_DEVICE") != "" {
+		return nil
+	}
+	for _, name := range localRankVars {
+		r, err := strconv.Atoi(os.Getenv(name))
+		if err != nil {
+			continue
+		}
+		n, err := DeviceCount()
+		if err != nil {
+			return err
+		}
+		if r >= n {
+			return fmt.Errorf("cuda: %s=%d, but this host has %d GPU(s): NCCL needs a GPU per process, so start at most %d processes per host", name, r, n, n)
+		}
+		return nil
+	}
+	return nil
 }
 
 func (c *NCCLComm) Rank() int        { return c.host.Rank() }

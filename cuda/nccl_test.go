@@ -287,8 +287,8 @@ func collectives() []collective {
 }
 
 // inProcResult runs a collective on p in-process members over host tensors
-// and returns member me's result.
-func inProcResult(t *testing.T, c collective, p, me int) *rt.Tensor {
+// and returns member me's result and the bytes it counts as sent.
+func inProcResult(t *testing.T, c collective, p, me int) (*rt.Tensor, int64) {
 	comms := rt.NewInProc(p)
 	members := make([]int, p)
 	for i := range members {
@@ -314,7 +314,7 @@ func inProcResult(t *testing.T, c collective, p, me int) *rt.Tensor {
 	for i := range p {
 		require.NoError(t, errs[i], "%s: the in-process reference, member %d", c.name, i)
 	}
-	return res[me].(*rt.Tensor)
+	return res[me].(*rt.Tensor), comms[me].BytesSent()
 }
 
 // childCollectives runs every case on the world group and on a group of
@@ -337,14 +337,17 @@ func childCollectives(t *testing.T) {
 			x, err := be.CopyIn(cs.input(me, n))
 			require.NoError(t, err)
 			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			sent := c.BytesSent()
 			out, err := cs.do(cctx, g, x)
+			sent = c.BytesSent() - sent
 			cancel()
 			require.NoError(t, err, "%s in group %v", cs.name, members)
 			_, onDevice := out.(*Buf)
 			require.True(t, onDevice, "%s: the result is a device buffer (%T)", cs.name, out)
 			got, err := be.CopyOut(out)
 			require.NoError(t, err)
-			want := inProcResult(t, cs, n, me)
+			want, wantSent := inProcResult(t, cs, n, me)
+			require.Equal(t, wantSent, sent, "%s: the bytes counted are the in-process algorithm's", cs.name)
 			require.Equal(t, want.DType, got.DType, cs.name)
 			require.Equal(t, want.Shape, got.Shape, cs.name)
 			require.Equal(t, want.Data, got.Data, "%s in group %v, member %d", cs.name, members, me)
@@ -436,4 +439,20 @@ func TestNCCLUniqueIDByValue(t *testing.T) {
 	comm, rc := ncInit(be.dev.ctx, 1, &id, 0)
 	require.Equal(t, 0, rc)
 	require.Equal(t, 0, ncDestroy(be.dev.ctx, comm))
+}
+
+// TestNCCLNeedsAGPUPerProcess: a local rank beyond the host's GPUs is an
+// error naming the variable before NCCL is asked (NCCL would refuse the
+// shared GPU only once every member joined).
+func TestNCCLNeedsAGPUPerProcess(t *testing.T) {
+	fakeOnly(t)
+	useNCCL(t)
+	be := newTestBackend(t)
+	t.Setenv("MESHRUN_FAKE_GPUS", "2")
+	t.Setenv("LOCAL_RANK", "2")
+	_, err := NewNCCLComm(nil, be)
+	require.ErrorContains(t, err, "LOCAL_RANK=2, but this host has 2 GPU(s): NCCL needs a GPU per process")
+	t.Setenv("LOCAL_RANK", "1")
+	_, err = NewNCCLComm(nil, be)
+	require.NoError(t, err)
 }
