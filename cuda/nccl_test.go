@@ -195,14 +195,6 @@ func even(p, l int) []int {
 	return lens
 }
 
-func sumOf(xs []int) int {
-	s := 0
-	for _, x := range xs {
-		s += x
-	}
-	return s
-}
-
 // collectives lists the cases: every dtype reduced (sum and max), gathers
 // and scatters even and uneven, along the outer dim and an inner one,
 // all-to-all both ways, broadcast and reduce to a root that is not 0.
