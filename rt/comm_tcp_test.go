@@ -182,3 +182,32 @@ func TestRendezvousVariables(t *testing.T) {
 	_, _, err = rendezvousFrom(env(map[string]string{"WORLD_SIZE": "2", "RANK": "0"}))
 	require.ErrorContains(t, err, "MASTER_PORT is not set")
 }
+
+// TestWaitForLeadHoldsTheOthers: over the rendezvous's TCP world, a rank
+// that calls WaitForLead returns only once rank 0 has called it too.
+func TestWaitForLeadHoldsTheOthers(t *testing.T) {
+	comms, errs := connectAll(t, 3, nil, all(3), 10*time.Second)
+	var wg sync.WaitGroup
+	released := make([]time.Duration, 3)
+	start := time.Now()
+	for r := range 3 {
+		require.NoError(t, errs[r])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			world, err := comms[r].NewGroup(ctx, 0, all(3))
+			require.NoError(t, err)
+			if r == 0 {
+				time.Sleep(300 * time.Millisecond) // writing a checkpoint
+			}
+			require.NoError(t, (&MPI{world: world}).WaitForLead(ctx))
+			released[r] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for r := 1; r < 3; r++ {
+		require.GreaterOrEqual(t, released[r], 300*time.Millisecond, "rank %d waited for rank 0", r)
+	}
+}

@@ -103,6 +103,8 @@ type env struct {
 	// prefixed with the rank).
 	mpi      *rt.MPI
 	follower bool
+	// Under the rendezvous launcher: this process's launcher.
+	rendezvous *rt.MPI
 }
 
 // common are the flags every program-taking command has.

@@ -185,14 +185,17 @@ const leadWait = 24 * time.Hour
 
 // waitForLead holds every rank until rank 0 has finished its own work (a
 // checkpoint write), so that none times out in the next collective
-// meanwhile. Nothing to do without MPI.
+// meanwhile. Nothing to do under the local launcher.
 func (e *env) waitForLead() error {
-	if e.mpi == nil {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), leadWait)
 	defer cancel()
-	return mpi.World().Barrier(ctx)
+	switch {
+	case e.mpi != nil:
+		return mpi.World().Barrier(ctx)
+	case e.rendezvous != nil:
+		return e.rendezvous.WaitForLead(ctx)
+	}
+	return nil
 }
 
 // abortOnTerm turns the launcher's SIGTERM (sent when another rank died)

@@ -83,5 +83,6 @@ func (e *env) launchRendezvous(ctx context.Context, p *lower.Plan, opts rt.Optio
 		e.runError("meshrun: starting the run of %d processes: %v\n", rv.Size, err)
 		return nil, ExitFailure
 	}
+	e.rendezvous = l
 	return l, ExitOK
 }

@@ -76,7 +76,14 @@ func TestRendezvousRunsLikeLocal(t *testing.T) {
 		t.Run(c.path, func(t *testing.T) {
 			path := filepath.Join("..", "..", "examples", c.path)
 			got, want := t.TempDir(), t.TempDir()
-			rendezvousRun(t, c.n, c.cmd, path, "--out", got)
+			args := []string{c.cmd, path, "--out", got}
+			if c.cmd == "train" { // rank 0 writes checkpoints, the others wait for it
+				args = append(args, "--save", filepath.Join(got, "ckpt"), "--save-every", "1")
+			}
+			rendezvousRun(t, c.n, args...)
+			if c.cmd == "train" {
+				require.FileExists(t, filepath.Join(got, "ckpt", "checkpoint.safetensors"))
+			}
 			var out, errb bytes.Buffer
 			require.Equal(t, ExitOK, Main([]string{c.cmd, path, "--out", want, "--launcher", "local"}, strings.NewReader(""), &out, &errb), errb.String())
 			files, err := filepath.Glob(filepath.Join(want, "*.npy"))
