@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +33,7 @@ func TestNCCLCLIChild(t *testing.T) {
 		t.Skip("a rank of the multi-process CLI tests (they start it)")
 	}
 	code := cli.Main(strings.Fields(os.Getenv("MESHRUN_NCCL_ARGS")), strings.NewReader(""), os.Stdout, os.Stderr)
+	fmt.Printf("meshrun exit code %d\n", code)
 	require.Equal(t, cli.ExitOK, code)
 }
 
@@ -161,5 +163,20 @@ func TestNCCLUnderMPI(t *testing.T) {
 	for i, name := range single.Names {
 		w := compare(t, name, readNpy(t, filepath.Join(dir, name+".npy")), rt.NpyReady(single.Outputs[i]), runULPs, runFloor)
 		t.Logf("dp_tp_block under mpirun, one process per device: %s worst %.0f ulp vs one CPU device", name, w)
+	}
+}
+
+// TestNCCLMissingIsAUsageError: with --backend cuda under a launcher and
+// no NCCL, meshrun stops before running with the library search's line.
+func TestNCCLMissingIsAUsageError(t *testing.T) {
+	cuda.FakeOnly(t)
+	missing := filepath.Join(t.TempDir(), "libnccl.so.2")
+	outs, errs := cuda.StartTestRanks(t, "TestNCCLCLIChild", "cli", 2, func(int) []string {
+		return []string{"MESHRUN_NCCL_LIB=" + missing, "MESHRUN_NCCL_ARGS=run ../examples/uneven.mesh --backend cuda"}
+	})
+	for r := range 2 {
+		require.Error(t, errs[r])
+		require.Contains(t, outs[r], "meshrun exit code 2", outs[r])
+		require.Contains(t, outs[r], "--backend cuda with one process per GPU needs NCCL: cuda: cannot load NCCL: tried "+missing+" (not found); MESHRUN_NCCL_LIB is set", outs[r])
 	}
 }

@@ -97,7 +97,10 @@ func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
 	}
 	ctx := context.Background()
 	if mode != "local" {
-		opts.Comm = ncclOver(opts.Backend)
+		if opts.Comm, err = ncclOver(opts.Backend); err != nil {
+			fmt.Fprintln(e.stderr, "meshrun:", err)
+			return nil, ExitUsage
+		}
 	}
 	if mode == "rendezvous" {
 		return e.launchRendezvous(ctx, p, opts)

@@ -38,10 +38,15 @@ func rendezvous(required bool) (*rt.Rendezvous, error) {
 
 // ncclOver is the hook that puts a process's rank on NCCL when its
 // kernels run on a GPU (nil otherwise: collectives stay on the host).
-func ncclOver(be rt.Backend) func(context.Context, rt.Comm) (rt.Comm, error) {
+// NCCL is loaded here, before any work, so that a missing library is a
+// usage error with the search's one line.
+func ncclOver(be rt.Backend) (func(context.Context, rt.Comm) (rt.Comm, error), error) {
 	gpu, ok := be.(*cuda.Backend)
 	if !ok {
-		return nil
+		return nil, nil
+	}
+	if err := cuda.Load(cuda.NCCL); err != nil {
+		return nil, fmt.Errorf("--backend cuda with one process per GPU needs NCCL: %w", err)
 	}
 	return func(_ context.Context, host rt.Comm) (rt.Comm, error) {
 		c, err := cuda.NewNCCLComm(host, gpu)
@@ -49,7 +54,7 @@ func ncclOver(be rt.Backend) func(context.Context, rt.Comm) (rt.Comm, error) {
 			return nil, fmt.Errorf("--backend cuda with one process per GPU needs NCCL: %w", err)
 		}
 		return c, nil
-	}
+	}, nil
 }
 
 // launchRendezvous joins the other processes and makes this one's
