@@ -180,3 +180,21 @@ func TestNCCLMissingIsAUsageError(t *testing.T) {
 		require.Contains(t, outs[r], "--backend cuda with one process per GPU needs NCCL: cuda: cannot load NCCL: tried "+missing+" (not found); MESHRUN_NCCL_LIB is set", outs[r])
 	}
 }
+
+// TestNCCLLostRankTimesOut: a rank that dies before its first
+// instruction leaves the others in an NCCL collective; they end at
+// --timeout with the collective named and the communicator aborted,
+// never hanging.
+func TestNCCLLostRankTimesOut(t *testing.T) {
+	cuda.FakeOnly(t)
+	outs, errs := cuda.StartTestRanks(t, "TestNCCLCLIChild", "cli", 3, func(int) []string {
+		return []string{"MESHRUN_TEST_FAULT=1:0:exit", "MESHRUN_NCCL_ARGS=run ../examples/uneven.mesh --backend cuda --timeout 2s"}
+	})
+	require.Error(t, errs[1])
+	require.Contains(t, outs[1], "test fault exit at instruction 0")
+	for _, r := range []int{0, 2} {
+		require.Error(t, errs[r], "rank %d:\n%s", r, outs[r])
+		require.Contains(t, outs[r], "did not finish (communicator aborted): timed out", "rank %d:\n%s", r, outs[r])
+	}
+	t.Logf("rank 0:\n%s", outs[0])
+}
