@@ -34,25 +34,8 @@ func (g *ncclGroup) AllGather(ctx context.Context, x rt.Buffer, dim int, lens []
 		}
 		defer g.c.be.Free(flat)
 	}
-	var ops []ncOp
-	if allEqual(counts) {
-		ops = append(ops, ncOp{kind: ncAllGather, send: int64(in.ptr), recv: int64(flat.ptr), count: int64(counts[0] * es), dt: ncclUint8})
-	} else {
-		pos := 0
-		for j, n := range counts {
-			dst := at(flat.ptr, pos, es)
-			src := dst // ignored except at the root
-			if j == g.index {
-				src = int64(in.ptr)
-			}
-			if n > 0 {
-				ops = append(ops, ncOp{kind: ncBroadcast, send: src, recv: dst, count: int64(n * es), dt: ncclUint8, peer: int64(j)})
-			}
-			pos += n
-		}
-	}
 	if sum(counts) > 0 {
-		err = g.run(ctx, g.what("all-gather", in.dt, in.shape), ops)
+		err = g.run(ctx, g.what("all-gather", in.dt, in.shape), gatherOps(in, flat, counts, g.index))
 	}
 	if err == nil && flat != out {
 		err = g.unpack(out, dim, flat, shapes)
@@ -62,6 +45,54 @@ func (g *ncclGroup) AllGather(ctx context.Context, x rt.Buffer, dim int, lens []
 		return nil, err
 	}
 	return out, nil
+}
+
+// gatherOps gathers every member's block of counts (this one's is in)
+// into flat, in member order: one ncclAllGather when the blocks are even,
+// else one ncclBroadcast per non-empty block from its owner. As bytes.
+func gatherOps(in, flat *Buf, counts []int, me int) []ncOp {
+	es := in.dt.Size()
+	if allEqual(counts) {
+		return []ncOp{{kind: ncAllGather, send: int64(in.ptr), recv: int64(flat.ptr), count: int64(counts[0] * es), dt: ncclUint8}}
+	}
+	var ops []ncOp
+	pos := 0
+	for j, n := range counts {
+		dst := at(flat.ptr, pos, es)
+		src := dst // ignored except at the root
+		if j == me {
+			src = int64(in.ptr)
+		}
+		if n > 0 {
+			ops = append(ops, ncOp{kind: ncBroadcast, send: src, recv: dst, count: int64(n * es), dt: ncclUint8, peer: int64(j)})
+		}
+		pos += n
+	}
+	return ops
+}
+
+// scatterOps reduces w's chunks of counts, in member order, each onto its
+// owner (this one's into mine): one ncclReduceScatter when they are even,
+// else one ncclReduce per non-empty chunk. red carries the type and
+// operator.
+func scatterOps(w, mine *Buf, counts []int, me int, red ncOp) []ncOp {
+	if allEqual(counts) {
+		return []ncOp{{kind: ncReduceScatter, send: int64(w.ptr), recv: int64(mine.ptr), count: int64(counts[0]), dt: red.dt, op: red.op}}
+	}
+	var ops []ncOp
+	pos, es := 0, w.dt.Size()
+	for j, n := range counts {
+		src := at(w.ptr, pos, es)
+		dst := src // significant at the root only
+		if j == me {
+			dst = int64(mine.ptr)
+		}
+		if n > 0 {
+			ops = append(ops, ncOp{kind: ncReduce, send: src, recv: dst, count: int64(n), dt: red.dt, op: red.op, peer: int64(j)})
+		}
+		pos += n
+	}
+	return ops
 }
 
 // ReduceScatter implements rt.Group: ncclReduceScatter for even chunks,
@@ -94,25 +125,8 @@ func (g *ncclGroup) ReduceScatter(ctx context.Context, x rt.Buffer, dim int, len
 	if err != nil {
 		return nil, err
 	}
-	es := w.dt.Size()
-	var ops []ncOp
-	if allEqual(counts) {
-		ops = append(ops, ncOp{kind: ncReduceScatter, send: int64(w.ptr), recv: int64(mine.ptr), count: int64(counts[0]), dt: t, op: redOp(op)})
-	} else {
-		pos := 0
-		for j, n := range counts {
-			src := at(w.ptr, pos, es)
-			dst := src // significant at the root only
-			if j == g.index {
-				dst = int64(mine.ptr)
-			}
-			if n > 0 {
-				ops = append(ops, ncOp{kind: ncReduce, send: src, recv: dst, count: int64(n), dt: t, op: redOp(op), peer: int64(j)})
-			}
-			pos += n
-		}
-	}
 	if sum(counts) > 0 {
+		ops := scatterOps(w, mine, counts, g.index, ncOp{dt: t, op: redOp(op)})
 		if err := g.run(ctx, g.what("reduce-scatter", in.dt, in.shape), ops); err != nil {
 			g.c.be.Free(mine)
 			return nil, err
@@ -164,18 +178,7 @@ func (g *ncclGroup) AllToAll(ctx context.Context, x rt.Buffer, splitDim int, spl
 		}
 		defer g.c.be.Free(recv)
 	}
-	var ops []ncOp
-	sp, rp := 0, 0
-	for j := range g.size {
-		if n := sendCounts[j]; n > 0 {
-			ops = append(ops, ncOp{kind: ncSend, send: at(send.ptr, sp, es), count: int64(n * es), dt: ncclUint8, peer: int64(j)})
-		}
-		if n := recvCounts[j]; n > 0 {
-			ops = append(ops, ncOp{kind: ncRecv, recv: at(recv.ptr, rp, es), count: int64(n * es), dt: ncclUint8, peer: int64(j)})
-		}
-		sp += sendCounts[j]
-		rp += recvCounts[j]
-	}
+	ops := pairs(send, recv, sendCounts, recvCounts, es)
 	if len(ops) > 0 {
 		err = g.run(ctx, g.what("all-to-all", in.dt, in.shape), ops)
 	}
@@ -187,6 +190,25 @@ func (g *ncclGroup) AllToAll(ctx context.Context, x rt.Buffer, splitDim int, spl
 		return nil, err
 	}
 	return out, nil
+}
+
+// pairs sends member j its piece of send and receives member j's piece
+// into recv, both packed in member order, as bytes; empty pieces are
+// skipped (the peer skips the matching call).
+func pairs(send, recv *Buf, sendCounts, recvCounts []int, es int) []ncOp {
+	var ops []ncOp
+	sp, rp := 0, 0
+	for j := range sendCounts {
+		if n := sendCounts[j]; n > 0 {
+			ops = append(ops, ncOp{kind: ncSend, send: at(send.ptr, sp, es), count: int64(n * es), dt: ncclUint8, peer: int64(j)})
+		}
+		if n := recvCounts[j]; n > 0 {
+			ops = append(ops, ncOp{kind: ncRecv, recv: at(recv.ptr, rp, es), count: int64(n * es), dt: ncclUint8, peer: int64(j)})
+		}
+		sp += sendCounts[j]
+		rp += recvCounts[j]
+	}
+	return ops
 }
 
 // Broadcast implements rt.Group with ncclBroadcast, as bytes.
