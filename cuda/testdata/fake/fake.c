@@ -654,7 +654,7 @@ int cublasLtDestroy(void *h) { (void)h; return 0; }
 int cublasLtMatmul(void) { return 15; }
 
 /* ---- NCCL: ranks in several processes of this machine ----
- * A communicator is a file under /dev/shm, named by the key the unique id
+ * A communicator is a file under /dev/shm (else /tmp), named by the key the unique id
  * carries, mapped by every member: a header (each member's device, the
  * sequence number of the last operation it posted and of the last it
  * finished, and what that operation is) and two data slots per member,
@@ -767,7 +767,9 @@ int ncclCommInitRank(struct ncomm **out, int n, nc_uid id, int rank) {
 	size_t head = (sizeof(struct nc_shared) + 4095) & ~(size_t)4095;
 	size_t total = head + slot * 2 * (size_t)n;
 	char name[96];
-	snprintf(name, sizeof name, "/dev/shm/meshrun-fake-nccl-%016llx-%d", (unsigned long long)key, n);
+	struct stat st;
+	const char *dir = stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp"; /* a container may lack /dev/shm */
+	snprintf(name, sizeof name, "%s/meshrun-fake-nccl-%016llx-%d", dir, (unsigned long long)key, n);
 	int fd = open(name, O_RDWR | O_CREAT, 0600);
 	if (fd < 0 || ftruncate(fd, (off_t)total) != 0) {
 		fprintf(stderr, "fake NCCL: %s: %s\n", name, strerror(errno));
