@@ -654,12 +654,13 @@ int cublasLtDestroy(void *h) { (void)h; return 0; }
 int cublasLtMatmul(void) { return 15; }
 
 /* ---- NCCL: ranks in several processes of this machine ----
- * A communicator is a file under /dev/shm (else /tmp), named by the key the unique id
- * carries, mapped by every member: a header (each member's device, the
- * sequence number of the last operation it posted and of the last it
- * finished, and what that operation is) and two data slots per member,
- * used by operations in turn. An operation (one call, or the calls
- * between ncclGroupStart and ncclGroupEnd) is posted when called: the
+ * A communicator is a file under /dev/shm (else /tmp), named by the key
+ * the unique id carries, mapped by every member: a header (each member's
+ * device, the sequence number of the last operation it posted and of
+ * the last it finished, and what that operation is) and two data slots
+ * per member, used by operations in turn. An operation (one call, or
+ * the calls between ncclGroupStart and ncclGroupEnd) is posted when
+ * called: the
  * member copies what it sends into its slot and publishes its list of
  * calls. It completes later, as on a GPU, when the stream is queried or
  * waited for and every member has posted it: then the member reads its
