@@ -61,7 +61,7 @@ func TestHostileInputs(t *testing.T) {
 		{"--bandwidth 0", []string{"explain", fwd, "--bandwidth", "0"}, ExitUsage, "--bandwidth 0: want a number above 0"},
 		{"--link NaN", []string{"explain", fwd, "--link", "dp=NaN:10"}, ExitUsage, "want AXIS=ALPHA_US:GBPS"},
 		{"--dump-after unknown", []string{"run", fwd, "--dump-after", "bogus"}, ExitUsage, `--dump-after "bogus": want one of all, check, infer, boxing`},
-		{"--launcher unknown", []string{"run", fwd, "--launcher", "slurm"}, ExitUsage, `--launcher "slurm": want local, mpi or auto`},
+		{"--launcher unknown", []string{"run", fwd, "--launcher", "slurm"}, ExitUsage, `--launcher "slurm": want local, mpi, rendezvous or auto`},
 		{"explain --json with --dump-after", []string{"explain", fwd, "--json", "--dump-after", "spmd"}, ExitUsage, "--dump-after with --json"},
 		{"explain --launcher", []string{"explain", fwd, "--launcher", "mpi"}, ExitUsage, "--launcher mpi: explain compiles the program but does not run it"},
 		{"repl --dump-after", []string{"repl", "--dump-after", "spmd"}, ExitUsage, "--dump-after: not used by the repl"},
