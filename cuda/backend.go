@@ -202,6 +202,15 @@ func (be *Backend) onDevice(args []rt.Buffer) (bufs []*Buf, done func(), err err
 		}
 	}
 	for _, a := range args {
+		if x, ok := a.(*Buf); ok && x.dev != be.dev {
+			// another GPU's (ranks on several GPUs): through the host
+			t, err := x.ReadHost()
+			if err != nil {
+				done()
+				return nil, nil, err
+			}
+			a = t
+		}
 		switch x := a.(type) {
 		case *Buf:
 			bufs = append(bufs, x)

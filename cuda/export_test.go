@@ -34,3 +34,6 @@ var StartTestRanks = startTestRanks
 
 // UseNCCL is useNCCL for the external tests.
 var UseNCCL = useNCCL
+
+// OnGPU is onGPU for the external tests.
+var OnGPU = onGPU

@@ -41,3 +41,14 @@ func ChooseDevice() (int, error) {
 	}
 	return 0, nil
 }
+
+// LocalRankSet says whether a launcher set this process's local rank (one
+// of localRankVars), which then chooses its GPU (ChooseDevice).
+func LocalRankSet() bool {
+	for _, name := range localRankVars {
+		if os.Getenv(name) != "" {
+			return true
+		}
+	}
+	return false
+}

@@ -156,7 +156,7 @@ type InProc struct {
 
 // NewInProc returns the n communicators of an in-process world.
 func NewInProc(n int) []*InProc {
-	t, w := NewChanTransport(n), &shmWorld{}
+	t, w := NewChanTransport(n), &shmWorld{devs: make([]DeviceCollectives, n)}
 	out := make([]*InProc, n)
 	for r := range out {
 		out[r] = &InProc{T: t, rank: r, size: n, shared: w, held: map[*Tensor]*sharedResult{}}
@@ -188,7 +188,7 @@ func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, erro
 		return nil, fmt.Errorf("rank %d is not in group %v", c.rank, members)
 	}
 	shm := &shmMember{s: c.shared.group(id, members), sent: &c.T.sent[c.rank], pool: c.pool, held: c.held}
-	if c.dev != nil && len(members) <= c.dev.MaxMembers() {
+	if c.dev != nil && len(members) <= c.dev.MaxMembers() && c.shared.sameDevice(members) {
 		shm.dev = c.dev
 	}
 	return &Ring{T: c.T, Devices: members, Rank: idx, Tag: collectiveTag(id), shm: shm}, nil
@@ -196,7 +196,7 @@ func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, erro
 
 // Send implements Comm.
 func (c *InProc) Send(ctx context.Context, peer, tag int, b Buffer) error {
-	if c.dev != nil {
+	if c.dev != nil && c.shared.devs[peer] == c.dev {
 		return c.sendOnDevice(ctx, peer, tag, b)
 	}
 	t, err := host(b)
@@ -208,7 +208,7 @@ func (c *InProc) Send(ctx context.Context, peer, tag int, b Buffer) error {
 
 // Recv implements Comm.
 func (c *InProc) Recv(ctx context.Context, peer, tag int, dt ir.DType, shape []int) (Buffer, error) {
-	if c.dev != nil {
+	if c.dev != nil && c.shared.devs[peer] == c.dev {
 		return c.recvOnDevice(ctx, peer, tag, dt, shape)
 	}
 	t, err := c.T.Recv(ctx, c.rank, peer, tag)

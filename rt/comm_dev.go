@@ -375,6 +375,16 @@ func (g *Ring) devReduce(ctx context.Context, x Buffer, root int) (Buffer, error
 	return g.devFinish(ctx, start, out, err)
 }
 
+// sameDevice says whether every member's backend is one device's.
+func (w *shmWorld) sameDevice(members []int) bool {
+	for _, m := range members {
+		if w.devs[m] != w.devs[members[0]] {
+			return false
+		}
+	}
+	return true
+}
+
 // sendOnDevice sends b to peer as a device copy made now, in stream
 // order after b's producer: the sender may free b after Flush (or at once:
 // the copy is enqueued), and the receiver owns the copy. A host buffer is

@@ -40,6 +40,9 @@ import (
 // shmWorld holds the shared tables of one in-process world's groups.
 type shmWorld struct {
 	groups sync.Map // group key → *shmShared
+	// devs is each rank's device, when its backend runs collectives
+	// (DrawResultsFrom): a group whose members all share one runs there
+	devs []DeviceCollectives
 	// mail holds the point-to-point messages of ranks sharing a device:
 	// [3]int{from, to, tag} → chan Buffer (comm_dev.go)
 	mail sync.Map
@@ -327,6 +330,7 @@ func (c *InProc) DrawResultsFrom(be Backend) {
 	}
 	if d, ok := be.(DeviceCollectives); ok {
 		c.dev = d
+		c.shared.devs[c.rank] = d
 	}
 }
 

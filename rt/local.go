@@ -2,6 +2,7 @@ package rt
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -35,15 +36,26 @@ func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	if opts.Backend == nil {
 		shareBLASThreads(n) // the ranks' GEMMs run at once: a share each
 	}
-	for r := range l.Workers {
-		be := opts.Backend
-		if be == nil {
+	if opts.Backends != nil && len(opts.Backends) != n {
+		return nil, fmt.Errorf("%d backends for %d ranks", len(opts.Backends), n)
+	}
+	bes := make([]Backend, n)
+	for r := range bes {
+		bes[r] = opts.Backend
+		if opts.Backends != nil {
+			bes[r] = opts.Backends[r]
+		}
+		if bes[r] == nil {
 			// a CPU per rank, each recycling its own kernels' outputs
 			// from one step to the next (a shared one would need a lock
 			// per allocation)
-			be = &CPU{BLAS: DefaultBLAS(), arena: newArena(budget[r])}
+			bes[r] = &CPU{BLAS: DefaultBLAS(), arena: newArena(budget[r])}
 		}
-		comms[r].DrawResultsFrom(be)
+		// every rank's before any group is made: a group runs on a
+		// device when all its members' backends are that device
+		comms[r].DrawResultsFrom(bes[r])
+	}
+	for r, be := range bes {
 		w, err := NewWorker(ctx, p, r, be, comms[r], opts)
 		if err != nil {
 			return nil, err

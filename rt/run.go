@@ -52,6 +52,11 @@ type Options struct {
 	Seed    uint64
 	Timeout time.Duration // per collective; 0 = 60s
 	Backend Backend       // nil = CPU with DefaultBLAS
+	// Backends, if set, is each rank's backend on the local launcher
+	// (ranks on several GPUs of this process), in place of Backend: a
+	// group whose members share one device runs its collectives there,
+	// others through host copies.
+	Backends []Backend
 	// Hook, if set, is called before every instruction a rank runs: the
 	// multi-process tests inject failures with it.
 	Hook func(rank, instr int)

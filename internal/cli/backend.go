@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/meshrun/meshrun/cuda"
 	"github.com/meshrun/meshrun/ir"
@@ -53,6 +54,54 @@ func (c *common) openBackend(notify io.Writer) (rt.Backend, error) {
 	be.SetTF32(c.tf32)
 	fmt.Fprintf(notify, "meshrun: kernels run on %s\n", be.Name())
 	return be, nil
+}
+
+// localGPUs is how many GPUs the local launcher spreads n ranks over: all
+// the driver sees (at most n), unless $MESHRUN_CUDA_DEVICE pins one or a
+// launcher's local rank chose it (then 1). Tests replace it.
+var localGPUs = func(n int) int {
+	if os.Getenv("MESHRUN_CUDA_DEVICE") != "" || cuda.LocalRankSet() {
+		return 1
+	}
+	g, err := cuda.DeviceCount()
+	if err != nil {
+		return 1
+	}
+	return max(min(g, n), 1)
+}
+
+// localBackends gives the local launcher's n ranks their GPUs when the
+// machine has several: first (GPU 0, which openBackend opened) and the
+// next ones, ranks blocked (ranks [i·n/g, (i+1)·n/g) on GPU i), so that
+// the innermost mesh axis's groups stay on one GPU, where their
+// collectives run on the device; groups across GPUs go through host
+// copies. nil: every rank on first.
+func (c *common) localBackends(first rt.Backend, n int, notify io.Writer) ([]rt.Backend, error) {
+	be, ok := first.(*cuda.Backend)
+	g := 1
+	if ok && be.Device().Ordinal == 0 {
+		g = localGPUs(n)
+	}
+	if g == 1 {
+		return nil, nil
+	}
+	for i := len(c.moreGPUs) + 1; i < g; i++ { // opened once per command
+		b, err := cuda.NewBackend(i, notify)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d: %w", i, err)
+		}
+		b.SetTF32(c.tf32)
+		c.moreGPUs = append(c.moreGPUs, b)
+	}
+	gpus := append([]*cuda.Backend{be}, c.moreGPUs[:g-1]...)
+	out := make([]rt.Backend, n)
+	for r := range out {
+		out[r] = gpus[r*g/n]
+	}
+	for i, b := range gpus {
+		fmt.Fprintf(notify, "meshrun: ranks %d-%d run on GPU %d, %s\n", (i*n+g-1)/g, ((i+1)*n+g-1)/g-1, i, b.Name())
+	}
+	return out, nil
 }
 
 // checkTolerance is check's tolerance for an output: rt.OutputTolerance,

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshrun/meshrun/cuda"
 	"github.com/meshrun/meshrun/internal/atomicfile"
 	"github.com/meshrun/meshrun/internal/npy"
 	"github.com/meshrun/meshrun/ir"
@@ -131,6 +132,9 @@ type common struct {
 	// opened is the backend trace opened once for all its runs (nil: the
 	// CPU's)
 	opened rt.Backend
+	// moreGPUs are the GPUs after the first the local launcher's ranks
+	// are spread over (localBackends), opened once per command
+	moreGPUs []*cuda.Backend
 }
 
 func (c *common) register(fs *flag.FlagSet) {

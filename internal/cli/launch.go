@@ -106,6 +106,10 @@ func (e *env) launch(p *lower.Plan, c *common) (rt.Launcher, int) {
 		return e.launchRendezvous(ctx, p, opts)
 	}
 	if mode == "local" {
+		if opts.Backends, err = c.localBackends(opts.Backend, p.Exec.Mesh.Size(), e.stderr); err != nil {
+			fmt.Fprintf(e.stderr, "meshrun: --backend %s: %v\n", c.backend, err)
+			return nil, ExitUsage
+		}
 		l, err := rt.NewLocal(ctx, p.Exec, opts)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "meshrun: %v\n", err)

@@ -67,7 +67,8 @@ const fallbackMemory = 8 << 30
 // or, when kernels run on a GPU (--backend cuda, or auto where one can be
 // opened), 9/10 of its memory (the rest is the context's, cuBLAS's
 // workspace and the allocator's slack), shared by the ranks of this process
-// — the local launcher runs all n on the one GPU, MPI one per process;
+// — the local launcher runs all n on the one GPU (or blocks of them on
+// each of several), MPI one per process;
 // or else 3/4 of this machine's memory shared by the n devices, which the
 // local launcher runs in this one process (under MPI on several machines,
 // --memory says what one device has). explicitOnly drops the default
@@ -83,6 +84,8 @@ func (c *common) memoryBudget(n int, explicitOnly bool) int64 {
 	if gpu, ok := c.gpuMemory(); ok {
 		if mode, err := c.launchMode(); err == nil && (mode == "mpi" || mode == "rendezvous") {
 			n = 1
+		} else if g := localGPUs(n); g > 1 {
+			n = (n + g - 1) / g // the most ranks on one GPU (localBackends)
 		}
 		return gpu / 10 * 9 / int64(max(n, 1))
 	}

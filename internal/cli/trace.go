@@ -124,6 +124,10 @@ func (e *env) traceRun(p *lower.Plan, c *common, clock string) (*rt.Result, erro
 		warm = 1
 	}
 	opts := rt.Options{Seed: c.seed, Timeout: c.timeout, Backend: c.opened, DeviceTime: true}
+	var err error
+	if opts.Backends, err = c.localBackends(c.opened, p.Exec.Mesh.Size(), io.Discard); err != nil {
+		return nil, err
+	}
 	if p.Pipe != nil && clock != "wall" {
 		opts.Clock = simClock(p, c, clock)
 	}
