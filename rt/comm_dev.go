@@ -199,7 +199,7 @@ func (g *Ring) devReduceScatter(ctx context.Context, x Buffer, dim int, lens []i
 		return r, err
 	}
 	post := g.posted()
-	err = inputsAgree(post.din, g.Rank, "reduce_scatter", func(s []int) bool { return sameShape(s, in) })
+	err = firstErr(g.devOutsPosted(), inputsAgree(post.din, g.Rank, "reduce_scatter", func(s []int) bool { return sameShape(s, in) }))
 	if err == nil {
 		outer, inner := around(in, dim)
 		mine := lens[g.Rank] * inner
@@ -245,9 +245,10 @@ func (g *Ring) devAllGather(ctx context.Context, x Buffer, dim int, lens []int) 
 	return g.devFinish(ctx, start, out, err)
 }
 
-// devOutsPosted checks that every member posted a result buffer, before
-// a collective that writes into its peers' results: a member that could
-// not allocate one still meets them, and then every member fails alike.
+// devOutsPosted checks that every member posted a result buffer: a
+// member that could not allocate one still meets its peers, and then
+// every member fails alike (also where no member writes into a peer's
+// result: a peer that went on would wait for it at the next collective).
 func (g *Ring) devOutsPosted() error {
 	for m, o := range g.posted().dout {
 		if o == nil {
@@ -288,7 +289,7 @@ func (g *Ring) devAllToAll(ctx context.Context, x Buffer, splitDim int, lens []i
 		return r, err
 	}
 	post := g.posted()
-	err = piecesAgree(post.din, g.Rank, splitDim, catDim, pieceLen)
+	err = firstErr(g.devOutsPosted(), piecesAgree(post.din, g.Rank, splitDim, catDim, pieceLen))
 	soff, doff := make([]int, len(shape)), make([]int, len(shape))
 	soff[splitDim] = sumInts(lens[:g.Rank])
 	for m := 0; err == nil && m < p; m++ {
@@ -365,7 +366,7 @@ func (g *Ring) devReduce(ctx context.Context, x Buffer, root int) (Buffer, error
 		return r, err
 	}
 	post := g.posted()
-	err = inputsAgree(post.din, g.Rank, "reduce", func(s []int) bool { return sameShape(s, in) })
+	err = firstErr(g.devOutsPosted(), inputsAgree(post.din, g.Rank, "reduce", func(s []int) bool { return sameShape(s, in) }))
 	if err == nil && g.Rank == root && numel(in) > 0 {
 		err = g.shm.dev.TreeReduce(out, post.din, root)
 	}
