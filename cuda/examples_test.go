@@ -315,7 +315,24 @@ func TestExamplesTrainOnCUDA(t *testing.T) {
 			fused += fusedAdams(p)
 			t.Logf("%s (%s): %d steps on %s, worst %.0f ulp vs cpu, %.2g of the tolerance vs one device; %d adam_fused", v.file, v.name, len(want.Losses), p.Exec.Mesh, worst, dev, fusedAdams(p))
 			requireNative(t, be, v.file+" "+v.name)
+			requireFusedAdamLaunched(t, be, p)
 		})
+	}
+}
+
+// requireFusedAdamLaunched checks that the backend ran each of the plan's
+// adam_fused instructions as its one-pass kernel (not the three kernels
+// rt.LaunchResults would run on a backend without one).
+func requireFusedAdamLaunched(t *testing.T, be *cuda.Backend, p *lower.Plan) {
+	t.Helper()
+	for _, prog := range p.Exec.Programs {
+		for i := range prog.Instrs {
+			if in := &prog.Instrs[i]; in.Kind == plan.Compute && in.Kernel.Op == "adam_fused" {
+				name, err := cuda.KernelName("adam_fused", in.Kernel.DType)
+				require.NoError(t, err)
+				require.True(t, cuda.Launched(be, name), "%s was never launched", name)
+			}
+		}
 	}
 }
 

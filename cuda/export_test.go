@@ -34,3 +34,16 @@ var StartTestRanks = startTestRanks
 
 // UseNCCL is useNCCL for the external tests.
 var UseNCCL = useNCCL
+
+// Launched says whether the backend's device looked kernel name up, which
+// it does at the kernel's first launch.
+func Launched(be *Backend, name string) bool {
+	m := be.dev.kernels
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.fns[name]
+	return ok
+}
