@@ -162,3 +162,66 @@ func TestBackendCollectivesHostInputs(t *testing.T) {
 		require.Equal(t, wantSent, gotSent, c.name)
 	}
 }
+
+// A member that gives up at the second barrier (its context ended) while
+// a peer has not yet issued its part must not hand its result's memory
+// to the allocator: the peer's kernel still writes there. Here the root
+// of a broadcast is held at the device's bracket lock, having taken its
+// peer's pointers, while the peer is cancelled; a buffer allocated after
+// the peer failed must keep its contents.
+func TestBackendCollectivesCancelledMemberKeepsItsResult(t *testing.T) {
+	be := newTestBackend(t)
+	comms := rt.NewInProc(2)
+	groups := make([]rt.Group, 2)
+	for i, cm := range comms {
+		cm.DrawResultsFrom(be)
+		g, err := cm.NewGroup(context.Background(), 2, []int{0, 1})
+		require.NoError(t, err)
+		groups[i] = g
+	}
+	shape := []int{64}
+	ones := rt.NewTensor(ir.F32, shape)
+	for i := range ones.Data.([]float32) {
+		ones.Data.([]float32)[i] = 1
+	}
+	x, err := be.CopyIn(ones)
+	require.NoError(t, err)
+	defer be.Free(x)
+
+	be.dev.events.bracket.Lock() // the root's launch waits here
+	locked := true
+	defer func() {
+		if locked {
+			be.dev.events.bracket.Unlock()
+		}
+	}()
+	peerCtx, cancelPeer := context.WithCancel(context.Background())
+	rootCtx, cancelRoot := context.WithTimeout(context.Background(), time.Second)
+	defer cancelRoot()
+	peerDone, rootDone := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := groups[0].Broadcast(peerCtx, nil, 1, ir.F32, shape)
+		peerDone <- err
+	}()
+	go func() {
+		r, err := groups[1].Broadcast(rootCtx, x, 1, ir.F32, shape)
+		if err == nil {
+			be.Free(r)
+		}
+		rootDone <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the peer at the second barrier, the root at the lock
+	cancelPeer()
+	require.Error(t, <-peerDone)
+	z, err := be.Alloc(ir.F32, shape) // zeros, perhaps in the peer's result's memory
+	require.NoError(t, err)
+	defer be.Free(z)
+	be.dev.events.bracket.Unlock()
+	locked = false
+	require.Error(t, <-rootDone) // the peer never came to the second barrier
+	got, err := be.CopyOut(z)
+	require.NoError(t, err)
+	for i, v := range got.Data.([]float32) {
+		require.Zero(t, v, "element %d of a buffer allocated after the cancelled member left was written by the collective", i)
+	}
+}

@@ -128,16 +128,25 @@ func (g *Ring) devEnter(ctx context.Context, start time.Time, c call, x, out Buf
 // reports the ring's steps and returns out, or frees it on failure.
 func (g *Ring) devFinish(ctx context.Context, start time.Time, out Buffer, err error) (Buffer, error) {
 	perr := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm)
-	post := g.posted()
-	post.din[g.Rank], post.dout[g.Rank] = nil, nil
+	if perr == nil {
+		// (after a failed wait the peers may still be reading the
+		// postings; this member's next collective overwrites them)
+		post := g.posted()
+		post.din[g.Rank], post.dout[g.Rank] = nil, nil
+	}
 	if err == nil {
 		err = perr
 	}
 	if err != nil {
 		g.shm.steps = g.shm.steps[:0]
-		if out != nil {
+		if out != nil && perr == nil {
 			g.shm.dev.Free(out)
 		}
+		// else this member left the second barrier (its context ended, or
+		// a peer took too long) while a peer may not have issued its part
+		// yet: that kernel would write into out's memory after the
+		// allocator had handed it to someone else, so out is left to the
+		// backend's teardown
 		return nil, err
 	}
 	g.account(start)
