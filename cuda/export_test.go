@@ -37,3 +37,16 @@ var UseNCCL = useNCCL
 
 // OnGPU is onGPU for the external tests.
 var OnGPU = onGPU
+
+// Launched says whether the backend's device looked kernel name up, which
+// it does at the kernel's first launch.
+func Launched(be *Backend, name string) bool {
+	m := be.dev.kernels
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.fns[name]
+	return ok
+}

@@ -128,16 +128,25 @@ func (g *Ring) devEnter(ctx context.Context, start time.Time, c call, x, out Buf
 // reports the ring's steps and returns out, or frees it on failure.
 func (g *Ring) devFinish(ctx context.Context, start time.Time, out Buffer, err error) (Buffer, error) {
 	perr := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm)
-	post := g.posted()
-	post.din[g.Rank], post.dout[g.Rank] = nil, nil
+	if perr == nil {
+		// (after a failed wait the peers may still be reading the
+		// postings; this member's next collective overwrites them)
+		post := g.posted()
+		post.din[g.Rank], post.dout[g.Rank] = nil, nil
+	}
 	if err == nil {
 		err = perr
 	}
 	if err != nil {
 		g.shm.steps = g.shm.steps[:0]
-		if out != nil {
+		if out != nil && perr == nil {
 			g.shm.dev.Free(out)
 		}
+		// else this member left the second barrier (its context ended, or
+		// a peer took too long) while a peer may not have issued its part
+		// yet: that kernel would write into out's memory after the
+		// allocator had handed it to someone else, so out is left to the
+		// backend's teardown
 		return nil, err
 	}
 	g.account(start)
@@ -199,7 +208,7 @@ func (g *Ring) devReduceScatter(ctx context.Context, x Buffer, dim int, lens []i
 		return r, err
 	}
 	post := g.posted()
-	err = inputsAgree(post.din, g.Rank, "reduce_scatter", func(s []int) bool { return sameShape(s, in) })
+	err = firstErr(g.devOutsPosted(), inputsAgree(post.din, g.Rank, "reduce_scatter", func(s []int) bool { return sameShape(s, in) }))
 	if err == nil {
 		outer, inner := around(in, dim)
 		mine := lens[g.Rank] * inner
@@ -245,9 +254,10 @@ func (g *Ring) devAllGather(ctx context.Context, x Buffer, dim int, lens []int) 
 	return g.devFinish(ctx, start, out, err)
 }
 
-// devOutsPosted checks that every member posted a result buffer, before
-// a collective that writes into its peers' results: a member that could
-// not allocate one still meets them, and then every member fails alike.
+// devOutsPosted checks that every member posted a result buffer: a
+// member that could not allocate one still meets its peers, and then
+// every member fails alike (also where no member writes into a peer's
+// result: a peer that went on would wait for it at the next collective).
 func (g *Ring) devOutsPosted() error {
 	for m, o := range g.posted().dout {
 		if o == nil {
@@ -288,7 +298,7 @@ func (g *Ring) devAllToAll(ctx context.Context, x Buffer, splitDim int, lens []i
 		return r, err
 	}
 	post := g.posted()
-	err = piecesAgree(post.din, g.Rank, splitDim, catDim, pieceLen)
+	err = firstErr(g.devOutsPosted(), piecesAgree(post.din, g.Rank, splitDim, catDim, pieceLen))
 	soff, doff := make([]int, len(shape)), make([]int, len(shape))
 	soff[splitDim] = sumInts(lens[:g.Rank])
 	for m := 0; err == nil && m < p; m++ {
@@ -365,7 +375,7 @@ func (g *Ring) devReduce(ctx context.Context, x Buffer, root int) (Buffer, error
 		return r, err
 	}
 	post := g.posted()
-	err = inputsAgree(post.din, g.Rank, "reduce", func(s []int) bool { return sameShape(s, in) })
+	err = firstErr(g.devOutsPosted(), inputsAgree(post.din, g.Rank, "reduce", func(s []int) bool { return sameShape(s, in) }))
 	if err == nil && g.Rank == root && numel(in) > 0 {
 		err = g.shm.dev.TreeReduce(out, post.din, root)
 	}

@@ -273,8 +273,12 @@ func (g *Ring) agree(c call) error {
 // buffers, and forgets what this member posted.
 func (g *Ring) part(ctx context.Context) error {
 	err := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm)
-	post := g.posted()
-	post.in[g.Rank], post.out[g.Rank] = nil, nil
+	if err == nil {
+		// (after a failed wait the peers may still be reading the
+		// postings; this member's next collective overwrites them)
+		post := g.posted()
+		post.in[g.Rank], post.out[g.Rank] = nil, nil
+	}
 	return err
 }
 
