@@ -20,7 +20,43 @@ import (
 // draws from the same scarce, so the group's members share one device.
 type scarce struct {
 	*Backend
-	left atomic.Int32 // allocations to fail
+	left  atomic.Int32 // allocations to fail
+	parts atomic.Int32 // members' parts (kernel launches) to fail
+}
+
+func (s *scarce) failPart() error {
+	if s.parts.Add(-1) == 0 {
+		return errScarce
+	}
+	return nil
+}
+
+func (s *scarce) ReduceRows(outs, in []rt.Buffer, first int, span rt.Rows, op rt.ReduceOp) error {
+	if err := s.failPart(); err != nil {
+		return err
+	}
+	return s.Backend.ReduceRows(outs, in, first, span, op)
+}
+
+func (s *scarce) CopyRows(outs []rt.Buffer, x rt.Buffer, span rt.Rows) error {
+	if err := s.failPart(); err != nil {
+		return err
+	}
+	return s.Backend.CopyRows(outs, x, span)
+}
+
+func (s *scarce) CopyBlock(out rt.Buffer, outOff []int, x rt.Buffer, xOff, count []int) error {
+	if err := s.failPart(); err != nil {
+		return err
+	}
+	return s.Backend.CopyBlock(out, outOff, x, xOff, count)
+}
+
+func (s *scarce) TreeReduce(out rt.Buffer, in []rt.Buffer, root int) error {
+	if err := s.failPart(); err != nil {
+		return err
+	}
+	return s.Backend.TreeReduce(out, in, root)
 }
 
 var errScarce = errors.New("no memory (test)")
@@ -48,45 +84,9 @@ func (s *scarce) Alloc(dt ir.DType, shape []int) (rt.Buffer, error) {
 // result the group did not make, and none waits for the failed one.
 func TestBackendCollectivesAllocFailureFailsEveryMember(t *testing.T) {
 	be := newTestBackend(t)
-	const p = 3
 	for _, c := range collectiveCases(ir.F32, rt.OpSum) {
 		s := &scarce{Backend: be}
-		comms := rt.NewInProc(p)
-		groups := make([]rt.Group, p)
-		for i, cm := range comms {
-			cm.DrawResultsFrom(s)
-			g, err := cm.NewGroup(context.Background(), 1, []int{0, 1, 2})
-			require.NoError(t, err)
-			groups[i] = g
-		}
-		ins := c.ins(rand.New(rand.NewSource(7)), p)
-		s.arm()
-		errs := make([]error, p)
-		var wg sync.WaitGroup
-		for i, g := range groups {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var x rt.Buffer
-				if ins[i] != nil {
-					d, err := be.CopyIn(ins[i])
-					if err != nil {
-						errs[i] = err
-						return
-					}
-					defer be.Free(d)
-					x = d
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				r, err := c.call(ctx, i, g, x)
-				if err == nil {
-					be.Free(r)
-				}
-				errs[i] = err
-			}()
-		}
-		wg.Wait()
+		errs := collectiveOnce(t, s, c, s.arm)
 		failed := 0
 		for i, err := range errs {
 			if errors.Is(err, errScarce) {
@@ -99,6 +99,63 @@ func TestBackendCollectivesAllocFailureFailsEveryMember(t *testing.T) {
 		}
 		require.Equal(t, 1, failed, "%s: one allocation failed", c.name)
 	}
+}
+
+// A member whose part fails on the device (its kernel launch) fails every
+// member: none returns a result with that member's part missing.
+func TestBackendCollectivesPartFailureFailsEveryMember(t *testing.T) {
+	be := newTestBackend(t)
+	for _, c := range collectiveCases(ir.F32, rt.OpSum) {
+		s := &scarce{Backend: be}
+		for i, err := range collectiveOnce(t, s, c, func() { s.parts.Store(1) }) {
+			require.ErrorIs(t, err, errScarce, "%s: member %d", c.name, i)
+		}
+	}
+}
+
+// collectiveOnce runs c on a group of 3 members drawing from s, after
+// arm, and returns each member's error.
+func collectiveOnce(t *testing.T, s *scarce, c collectiveCase, arm func()) []error {
+	const p = 3
+	comms := rt.NewInProc(p)
+	groups := make([]rt.Group, p)
+	for _, cm := range comms {
+		cm.DrawResultsFrom(s) // every rank's before any group
+	}
+	for i, cm := range comms {
+		g, err := cm.NewGroup(context.Background(), 1, []int{0, 1, 2})
+		require.NoError(t, err)
+		groups[i] = g
+	}
+	ins := c.ins(rand.New(rand.NewSource(7)), p)
+	arm()
+	errs := make([]error, p)
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var x rt.Buffer
+			if ins[i] != nil {
+				d, err := s.Backend.CopyIn(ins[i])
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				defer s.Backend.Free(d)
+				x = d
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r, err := c.call(ctx, i, g, x)
+			if err == nil {
+				s.Backend.Free(r)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // Sends between ranks sharing the device stay on it: the receiver gets a

@@ -127,11 +127,20 @@ func (g *Ring) devEnter(ctx context.Context, start time.Time, c call, x, out Buf
 // kernels are enqueued and nobody enqueues reads of its buffers; it
 // reports the ring's steps and returns out, or frees it on failure.
 func (g *Ring) devFinish(ctx context.Context, start time.Time, out Buffer, err error) (Buffer, error) {
+	// this member's failure is posted before the barrier, so that every
+	// member fails when one did its part wrong (a launch that failed):
+	// none returns a result the group did not finish
+	post := g.posted()
+	post.derr[g.Rank] = err
 	perr := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm)
 	if perr == nil {
 		// (after a failed wait the peers may still be reading the
 		// postings; this member's next collective overwrites them)
-		post := g.posted()
+		for m, e := range post.derr {
+			if e != nil && err == nil {
+				err = fmt.Errorf("member %d failed: %w", m, e)
+			}
+		}
 		post.din[g.Rank], post.dout[g.Rank] = nil, nil
 	}
 	if err == nil {

@@ -81,6 +81,7 @@ type posting struct {
 	// ddev the device each member runs its part on
 	din, dout []Buffer
 	ddev      []DeviceCollectives
+	derr      []error // each member's failure in its part, posted at the second barrier
 }
 
 // shmMember is one member's side of a shared-memory group.
@@ -126,7 +127,7 @@ func (w *shmWorld) group(id int, members []int) *shmShared {
 	fresh := &shmShared{bar: barrier{n: n, ch: make(chan struct{}), spin: n <= runtime.GOMAXPROCS(0)}, small: shmSmallBytes}
 	for i := range fresh.post {
 		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*staging, n),
-			din: make([]Buffer, n), dout: make([]Buffer, n), ddev: make([]DeviceCollectives, n)}
+			din: make([]Buffer, n), dout: make([]Buffer, n), ddev: make([]DeviceCollectives, n), derr: make([]error, n)}
 	}
 	s, _ := w.groups.LoadOrStore(key, fresh)
 	return s.(*shmShared)
@@ -327,7 +328,9 @@ func (g *Ring) result(dt ir.DType, shape []int) *Tensor {
 // Call it before the groups are made (NewWorker).
 //
 // A device backend that runs collectives itself (DeviceCollectives: the
-// ranks share one GPU) has this rank's groups run them there instead.
+// ranks share one GPU) has this rank's groups whose members all share it
+// run them there instead. Call it for every rank before any group is
+// made: NewGroup looks at every member's device.
 func (c *InProc) DrawResultsFrom(be Backend) {
 	if cpu, ok := be.(*CPU); ok {
 		c.pool = cpu.arena
