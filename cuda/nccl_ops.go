@@ -22,18 +22,11 @@ func (g *ncclGroup) AllGather(ctx context.Context, x rt.Buffer, dim int, lens []
 	g.c.sent.Add(rt.AllGatherSent(counts, g.index, es))
 	outShape := slices.Clone(in.shape)
 	outShape[dim] = sum(lens)
-	out, err := g.c.be.newBuf(in.dt, outShape)
+	out, flat, drop, err := g.staged(in.dt, outShape, dim, sum(counts))
 	if err != nil {
 		return nil, err
 	}
-	flat := out
-	if !contiguous(outShape, dim) {
-		if flat, err = g.c.be.newBuf(in.dt, []int{sum(counts)}); err != nil {
-			g.c.be.Free(out)
-			return nil, err
-		}
-		defer g.c.be.Free(flat)
-	}
+	defer drop()
 	if sum(counts) > 0 {
 		err = g.run(ctx, g.what("all-gather", in.dt, in.shape), gatherOps(in, flat, counts, g.index))
 	}
@@ -166,18 +159,11 @@ func (g *ncclGroup) AllToAll(ctx context.Context, x rt.Buffer, splitDim int, spl
 	g.c.sent.Add(rt.ReduceScatterSent(sendCounts, g.index, es))
 	outShape := slices.Clone(mineShape)
 	outShape[catDim] = sum(catLens)
-	out, err := g.c.be.newBuf(in.dt, outShape)
+	out, recv, drop, err := g.staged(in.dt, outShape, catDim, sum(recvCounts))
 	if err != nil {
 		return nil, err
 	}
-	recv := out
-	if !contiguous(outShape, catDim) {
-		if recv, err = g.c.be.newBuf(in.dt, []int{sum(recvCounts)}); err != nil {
-			g.c.be.Free(out)
-			return nil, err
-		}
-		defer g.c.be.Free(recv)
-	}
+	defer drop()
 	ops := pairs(send, recv, sendCounts, recvCounts, es)
 	if len(ops) > 0 {
 		err = g.run(ctx, g.what("all-to-all", in.dt, in.shape), ops)
@@ -286,4 +272,22 @@ func sum(xs []int) int {
 		s += x
 	}
 	return s
+}
+
+// staged allocates a result of shape and the buffer NCCL fills: the
+// result itself when its blocks along dim are contiguous, else a flat
+// staging buffer of n elements (unpacked into the result after), which
+// drop frees.
+func (g *ncclGroup) staged(dt ir.DType, shape []int, dim, n int) (out, fill *Buf, drop func(), err error) {
+	if out, err = g.c.be.newBuf(dt, shape); err != nil {
+		return nil, nil, nil, err
+	}
+	if contiguous(shape, dim) {
+		return out, out, func() {}, nil
+	}
+	if fill, err = g.c.be.newBuf(dt, []int{n}); err != nil {
+		g.c.be.Free(out)
+		return nil, nil, nil, err
+	}
+	return out, fill, func() { g.c.be.Free(fill) }, nil
 }
