@@ -122,16 +122,21 @@ func (g *ncclGroup) input(x rt.Buffer) (*Buf, func(), error) {
 }
 
 // wide is x in a type NCCL reduces as the CPU does: a half buffer widened
-// to f32 (a new buffer, which free releases), else x itself.
-func (g *ncclGroup) wide(x *Buf) (w *Buf, free func(), err error) {
-	if !isHalf(x.dt) {
-		return x, func() {}, nil
+// to f32 (a new buffer, which free releases), else x itself; t is NCCL's
+// name for that type.
+func (g *ncclGroup) wide(x *Buf) (w *Buf, t int64, free func(), err error) {
+	w, free = x, func() {}
+	if isHalf(x.dt) {
+		if w, err = g.c.be.convert(x, ir.F32); err != nil {
+			return nil, 0, nil, err
+		}
+		free = func() { g.c.be.Free(w) }
 	}
-	w, err = g.c.be.convert(x, ir.F32)
-	if err != nil {
-		return nil, nil, err
+	if t, err = reducible(w.dt); err != nil {
+		free()
+		return nil, 0, nil, err
 	}
-	return w, func() { g.c.be.Free(w) }, nil
+	return w, t, free, nil
 }
 
 // narrowTo rounds an f32 result to dt once (releasing it), or returns it.
@@ -163,15 +168,11 @@ func (g *ncclGroup) AllReduce(ctx context.Context, x rt.Buffer, op rt.ReduceOp) 
 	defer done()
 	n := count(in.shape)
 	g.c.sent.Add(rt.AllReduceSent(n, g.size, g.index, in.dt.Size()))
-	w, free, err := g.wide(in)
+	w, t, free, err := g.wide(in)
 	if err != nil {
 		return nil, err
 	}
 	defer free()
-	t, err := reducible(w.dt)
-	if err != nil {
-		return nil, err
-	}
 	out, err := g.c.be.newBuf(w.dt, w.shape)
 	if err != nil {
 		return nil, err

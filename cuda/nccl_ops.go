@@ -105,15 +105,11 @@ func (g *ncclGroup) ReduceScatter(ctx context.Context, x rt.Buffer, dim int, len
 		}
 		defer g.c.be.Free(packed)
 	}
-	w, free, err := g.wide(packed)
+	w, t, free, err := g.wide(packed)
 	if err != nil {
 		return nil, err
 	}
 	defer free()
-	t, err := reducible(w.dt)
-	if err != nil {
-		return nil, err
-	}
 	mine, err := g.c.be.newBuf(w.dt, shapes[g.index])
 	if err != nil {
 		return nil, err
@@ -232,15 +228,11 @@ func (g *ncclGroup) Reduce(ctx context.Context, x rt.Buffer, root int) (rt.Buffe
 		return nil, err
 	}
 	defer done()
-	w, free, err := g.wide(in)
+	w, t, free, err := g.wide(in)
 	if err != nil {
 		return nil, err
 	}
 	defer free()
-	t, err := reducible(w.dt)
-	if err != nil {
-		return nil, err
-	}
 	dst := w // significant at the root only
 	if g.index == root {
 		if dst, err = g.c.be.newBuf(w.dt, w.shape); err != nil {
