@@ -22,13 +22,7 @@ import (
 // CPU's running the same plan. On the fake driver two devices are made
 // (MESHRUN_FAKE_GPUS); on a machine with fewer than two GPUs it skips.
 func TestBackendRanksOnTwoGPUs(t *testing.T) {
-	if cuda.OnGPU() {
-		if n, err := cuda.DeviceCount(); err != nil || n < 2 {
-			t.Skip("needs two GPUs")
-		}
-	} else {
-		t.Setenv("MESHRUN_FAKE_GPUS", "2")
-	}
+	twoGPUs(t)
 	var notes bytes.Buffer
 	be1 := newBackend(t, &notes)
 	cuda.UseDriver(t)
@@ -84,13 +78,7 @@ func (g *countingGPU) CopyRows(outs []rt.Buffer, x rt.Buffer, span rt.Rows) erro
 // launcher's ranks over both (blocked), and check passes against the one
 // device CPU run; $MESHRUN_CUDA_DEVICE pins every rank to one GPU.
 func TestCLIRanksOnTwoGPUs(t *testing.T) {
-	if cuda.OnGPU() {
-		if n, err := cuda.DeviceCount(); err != nil || n < 2 {
-			t.Skip("needs two GPUs")
-		}
-	} else {
-		t.Setenv("MESHRUN_FAKE_GPUS", "2")
-	}
+	twoGPUs(t)
 	cuda.UseDriver(t)
 	for _, pin := range []bool{false, true} {
 		if pin {
@@ -107,4 +95,16 @@ func TestCLIRanksOnTwoGPUs(t *testing.T) {
 		require.Contains(t, errb.String(), "meshrun: ranks 0-1 run on GPU 0, cuda (")
 		require.Contains(t, errb.String(), "meshrun: ranks 2-3 run on GPU 1, cuda (")
 	}
+}
+
+// twoGPUs skips on a machine with fewer than two GPUs, and gives the fake
+// driver two.
+func twoGPUs(t *testing.T) {
+	if cuda.OnGPU() {
+		if n, err := cuda.DeviceCount(); err != nil || n < 2 {
+			t.Skip("needs two GPUs")
+		}
+		return
+	}
+	t.Setenv("MESHRUN_FAKE_GPUS", "2")
 }
