@@ -23,7 +23,10 @@ type gemmOp struct {
 
 // run multiplies the blocks of a, b at element offsets ao, bo into out at
 // co (f32 or f64). A transposed A is stored k×m (leading dim m), a
-// transposed B n×k (leading dim k).
+// transposed B n×k (leading dim k). It has no defer (a function whose
+// defers cannot be open-coded pays the runtime's defer walk on every
+// return: 10% of a small matmul's fixed cost, issue 10 goal 5); a BLAS
+// that cannot read transposed goes through run32T and run64T.
 func (g *gemmOp) run(a *Tensor, ao int, b *Tensor, bo int, out *Tensor, co int) {
 	lda, ldb := g.k, g.n
 	if g.ta {
@@ -37,50 +40,56 @@ func (g *gemmOp) run(a *Tensor, ao int, b *Tensor, bo int, out *Tensor, co int) 
 		ad, bd := a.Data.([]float32)[ao:], b.Data.([]float32)[bo:]
 		if !g.ta && !g.tb {
 			g.bl.Sgemm(g.m, g.n, g.k, ad, lda, bd, ldb, od[co:], g.n)
-			return
-		}
-		if t, ok := g.bl.(TransBLAS); ok {
+		} else if t, ok := g.bl.(TransBLAS); ok {
 			t.SgemmT(g.ta, g.tb, g.m, g.n, g.k, ad, lda, bd, ldb, od[co:], g.n)
-			return
+		} else {
+			g.run32T(ad, bd, od[co:])
 		}
-		// no transposed reads: the operand transposed into scratch first
-		if g.ta {
-			s := g.scratch32(g.m * g.k)
-			vecmath.Transpose(s, ad, g.k, g.m)
-			defer g.pool.putData(ir.F32, len(s), s, true)
-			ad = s
-		}
-		if g.tb {
-			s := g.scratch32(g.k * g.n)
-			vecmath.Transpose(s, bd, g.n, g.k)
-			defer g.pool.putData(ir.F32, len(s), s, true)
-			bd = s
-		}
-		g.bl.Sgemm(g.m, g.n, g.k, ad, g.k, bd, g.n, od[co:], g.n)
 	case []float64:
 		ad, bd := a.Data.([]float64)[ao:], b.Data.([]float64)[bo:]
 		if !g.ta && !g.tb {
 			g.bl.Dgemm(g.m, g.n, g.k, ad, lda, bd, ldb, od[co:], g.n)
-			return
-		}
-		if t, ok := g.bl.(TransBLAS); ok {
+		} else if t, ok := g.bl.(TransBLAS); ok {
 			t.DgemmT(g.ta, g.tb, g.m, g.n, g.k, ad, lda, bd, ldb, od[co:], g.n)
-			return
+		} else {
+			g.run64T(ad, bd, od[co:])
 		}
-		if g.ta {
-			s := g.pool.f64(g.m * g.k)
-			transposeBlocks(s, ad[:g.m*g.k], g.k, g.m)
-			defer g.pool.done(s)
-			ad = s
-		}
-		if g.tb {
-			s := g.pool.f64(g.k * g.n)
-			transposeBlocks(s, bd[:g.k*g.n], g.n, g.k)
-			defer g.pool.done(s)
-			bd = s
-		}
-		g.bl.Dgemm(g.m, g.n, g.k, ad, g.k, bd, g.n, od[co:], g.n)
 	}
+}
+
+// run32T is run for f32 on a BLAS without transposed reads: each
+// transposed operand copied transposed into scratch first.
+func (g *gemmOp) run32T(ad, bd, od []float32) {
+	if g.ta {
+		s := g.scratch32(g.m * g.k)
+		vecmath.Transpose(s, ad, g.k, g.m)
+		defer g.pool.putData(ir.F32, len(s), s, true)
+		ad = s
+	}
+	if g.tb {
+		s := g.scratch32(g.k * g.n)
+		vecmath.Transpose(s, bd, g.n, g.k)
+		defer g.pool.putData(ir.F32, len(s), s, true)
+		bd = s
+	}
+	g.bl.Sgemm(g.m, g.n, g.k, ad, g.k, bd, g.n, od, g.n)
+}
+
+// run64T is run32T for f64.
+func (g *gemmOp) run64T(ad, bd, od []float64) {
+	if g.ta {
+		s := g.pool.f64(g.m * g.k)
+		transposeBlocks(s, ad[:g.m*g.k], g.k, g.m)
+		defer g.pool.done(s)
+		ad = s
+	}
+	if g.tb {
+		s := g.pool.f64(g.k * g.n)
+		transposeBlocks(s, bd[:g.k*g.n], g.n, g.k)
+		defer g.pool.done(s)
+		bd = s
+	}
+	g.bl.Dgemm(g.m, g.n, g.k, ad, g.k, bd, g.n, od, g.n)
 }
 
 // scratch32 is an f32 working buffer of n elements (contents unspecified)

@@ -20,10 +20,19 @@ import (
 // recycle.
 type hostPool struct {
 	mu sync.Mutex
+	// solo: one goroutine at a time uses the pool (a rank's arena: the
+	// rank's one goroutine runs its kernels, frees their outputs and
+	// takes its collectives' results), so mu is not taken; an
+	// uncontended lock and unlock were a third of a small matmul's fixed
+	// cost on its Launch and Free (issue 10, goal 5).
+	solo bool
 	// free holds freed tensors whole, header and Data, ready for reuse: a
 	// kernel's output asked for in the shape it had last step gets the
 	// very tensor back (reuse), so a step allocates no header either.
-	free    map[poolKey][]freed
+	// A list is held by pointer so that taking from it or adding to it
+	// is one map lookup, no map assignment (two per Launch and Free of
+	// a small matmul, issue 10 goal 5).
+	free    map[poolKey]*[]freed
 	scratch map[poolKey][]any // kernels' working copies (f64, putData)
 	held    int64             // bytes in free and scratch
 	limit   int64             // beyond this, freed buffers go to the collector
@@ -71,7 +80,7 @@ const poolMin = 4096
 const arenaLimit = 1 << 30
 
 func newHostPool(limit int64) *hostPool {
-	return &hostPool{free: map[poolKey][]freed{}, scratch: map[poolKey][]any{}, limit: limit, min: poolMin}
+	return &hostPool{free: map[poolKey]*[]freed{}, scratch: map[poolKey][]any{}, limit: limit, min: poolMin}
 }
 
 // get returns a tensor of shape whose elements are unspecified: the caller
@@ -109,18 +118,20 @@ func (p *hostPool) takeTensor(dt ir.DType, n int) *Tensor {
 		return nil
 	}
 	k := keyOf(dt, n, false)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lock() // unlocked by hand, not deferred: this is every kernel's output
 	list := p.free[k]
-	if len(list) == 0 {
+	if list == nil || len(*list) == 0 {
+		p.unlock()
 		return nil
 	}
-	t := list[len(list)-1].t
-	list[len(list)-1] = freed{}
-	p.free[k] = list[:len(list)-1]
+	l := *list
+	t := l[len(l)-1].t
+	l[len(l)-1] = freed{}
+	*list = l[:len(l)-1]
 	size := int64(n * dt.Size())
 	p.held -= size
 	p.heldTensors -= size
+	p.unlock()
 	return t
 }
 
@@ -131,8 +142,8 @@ func (p *hostPool) takeScratch(dt ir.DType, n int) any {
 		return nil
 	}
 	k := keyOf(dt, n, true)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lock()
+	defer p.unlock()
 	list := p.scratch[k]
 	if len(list) == 0 {
 		return nil
@@ -166,9 +177,9 @@ func (p *hostPool) zeroed(dt ir.DType, shape []int) *Tensor {
 // handOut counts n bytes of tensors handed out against the budget.
 func (p *hostPool) handOut(n int64) {
 	if p.budget > 0 {
-		p.mu.Lock()
+		p.lock()
 		p.out += n
-		p.mu.Unlock()
+		p.unlock()
 	}
 }
 
@@ -241,8 +252,8 @@ func (p *hostPool) putData(dt ir.DType, n int, d any, scratch bool) {
 	}
 	size := int64(n * dt.Size())
 	k := keyOf(dt, n, true)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lock()
+	defer p.unlock()
 	for _, f := range p.scratch[k] {
 		if dataPtr(f) == dataPtr(d) {
 			return // already here: never hand one buffer out twice
@@ -264,10 +275,34 @@ func (p *hostPool) keep(t *Tensor) {
 	}
 	size := int64(n * t.DType.Size())
 	k := keyOf(t.DType, n, false)
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	at := dataPtr(t.Data)
-	for _, f := range p.free[k] {
+	p.lock() // unlocked by hand, not deferred: every Free comes here
+	p.keepLocked(t, k, at, size)
+	p.unlock()
+}
+
+// lock takes mu unless the pool is solo.
+func (p *hostPool) lock() {
+	if !p.solo {
+		p.mu.Lock()
+	}
+}
+
+// unlock releases what lock took.
+func (p *hostPool) unlock() {
+	if !p.solo {
+		p.mu.Unlock()
+	}
+}
+
+// keepLocked is keep's work under p.mu.
+func (p *hostPool) keepLocked(t *Tensor, k poolKey, at unsafe.Pointer, size int64) {
+	list := p.free[k]
+	if list == nil {
+		list = new([]freed)
+		p.free[k] = list
+	}
+	for _, f := range *list {
 		if f.at == at {
 			return // already here: never hand one buffer out twice
 		}
@@ -278,7 +313,7 @@ func (p *hostPool) keep(t *Tensor) {
 	if p.held+size > p.limit || p.budget > 0 && p.heldTensors+size+p.out > p.budget {
 		return
 	}
-	p.free[k] = append(p.free[k], freed{t, at})
+	*list = append(*list, freed{t, at})
 	p.held += size
 	p.heldTensors += size
 }
@@ -306,9 +341,11 @@ func dataPtr(d any) unsafe.Pointer {
 // of poolMin saves 0.4 MB and 400 allocations per step).
 //
 // budget, if positive, bounds what the arena keeps (hostPool.budget).
+// Only its rank's goroutine may use it (solo: no lock).
 func newArena(budget int64) *hostPool {
 	p := newHostPool(arenaLimit)
 	p.min = 1
 	p.budget = budget
+	p.solo = true
 	return p
 }

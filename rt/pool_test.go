@@ -32,7 +32,7 @@ func TestHostPoolRecyclesBySizeOnce(t *testing.T) {
 	q := newHostPool(4096 * 4)
 	q.put(NewTensor(ir.F32, []int{4096}))
 	q.put(NewTensor(ir.F32, []int{4096}))
-	require.Len(t, q.free[keyOf(ir.F32, 4096, false)], 1)
+	require.Equal(t, 1, freeLen(q, keyOf(ir.F32, 4096, false)))
 }
 
 // freeCounter is a CPU backend that counts Free calls per buffer.
@@ -83,10 +83,10 @@ func TestArenaBudgetBoundsWhatItKeeps(t *testing.T) {
 	p := newArena(2 * size)
 	a, b, c := p.zeroed(ir.F32, []int{4096}), p.zeroed(ir.F32, []int{4096}), p.zeroed(ir.F32, []int{4096})
 	p.put(a) // two still out: keeping a would make three
-	require.Empty(t, p.free[keyOf(ir.F32, 4096, false)])
+	require.Zero(t, freeLen(p, keyOf(ir.F32, 4096, false)))
 	p.put(b) // one out, one kept
 	p.put(c)
-	require.Len(t, p.free[keyOf(ir.F32, 4096, false)], 2)
+	require.Equal(t, 2, freeLen(p, keyOf(ir.F32, 4096, false)))
 	require.Equal(t, int64(0), p.out)
 	s := p.f64(8192) // 64 KiB of scratch, four times the budget
 	p.done(s)
@@ -97,7 +97,7 @@ func TestArenaBudgetBoundsWhatItKeeps(t *testing.T) {
 	q.put(x)
 	q.put(y)
 	q.put(z)
-	require.Len(t, q.free[keyOf(ir.F32, 4096, false)], 3)
+	require.Equal(t, 3, freeLen(q, keyOf(ir.F32, 4096, false)))
 }
 
 // A freed tensor comes back whole, header and storage, when asked for in
@@ -125,4 +125,12 @@ func TestArenaReusesHeaders(t *testing.T) {
 	p.put(c) // no home, but put directly: kept
 	require.Nil(t, p.reuse(ir.F64, []int{3, 2}), "another dtype never matches")
 	require.Same(t, c, p.reuse(ir.F32, []int{3, 2}))
+}
+
+// freeLen is the length of p's free list k (0 when it has none).
+func freeLen(p *hostPool, k poolKey) int {
+	if l := p.free[k]; l != nil {
+		return len(*l)
+	}
+	return 0
 }
