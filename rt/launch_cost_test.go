@@ -21,8 +21,10 @@ func (idleBLAS) Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c
 
 // BenchmarkMatmulLaunchCost is the fixed cost of a [256, 32] @ [32, 32]
 // matmul launched on a rank's CPU backend and freed, as the runtime runs
-// it, around a GEMM that does nothing. A cost, not a ratio: compare
-// binaries with benchstat-like alternation, never assert it.
+// it, around a GEMM that does nothing: what BenchmarkMatmulBackendVsRawBLAS
+// (bench/) sees as the backend's share, without the GEMM's noise. A cost
+// in ns, for before/after runs of two test binaries in turn (bench/README.md,
+// goal 5); nothing asserts it.
 func BenchmarkMatmulLaunchCost(b *testing.B) {
 	cpu := NewRankCPU(idleBLAS{})
 	k := &plan.Kernel{Op: "matmul", DType: ir.F32, Shape: []int{256, 32},
