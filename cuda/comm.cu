@@ -8,7 +8,8 @@
  * destination.
  *
  * Reductions add in the ring's order, as the host's shared-memory path
- * (rt/comm_shm_loops.go), so results are bitwise the CPU's: a left fold
+ * (rt/comm_shm_loops.go), so results are bitwise the CPU's (but for the
+ * payload of a NaN a sum makes: the GPU's is 0x7fffffff): a left fold
  * over the members from member `first` round the ring; max keeps the
  * running value unless it is greater than the member's (ties and NaNs
  * resolve as there). Half precision sums fold in f32 from member 0 and

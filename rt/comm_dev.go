@@ -20,7 +20,8 @@ package rt
 // broadcast copies into every result, an all-to-all member gathers its
 // pieces, and the root of a reduce sums the binomial tree. Reductions
 // add in the ring's order (comm_shm.go), so results are bitwise the
-// host path's; the bytes and ring steps reported are the ring's too.
+// host path's (but for the payload of a NaN a device's sum makes); the
+// bytes and ring steps reported are the ring's too.
 // Every member gets a buffer of its own (the host path shares one
 // all-reduce result per group; a device buffer has one owner).
 
