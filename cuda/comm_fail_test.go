@@ -20,8 +20,16 @@ import (
 // draws from the same scarce, so the group's members share one device.
 type scarce struct {
 	*Backend
-	left  atomic.Int32 // allocations to fail
-	parts atomic.Int32 // members' parts (kernel launches) to fail
+	left    atomic.Int32 // allocations to fail
+	parts   atomic.Int32 // members' parts (kernel launches) to fail
+	uploads atomic.Int32 // host inputs' uploads to fail
+}
+
+func (s *scarce) CopyIn(t *rt.Tensor) (rt.Buffer, error) {
+	if s.uploads.Add(-1) == 0 {
+		return nil, errScarce
+	}
+	return s.Backend.CopyIn(t)
 }
 
 func (s *scarce) failPart() error {
@@ -86,7 +94,7 @@ func TestBackendCollectivesAllocFailureFailsEveryMember(t *testing.T) {
 	be := newTestBackend(t)
 	for _, c := range collectiveCases(ir.F32, rt.OpSum) {
 		s := &scarce{Backend: be}
-		errs := collectiveOnce(t, s, c, s.arm)
+		errs := collectiveOnce(t, s, c, s.arm, false)
 		failed := 0
 		for i, err := range errs {
 			if errors.Is(err, errScarce) {
@@ -107,15 +115,32 @@ func TestBackendCollectivesPartFailureFailsEveryMember(t *testing.T) {
 	be := newTestBackend(t)
 	for _, c := range collectiveCases(ir.F32, rt.OpSum) {
 		s := &scarce{Backend: be}
-		for i, err := range collectiveOnce(t, s, c, func() { s.parts.Store(1) }) {
+		for i, err := range collectiveOnce(t, s, c, func() { s.parts.Store(1) }, false) {
 			require.ErrorIs(t, err, errScarce, "%s: member %d", c.name, i)
 		}
 	}
 }
 
+// A member whose host input cannot be moved to the device still meets its
+// peers, and every member fails at once rather than at the timeout.
+func TestBackendCollectivesUploadFailureFailsEveryMember(t *testing.T) {
+	be := newTestBackend(t)
+	for _, c := range collectiveCases(ir.F32, rt.OpSum) {
+		s := &scarce{Backend: be}
+		start := time.Now()
+		for i, err := range collectiveOnce(t, s, c, func() { s.uploads.Store(1) }, true) {
+			require.Error(t, err, "%s: member %d succeeded while a peer had no input", c.name, i)
+			require.NotErrorIs(t, err, rt.ErrPeerTimeout, "%s: member %d", c.name, i)
+			require.NotErrorIs(t, err, context.DeadlineExceeded, "%s: member %d", c.name, i)
+		}
+		require.Less(t, time.Since(start), 4*time.Second, "%s: failed at the meeting, not at a timeout", c.name)
+	}
+}
+
 // collectiveOnce runs c on a group of 3 members drawing from s, after
-// arm, and returns each member's error.
-func collectiveOnce(t *testing.T, s *scarce, c collectiveCase, arm func()) []error {
+// arm, and returns each member's error; with host, the inputs are host
+// tensors (each member uploads its own).
+func collectiveOnce(t *testing.T, s *scarce, c collectiveCase, arm func(), host bool) []error {
 	const p = 3
 	comms := rt.NewInProc(p)
 	groups := make([]rt.Group, p)
@@ -136,7 +161,9 @@ func collectiveOnce(t *testing.T, s *scarce, c collectiveCase, arm func()) []err
 		go func() {
 			defer wg.Done()
 			var x rt.Buffer
-			if ins[i] != nil {
+			if ins[i] != nil && host {
+				x = ins[i]
+			} else if ins[i] != nil {
 				d, err := s.Backend.CopyIn(ins[i])
 				if err != nil {
 					errs[i] = err

@@ -86,6 +86,33 @@ func (g *Ring) devInput(x Buffer) (b Buffer, drop func(), err error) {
 	return b, func() { d.Free(b) }, nil
 }
 
+// devPrepare makes this member's buffers for a collective: x on the
+// device (devInput) and a result of dt and shape (zeroed when zero). A
+// failure is not returned at once but as own, for devEnter: the member
+// still meets its peers, posting no result, and every member then fails
+// alike (devOutsPosted) instead of waiting for it until the timeout.
+func (g *Ring) devPrepare(x Buffer, dt ir.DType, shape []int, zero bool) (in, out Buffer, drop func(), own error) {
+	drop = func() {}
+	if x != nil {
+		var d func()
+		if in, d, own = g.devInput(x); own != nil {
+			return nil, nil, drop, own
+		}
+		drop = d
+	}
+	out, own = g.devResult(dt, shape, zero)
+	return in, out, drop, own
+}
+
+// devChecked is check's verdict on the posted buffers, once every member
+// has posted a result (and so an input: devPrepare).
+func (g *Ring) devChecked(check func() error) error {
+	if err := g.devOutsPosted(); err != nil {
+		return err
+	}
+	return check()
+}
+
 // devMeet posts x and out as this member's buffers for collective c and
 // waits for every member (meet's protocol on the device postings).
 func (g *Ring) devMeet(ctx context.Context, c call, x, out Buffer) error {
@@ -174,19 +201,17 @@ func (g *Ring) devResult(dt ir.DType, shape []int, zero bool) (Buffer, error) {
 
 func (g *Ring) devAllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, error) {
 	start := g.began()
-	x, drop, err := g.devInput(x)
-	if err != nil {
-		return nil, err
-	}
-	defer drop()
 	dt, shape, p := x.Elem(), x.Dims(), g.Size()
 	n := numel(shape)
-	out, err := g.devResult(dt, shape, false)
+	x, out, drop, err := g.devPrepare(x, dt, shape, false)
+	defer drop()
 	if r, done, err := g.devEnter(ctx, start, call{kind: "all_reduce", arg: int(op)}, x, out, err); done {
 		return r, err
 	}
 	post := g.posted()
-	err = firstErr(g.devOutsPosted(), inputsAgree(post.din, g.Rank, "all_reduce", func(s []int) bool { return numel(s) == n }))
+	err = g.devChecked(func() error {
+		return inputsAgree(post.din, g.Rank, "all_reduce", func(s []int) bool { return numel(s) == n })
+	})
 	if err == nil {
 		lens := balanced(n, p)
 		lo := sumInts(lens[:g.Rank])
@@ -205,20 +230,18 @@ func (g *Ring) devReduceScatter(ctx context.Context, x Buffer, dim int, lens []i
 	if err := g.checkLens(x.Dims(), dim, lens); err != nil {
 		return nil, err
 	}
-	x, drop, err := g.devInput(x)
-	if err != nil {
-		return nil, err
-	}
-	defer drop()
-	in := x.Dims()
+	dt, in := x.Elem(), x.Dims()
 	shape := slices.Clone(in)
 	shape[dim] = lens[g.Rank]
-	out, err := g.devResult(x.Elem(), shape, false)
+	x, out, drop, err := g.devPrepare(x, dt, shape, false)
+	defer drop()
 	if r, done, err := g.devEnter(ctx, start, call{kind: "reduce_scatter", arg: dim<<1 | int(op)}, x, out, err); done {
 		return r, err
 	}
 	post := g.posted()
-	err = firstErr(g.devOutsPosted(), inputsAgree(post.din, g.Rank, "reduce_scatter", func(s []int) bool { return sameShape(s, in) }))
+	err = g.devChecked(func() error {
+		return inputsAgree(post.din, g.Rank, "reduce_scatter", func(s []int) bool { return sameShape(s, in) })
+	})
 	if err == nil {
 		outer, inner := around(in, dim)
 		mine := lens[g.Rank] * inner
@@ -226,8 +249,8 @@ func (g *Ring) devReduceScatter(ctx context.Context, x Buffer, dim int, lens []i
 		if mine > 0 && outer > 0 {
 			err = g.shm.dev.ReduceRows([]Buffer{out}, post.din, g.Rank+1, span, op)
 		}
-		sz := int64(outer * inner * x.Elem().Size())
-		g.reduceScatterSteps(func(i int) int64 { return int64(lens[i]) * sz }, isHalf(x.Elem()) && op == OpSum)
+		sz := int64(outer * inner * dt.Size())
+		g.reduceScatterSteps(func(i int) int64 { return int64(lens[i]) * sz }, isHalf(dt) && op == OpSum)
 	}
 	return g.devFinish(ctx, start, out, err)
 }
@@ -238,19 +261,16 @@ func (g *Ring) devAllGather(ctx context.Context, x Buffer, dim int, lens []int) 
 	if dim < 0 || dim >= len(in) || len(lens) != g.Size() {
 		return nil, fmt.Errorf("all_gather: dim %d and %d lengths for a %d-dim block in a group of %d", dim, len(lens), len(in), g.Size())
 	}
-	x, drop, err := g.devInput(x)
-	if err != nil {
-		return nil, err
-	}
-	defer drop()
+	dt := x.Elem()
 	shape := slices.Clone(in)
 	shape[dim] = sumInts(lens)
-	out, err := g.devResult(x.Elem(), shape, false)
+	x, out, drop, err := g.devPrepare(x, dt, shape, false)
+	defer drop()
 	if r, done, err := g.devEnter(ctx, start, call{kind: "all_gather", arg: dim}, x, out, err); done {
 		return r, err
 	}
 	post := g.posted()
-	err = firstErr(g.devOutsPosted(), blocksAgree(post.din, g.Rank, dim, lens))
+	err = g.devChecked(func() error { return blocksAgree(post.din, g.Rank, dim, lens) })
 	if err == nil {
 		outer, inner := around(shape, dim)
 		mine := lens[g.Rank] * inner
@@ -258,7 +278,7 @@ func (g *Ring) devAllGather(ctx context.Context, x Buffer, dim int, lens []int) 
 		if mine > 0 && outer > 0 {
 			err = g.shm.dev.CopyRows(post.dout, x, span)
 		}
-		sz := int64(outer * inner * x.Elem().Size())
+		sz := int64(outer * inner * dt.Size())
 		g.allGatherSteps(func(i int) int64 { return int64(lens[i]) * sz })
 	}
 	return g.devFinish(ctx, start, out, err)
@@ -286,11 +306,7 @@ func (g *Ring) devAllToAll(ctx context.Context, x Buffer, splitDim int, lens []i
 	if catDim < 0 || catDim >= len(in) || len(catLens) != p {
 		return nil, fmt.Errorf("all_to_all: cat dim %d, %d and %d lengths for a %d-dim block in a group of %d", catDim, len(lens), len(catLens), len(in), p)
 	}
-	x, drop, err := g.devInput(x)
-	if err != nil {
-		return nil, err
-	}
-	defer drop()
+	dt := x.Elem()
 	pieceLen := func(m int) int { // member m's piece's length along catDim
 		if catDim == splitDim {
 			return lens[g.Rank]
@@ -303,12 +319,13 @@ func (g *Ring) devAllToAll(ctx context.Context, x Buffer, splitDim int, lens []i
 	for m := range p {
 		shape[catDim] += pieceLen(m)
 	}
-	out, err := g.devResult(x.Elem(), shape, false)
+	x, out, drop, err := g.devPrepare(x, dt, shape, false)
+	defer drop()
 	if r, done, err := g.devEnter(ctx, start, call{kind: "all_to_all", arg: splitDim<<8 | catDim}, x, out, err); done {
 		return r, err
 	}
 	post := g.posted()
-	err = firstErr(g.devOutsPosted(), piecesAgree(post.din, g.Rank, splitDim, catDim, pieceLen))
+	err = g.devChecked(func() error { return piecesAgree(post.din, g.Rank, splitDim, catDim, pieceLen) })
 	soff, doff := make([]int, len(shape)), make([]int, len(shape))
 	soff[splitDim] = sumInts(lens[:g.Rank])
 	for m := 0; err == nil && m < p; m++ {
@@ -322,7 +339,7 @@ func (g *Ring) devAllToAll(ctx context.Context, x Buffer, splitDim int, lens []i
 	if err == nil {
 		// the pairwise exchange sends every piece but this member's own
 		outer, inner := around(in, splitDim)
-		g.sendBytes(int64((in[splitDim]-lens[g.Rank])*outer*inner) * int64(x.Elem().Size()))
+		g.sendBytes(int64((in[splitDim]-lens[g.Rank])*outer*inner) * int64(dt.Size()))
 	}
 	return g.devFinish(ctx, start, out, err)
 }
@@ -333,17 +350,11 @@ func (g *Ring) devBroadcast(ctx context.Context, x Buffer, root int, dt ir.DType
 	if root < 0 || root >= p {
 		return nil, fmt.Errorf("broadcast: root %d in a group of %d", root, p)
 	}
-	drop := func() {}
 	if g.Rank != root {
 		x = nil
-	} else if x != nil {
-		var err error
-		if x, drop, err = g.devInput(x); err != nil {
-			return nil, err
-		}
 	}
+	x, out, drop, err := g.devPrepare(x, dt, shape, false)
 	defer drop()
-	out, err := g.devResult(dt, shape, false)
 	if r, done, err := g.devEnter(ctx, start, call{kind: "broadcast", arg: root}, x, out, err); done {
 		return r, err
 	}
@@ -374,23 +385,21 @@ func (g *Ring) devReduce(ctx context.Context, x Buffer, root int) (Buffer, error
 	if root < 0 || root >= p {
 		return nil, fmt.Errorf("reduce: root %d in a group of %d", root, p)
 	}
-	x, drop, err := g.devInput(x)
-	if err != nil {
-		return nil, err
-	}
+	dt, in := x.Elem(), x.Dims()
+	x, out, drop, err := g.devPrepare(x, dt, in, g.Rank != root)
 	defer drop()
-	in := x.Dims()
-	out, err := g.devResult(x.Elem(), in, g.Rank != root)
 	if r, done, err := g.devEnter(ctx, start, call{kind: "reduce", arg: root}, x, out, err); done {
 		return r, err
 	}
 	post := g.posted()
-	err = firstErr(g.devOutsPosted(), inputsAgree(post.din, g.Rank, "reduce", func(s []int) bool { return sameShape(s, in) }))
+	err = g.devChecked(func() error {
+		return inputsAgree(post.din, g.Rank, "reduce", func(s []int) bool { return sameShape(s, in) })
+	})
 	if err == nil && g.Rank == root && numel(in) > 0 {
 		err = g.shm.dev.TreeReduce(out, post.din, root)
 	}
 	if err == nil && g.Rank != root {
-		g.sendBytes(int64(numel(in) * wideDType(x.Elem()).Size()))
+		g.sendBytes(int64(numel(in) * wideDType(dt).Size()))
 	}
 	return g.devFinish(ctx, start, out, err)
 }
