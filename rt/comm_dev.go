@@ -124,8 +124,10 @@ func (g *Ring) devMeet(ctx context.Context, c call, x, out Buffer) error {
 	}
 	for m, d := range post.ddev {
 		if d != g.shm.dev {
-			// a launcher gave the members different devices (or one of
-			// them none): no kernel can read them all
+			// members on different devices (or one on none): NewGroup
+			// puts such a group on the host path, so only a world
+			// whose devices changed after its groups were made gets
+			// here; no kernel could read them all
 			return fmt.Errorf("%s: member %d's buffers are on another device than member %d's", c.kind, m, g.Rank)
 		}
 	}
