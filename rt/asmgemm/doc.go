@@ -5,9 +5,10 @@
 // over panels in the layout of the GotoBLAS/BLIS papers: B packed kc×nr
 // panel by panel, A in mr-row panels of kc columns, so the kernel streams
 // both from cache; C is written once per kc block (overwritten on the
-// first, added to after). A is not packed: a second kernel of each shape
-// reads an untransposed A's rows in place (sgemm6x16r, sgemm12x32r), a
-// third a transposed A's columns (sgemm6x16c, sgemm12x32c), since packing
+// first, added to after). Two kernels of each shape: one reads A[i, p]
+// at a[p·lda + i], a packed panel (lda = mr) or a transposed A in place
+// (sgemm6x16c, sgemm12x32c); the other an untransposed A's rows in place
+// (sgemm6x16r, sgemm12x32r). A is not packed where it can be read so, since packing
 // cost as much as the multiply on narrow outputs (n = 32: no two B panels
 // share an A panel) and a fifth of it on wide ones; nor is B where C is
 // short or B small. Both paths do each output's sum in the same order, so

@@ -2,7 +2,22 @@
 
 #include "textflag.h"
 
-// The 6×16 AVX2 tile, shared by sgemm6x16 and sgemm6x16r: twelve YMM
+// LOAD_STEPS loads the arguments every kernel takes (k int, a *float32,
+// lda int, b *float32, ldb int, c *float32, ldc int): k into CX, a, b, c
+// into SI, DI, DX, and the strides in bytes into R9, R11, R8.
+#define LOAD_STEPS \
+	MOVQ k+0(FP), CX; \
+	MOVQ a+8(FP), SI; \
+	MOVQ lda+16(FP), R9; \
+	SHLQ $2, R9; \
+	MOVQ b+24(FP), DI; \
+	MOVQ ldb+32(FP), R11; \
+	SHLQ $2, R11; \
+	MOVQ c+40(FP), DX; \
+	MOVQ ldc+48(FP), R8; \
+	SHLQ $2, R8
+
+// The 6×16 AVX2 tile, shared by sgemm6x16r and sgemm6x16c: twelve YMM
 // accumulators Y4..Y15 (row i in Y(4+2i), Y(5+2i)), a B row of 16 in Y0,
 // Y1, A values broadcast into Y2, Y3 in turn.
 
@@ -65,62 +80,19 @@ store: \
 	VZEROUPPER; \
 	RET
 
-// func sgemm6x16(k int, a, b, c *float32, ldc int, acc bool)
-//
-// C[0:6, 0:16] (row stride ldc elements) = (acc ? C : 0) + Apanel·Bpanel,
-// where Apanel is k columns of 6 values (a[6p+i] = A[i, p]) and Bpanel is
-// k rows of 16 values (b[16p+j] = B[p, j]). Twelve YMM accumulators hold
-// the tile (Y4..Y15: row i in Y(4+2i), Y(5+2i)); each step of p loads one
-// B row (Y0, Y1) and broadcasts the six A values (Y2, Y3 alternating) into
-// twelve fused multiply-adds. Needs AVX2 and FMA (checked by the caller).
-TEXT ·sgemm6x16(SB), NOSPLIT, $0-41
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
-	SHLQ $2, R8
-	ZERO_TILE_Y
-	TESTQ CX, CX
-	JE   done
-
-loop:
-	VMOVUPS (DI), Y0
-	VMOVUPS 32(DI), Y1
-	BCAST_FMA_Y(0(SI), Y2, Y4, Y5)
-	BCAST_FMA_Y(4(SI), Y3, Y6, Y7)
-	BCAST_FMA_Y(8(SI), Y2, Y8, Y9)
-	BCAST_FMA_Y(12(SI), Y3, Y10, Y11)
-	BCAST_FMA_Y(16(SI), Y2, Y12, Y13)
-	BCAST_FMA_Y(20(SI), Y3, Y14, Y15)
-	ADDQ $24, SI
-	ADDQ $64, DI
-	DECQ CX
-	JNE  loop
-
-done:
-	MOVBLZX acc+40(FP), AX
-	FINISH_TILE_Y
-
 // func sgemm6x16r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 //
-// sgemm6x16 reading A where it lies, without a packed panel: A[i, p] is
+// C[0:6, 0:16] (row stride ldc elements) = (acc ? C : 0) + A·B over k
+// steps, reading A where it lies, without a packed panel: A[i, p] is
 // a[i·lda + p], rows 0-2 from SI and 3-5 from AX (each base and base +
 // lda, + 2·lda), both bases one element on per step of p (the AVX2 twin
 // of sgemm12x32r); B's rows are ldb elements apart (16 for a packed
-// panel). Each C element is the same sequence of fused multiply-adds as
-// sgemm6x16's.
+// panel). Each step loads one B row (Y0, Y1) and broadcasts the six A
+// values (Y2, Y3 alternating) into twelve fused multiply-adds, so each C
+// element is the same sequence of them as sgemm6x16c's. Needs AVX2 and
+// FMA (checked by the caller).
 TEXT ·sgemm6x16r(SB), NOSPLIT, $0-57
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ lda+16(FP), R9
-	SHLQ $2, R9
-	MOVQ b+24(FP), DI
-	MOVQ ldb+32(FP), R11
-	SHLQ $2, R11
-	MOVQ c+40(FP), DX
-	MOVQ ldc+48(FP), R8
-	SHLQ $2, R8
+	LOAD_STEPS
 	LEAQ (SI)(R9*2), AX
 	ADDQ R9, AX
 	ZERO_TILE_Y
@@ -148,21 +120,12 @@ done:
 
 // func sgemm6x16c(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 //
-// sgemm6x16 with the panels' steps as arguments: A[i, p] is a[p·lda + i]
-// (a transposed A read in place, or a packed panel with lda = 6) and B's
-// rows are ldb elements apart. Each C element is the same sequence of
-// fused multiply-adds as sgemm6x16's.
+// sgemm6x16r reading A[i, p] at a[p·lda + i]: a packed panel (lda = 6,
+// the packed path) or a transposed A in place; B's rows are ldb elements
+// apart. Each C element is the same sequence of fused multiply-adds as
+// sgemm6x16r's.
 TEXT ·sgemm6x16c(SB), NOSPLIT, $0-57
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ lda+16(FP), R9
-	SHLQ $2, R9
-	MOVQ b+24(FP), DI
-	MOVQ ldb+32(FP), R11
-	SHLQ $2, R11
-	MOVQ c+40(FP), DX
-	MOVQ ldc+48(FP), R8
-	SHLQ $2, R8
+	LOAD_STEPS
 	ZERO_TILE_Y
 	TESTQ CX, CX
 	JE   done
@@ -185,7 +148,7 @@ done:
 	MOVBLZX acc+56(FP), AX
 	FINISH_TILE_Y
 
-// The 12×32 AVX-512 tile, shared by sgemm12x32 and sgemm12x32r: 24 ZMM
+// The 12×32 AVX-512 tile, shared by sgemm12x32r and sgemm12x32c: 24 ZMM
 // accumulators Z8..Z31 (row i in Z(8+2i), Z(9+2i)), a B row of 32 in Z0,
 // Z1, A values broadcast into Z2..Z7 in turn.
 
@@ -272,67 +235,19 @@ store: \
 	VZEROUPPER; \
 	RET
 
-// func sgemm12x32(k int, a, b, c *float32, ldc int, acc bool)
-//
-// The AVX-512 twin of sgemm6x16: a 12×32 tile in 24 ZMM accumulators
-// (Z8..Z31: row i in Z(8+2i), Z(9+2i)), one B row of 32 in Z0, Z1, the A
-// values broadcast into Z2..Z7 in turn; a[12p+i] = A[i, p], b[32p+j] =
-// B[p, j]. Needs AVX-512F (checked by the caller).
-TEXT ·sgemm12x32(SB), NOSPLIT, $0-41
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DI
-	MOVQ c+24(FP), DX
-	MOVQ ldc+32(FP), R8
-	SHLQ $2, R8
-	ZERO_TILE
-	TESTQ CX, CX
-	JE   done
-
-loop:
-	VMOVUPS (DI), Z0
-	VMOVUPS 64(DI), Z1
-	BCAST_FMA(0(SI), Z2, Z8, Z9)
-	BCAST_FMA(4(SI), Z3, Z10, Z11)
-	BCAST_FMA(8(SI), Z4, Z12, Z13)
-	BCAST_FMA(12(SI), Z5, Z14, Z15)
-	BCAST_FMA(16(SI), Z6, Z16, Z17)
-	BCAST_FMA(20(SI), Z7, Z18, Z19)
-	BCAST_FMA(24(SI), Z2, Z20, Z21)
-	BCAST_FMA(28(SI), Z3, Z22, Z23)
-	BCAST_FMA(32(SI), Z4, Z24, Z25)
-	BCAST_FMA(36(SI), Z5, Z26, Z27)
-	BCAST_FMA(40(SI), Z6, Z28, Z29)
-	BCAST_FMA(44(SI), Z7, Z30, Z31)
-	ADDQ $48, SI
-	ADDQ $128, DI
-	DECQ CX
-	JNE  loop
-
-done:
-	MOVBLZX acc+40(FP), AX
-	FINISH_TILE
-
 // func sgemm12x32r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 //
-// sgemm12x32 reading A where it lies, without a packed panel: A[i, p] is
+// The AVX-512 twin of sgemm6x16r: a 12×32 tile in 24 ZMM accumulators
+// (Z8..Z31: row i in Z(8+2i), Z(9+2i)), one B row of 32 in Z0, Z1, the A
+// values broadcast into Z2..Z7 in turn, reading A where it lies: A[i, p] is
 // a[i·lda + p], rows 0-2 from SI, 3-5 from AX, 6-8 from BX, 9-11 from
 // R10 (each base and base + lda, + 2·lda), every base one element on per
 // step of p: packing A cost as much as the multiply where few B panels
 // share an A panel (asmgemm.inPlace). B's rows are ldb elements apart (32
 // for a packed panel). Each C element is the same sequence of fused
-// multiply-adds as sgemm12x32's.
+// multiply-adds as sgemm12x32c's. Needs AVX-512F (checked by the caller).
 TEXT ·sgemm12x32r(SB), NOSPLIT, $0-57
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ lda+16(FP), R9
-	SHLQ $2, R9
-	MOVQ b+24(FP), DI
-	MOVQ ldb+32(FP), R11
-	SHLQ $2, R11
-	MOVQ c+40(FP), DX
-	MOVQ ldc+48(FP), R8
-	SHLQ $2, R8
+	LOAD_STEPS
 	LEAQ (SI)(R9*2), AX
 	ADDQ R9, AX
 	LEAQ (AX)(R9*2), BX
@@ -372,21 +287,12 @@ done:
 
 // func sgemm12x32c(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 //
-// sgemm12x32 with the panels' steps as arguments: A[i, p] is a[p·lda + i]
-// (a transposed A read in place, or a packed panel with lda = 12) and B's
-// rows are ldb elements apart. Each C element is the same sequence of
-// fused multiply-adds as sgemm12x32's.
+// sgemm12x32r reading A[i, p] at a[p·lda + i]: a packed panel (lda = 12,
+// the packed path) or a transposed A in place; B's rows are ldb elements
+// apart. Each C element is the same sequence of fused multiply-adds as
+// sgemm12x32r's.
 TEXT ·sgemm12x32c(SB), NOSPLIT, $0-57
-	MOVQ k+0(FP), CX
-	MOVQ a+8(FP), SI
-	MOVQ lda+16(FP), R9
-	SHLQ $2, R9
-	MOVQ b+24(FP), DI
-	MOVQ ldb+32(FP), R11
-	SHLQ $2, R11
-	MOVQ c+40(FP), DX
-	MOVQ ldc+48(FP), R8
-	SHLQ $2, R8
+	LOAD_STEPS
 	ZERO_TILE
 	TESTQ CX, CX
 	JE   done

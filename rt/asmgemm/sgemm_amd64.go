@@ -9,9 +9,6 @@ import (
 )
 
 //go:noescape
-func sgemm6x16(k int, a, b, c *float32, ldc int, acc bool)
-
-//go:noescape
 func sgemm6x16r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 
 //go:noescape
@@ -21,9 +18,6 @@ func sgemm6x16c(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc
 func sgemm12x32c(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 
 //go:noescape
-func sgemm12x32(k int, a, b, c *float32, ldc int, acc bool)
-
-//go:noescape
 func sgemm12x32r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, acc bool)
 
 // Kernel is one micro-kernel: it computes an mr×nr tile of C from an A
@@ -31,14 +25,14 @@ func sgemm12x32r(k int, a *float32, lda int, b *float32, ldb int, c *float32, ld
 type Kernel struct {
 	Name   string
 	mr, nr int
-	fn     func(k int, a, b, c *float32, ldc int, acc bool)
 	flags  []string // /proc/cpuinfo flags it needs
-	// rows is fn reading A's rows where they lie (row stride lda) instead
-	// of a packed panel, and B's rows ldb apart (nr: a packed panel); for
+	// rows reads A's rows where they lie (row stride lda) instead of a
+	// packed panel, and B's rows ldb apart (nr: a packed panel); for
 	// inPlace; nil: none
 	rows stepKernel
-	// cols is fn reading A[i, p] at a[p·lda + i] (a transposed A in
-	// place, or a packed panel with lda = mr) and B's rows ldb apart
+	// cols reads A[i, p] at a[p·lda + i]: a packed panel with lda = mr
+	// (the packed path, block), or a transposed A in place; B's rows
+	// ldb apart
 	cols stepKernel
 }
 
@@ -47,9 +41,9 @@ type stepKernel func(k int, a *float32, lda int, b *float32, ldb int, c *float32
 
 var (
 	// AVX2 is the 6×16 kernel on YMM registers (AVX2 and FMA).
-	AVX2 = &Kernel{"avx2-6x16", 6, 16, sgemm6x16, []string{"avx2", "fma"}, sgemm6x16r, sgemm6x16c}
+	AVX2 = &Kernel{"avx2-6x16", 6, 16, []string{"avx2", "fma"}, sgemm6x16r, sgemm6x16c}
 	// AVX512 is the 12×32 kernel on ZMM registers (AVX-512F).
-	AVX512 = &Kernel{"avx512-12x32", 12, 32, sgemm12x32, []string{"avx512f"}, sgemm12x32r, sgemm12x32c}
+	AVX512 = &Kernel{"avx512-12x32", 12, 32, []string{"avx512f"}, sgemm12x32r, sgemm12x32c}
 )
 
 // Supported says whether this CPU has the kernel's instructions.
@@ -133,31 +127,16 @@ func (kn *Kernel) SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, b []flo
 }
 
 // block runs the micro-kernel over an mc×n block of C from packed A
-// (mc×kc, pk.a) and B panels bpan (kc×n); partial tiles at the edges go
-// through pk.tile.
+// (mc×kc, pk.a) and B panels bpan (kc×n): the cols kernel with the
+// panels' strides (mr, nr); partial tiles at the edges go through
+// pk.tile.
 func (kn *Kernel) block(pk *pack, bpan, c []float32, ldc, mc, n, kc, np int, acc bool) {
 	mr, nr := kn.mr, kn.nr
 	for ir := 0; ir < mc; ir += mr {
-		ap := &pk.a[(ir/mr)*mr*kc]
-		rows := min(mr, mc-ir)
+		ap := pk.a[(ir/mr)*mr*kc:]
 		for jp := 0; jp < np; jp++ {
-			bp := &bpan[jp*nr*kc]
 			j0 := jp * nr
-			cols := min(nr, n-j0)
-			if rows == mr && cols == nr {
-				kn.fn(kc, ap, bp, &c[ir*ldc+j0], ldc, acc)
-				continue
-			}
-			t := pk.tile[:mr*nr]
-			if acc {
-				for i := 0; i < rows; i++ {
-					copy(t[i*nr:i*nr+cols], c[(ir+i)*ldc+j0:])
-				}
-			}
-			kn.fn(kc, ap, bp, &t[0], nr, acc)
-			for i := 0; i < rows; i++ {
-				copy(c[(ir+i)*ldc+j0:(ir+i)*ldc+j0+cols], t[i*nr:])
-			}
+			kn.tile(pk, kn.cols, ap, mr, bpan[jp*nr*kc:], nr, c, ldc, ir, j0, min(mr, mc-ir), min(nr, n-j0), kc, acc)
 		}
 	}
 }
