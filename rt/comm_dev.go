@@ -45,7 +45,9 @@ type Rows struct {
 
 // DeviceCollectives is a device backend that runs the collectives of
 // ranks sharing it. Each method enqueues work and returns; buffers are
-// the backend's own.
+// the backend's own. Its CopyIn copies the host tensor (a device upload
+// cannot take the host's storage), so a caller's tensor is uploaded
+// without a host copy first.
 type DeviceCollectives interface {
 	Backend
 	// MaxMembers is the largest group it can serve; larger groups use
@@ -80,7 +82,7 @@ func (g *Ring) devInput(x Buffer) (b Buffer, drop func(), err error) {
 		return x, func() {}, nil
 	}
 	d := g.shm.dev
-	if b, err = d.CopyIn(t.Clone()); err != nil {
+	if b, err = d.CopyIn(t); err != nil {
 		return nil, nil, err
 	}
 	return b, func() { d.Free(b) }, nil
@@ -424,7 +426,7 @@ func (c *InProc) sendOnDevice(ctx context.Context, peer, tag int, b Buffer) erro
 	var x Buffer
 	var err error
 	if t, ok := b.(*Tensor); ok {
-		x, err = c.dev.CopyIn(t.Clone())
+		x, err = c.dev.CopyIn(t)
 	} else {
 		x, err = c.dev.Uninit(b.Elem(), b.Dims())
 		if err == nil && numel(b.Dims()) > 0 {
