@@ -84,25 +84,7 @@ func TestMPI(t *testing.T) {
 			t.Skipf("no MPI launcher (%s, %s) found: apt-get install openmpi-bin mpich", openMPI.name, mpich.name)
 		}
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go command is not on PATH: cannot build the meshrun binary")
-	}
-	root, err := filepath.Abs("../..")
-	require.NoError(t, err)
-	// The binary's directory is unique to this run, so a process whose
-	// executable is this path is one this test started (leftover checks).
-	e := &mpiEnv{bin: filepath.Join(t.TempDir(), "meshrun"), root: root}
-	build := exec.Command(goTool, "build", "-o", e.bin, "./cmd/meshrun")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	t.Cleanup(func() {
-		// a failing subtest may leave ranks behind: end them, by pid
-		for pid := range e.procs() {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	e := buildForMPI(t)
 
 	t0 := time.Now()
 	t.Run("examples", e.testExamples)
