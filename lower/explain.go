@@ -161,6 +161,13 @@ func Explain(p *Plan) *Report {
 	})
 	memo := newReportMemo(len(p.Graph.Values))
 	lines := newSourceLines(p.Graph.Sources)
+	steps := 0
+	for _, c := range p.Convs {
+		steps += len(c.Path.Steps)
+	}
+	if steps > 0 { // nil without any: the JSON says null, as before
+		r.Collectives = make([]CollectiveReport, 0, steps) // one allocation, not one per doubling
+	}
 	for _, c := range p.Convs {
 		for _, st := range c.Path.Steps {
 			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,

@@ -108,6 +108,7 @@ func (a sigScore) less(b sigScore) bool {
 func inferPlacements(p *Plan) error {
 	var errs lang.ErrorList
 	n := p.Mesh.NumAxes()
+	twins := findTwins(p.Graph)
 	for _, v := range p.Values {
 		switch {
 		case v.IsSource():
@@ -125,6 +126,10 @@ func inferPlacements(p *Plan) error {
 			ch := p.localChoice(v)
 			p.place(v, ch.Sig.Out, ch)
 		default:
+			if c := p.twinChoice(twins, v); c != nil {
+				p.place(v, c.Sig.Out, c)
+				continue
+			}
 			c, err := p.choose(v)
 			if err != nil {
 				errs = append(errs, &ir.Error{Pos: v.Pos, Msg: err.Error()})
@@ -179,6 +184,42 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 	}
 	p.chosen[key] = *best
 	return best, nil
+}
+
+// twinChoice is v's choice when v is a copy of a value of micro-batch 0
+// (twin.go) whose choice key (choiceKey) is v's: nil otherwise. choose's
+// result is a function of the key — the cache holds, per key, the result
+// first computed for it — and the twin, placed before v, was placed by
+// choose, so choose(v) would return the twin's choice. The key's op
+// description and dtypes are equal by isCopy; what is left to compare
+// are the arguments' placements and, for a gradient, its forward value's.
+func (p *Plan) twinChoice(twins twinOf, v *ir.Value) *Choice {
+	t := twins.twin(p.Graph, v)
+	if t == nil {
+		return nil
+	}
+	c := p.choiceOf(t)
+	if c == nil {
+		return nil
+	}
+	for i, a := range v.Args {
+		pa := p.placementOf(a)
+		if pa == nil || !pa.Equal(p.placementOf(t.Args[i])) {
+			return nil
+		}
+	}
+	dual := func(x *ir.Value) (sbp.NdSBP, bool) {
+		if pv := x.Primal; pv != nil && slices.Equal(pv.Type.Shape, x.Type.Shape) {
+			return p.placementOf(pv), true
+		}
+		return nil, false
+	}
+	dv, okv := dual(v)
+	dt, okt := dual(t)
+	if okv != okt || !dv.Equal(dt) {
+		return nil
+	}
+	return &Choice{Sig: c.Sig, Time: c.Time, Candidates: c.Candidates}
 }
 
 // cheapest prices every signature in sigs that fits v and keeps the best.

@@ -20,7 +20,11 @@ func buildPrograms(p *Plan) error {
 		n += len(c.Path.Steps)
 	}
 	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make([]int, len(p.Graph.Values)),
-		convSlot: make([]int, len(p.Convs)), groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner()}
+		convSlot: make([]int, len(p.Convs)), groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner(),
+		twins: findTwins(p.Graph)}
+	if e.twins != nil {
+		e.kernelOf, e.whereOf = make([]*plan.Kernel, len(p.Graph.Values)), make([]string, len(p.Graph.Values))
+	}
 	p.SourceIndex = map[*ir.Value]int{}
 	p.InstrValue = make([]*ir.Value, 0, n)
 	for _, v := range p.Values {
@@ -64,6 +68,12 @@ type emitter struct {
 	cur      *ir.Value      // the value whose instructions are being emitted
 	intern   *interner      // shared Where texts and kernels
 	ints     window[int]    // instructions' argument slots
+	// twins (twin.go) and, by value ID, the kernel and Where emitted for
+	// each compute value (only with twins): a copied micro-batch's value
+	// takes its twin's instead of building and hashing the keys again
+	twins    twinOf
+	kernelOf []*plan.Kernel
+	whereOf  []string
 }
 
 func (e *emitter) newSlot(dt ir.DType) int {
@@ -114,10 +124,36 @@ func (e *emitter) value(v *ir.Value) error {
 		return nil
 	}
 	out := e.newSlot(v.Type.DType)
-	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: e.intern.kernel(v), DType: v.Type.DType, Shape: v.Type.Shape,
-		Placement: p.placementOf(v), ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: e.intern.where(v)})
+	kernel, where := e.kernelWhere(v)
+	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: kernel, DType: v.Type.DType, Shape: v.Type.Shape,
+		Placement: p.placementOf(v), ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: where})
 	e.slotOf[v.ID] = out
 	return nil
+}
+
+// kernelWhere is the interned kernel and Where of compute value v. A twin
+// has its twin's position and call chain, so its Where; and, where their
+// attributes are equal too, everything kernelKey encodes, so the kernel
+// the interner would hand v is the one it handed the twin.
+func (e *emitter) kernelWhere(v *ir.Value) (*plan.Kernel, string) {
+	if e.twins == nil {
+		return e.intern.kernel(v), e.intern.where(v)
+	}
+	var k *plan.Kernel
+	var w string
+	if t := e.twins.twin(e.p.Graph, v); t != nil && e.kernelOf[t.ID] != nil {
+		w = e.whereOf[t.ID]
+		if sameAttrs(&v.Attrs, &t.Attrs, false) {
+			k = e.kernelOf[t.ID]
+		}
+	} else {
+		w = e.intern.where(v)
+	}
+	if k == nil {
+		k = e.intern.kernel(v)
+	}
+	e.kernelOf[v.ID], e.whereOf[v.ID] = k, w
+	return k, w
 }
 
 // convert emits the steps of c (once) and returns the slot holding the result.
