@@ -320,16 +320,23 @@ func argTypes(v *ir.Value) string {
 // differs from what its consumer's signature needs, and for outputs.
 // Identical conversions of one value are shared.
 func insertBoxing(p *Plan) error {
-	byKey := map[string]*Conversion{} // by value ID and target placement
-	var key []byte
+	// the latest conversion of each value to each target placement, by
+	// value ID: a value has a few targets at most, so a scan of its own
+	// short list beats building and hashing a key per argument
+	type target struct {
+		to sbp.NdSBP
+		c  *Conversion
+	}
+	byValue := make([][]target, len(p.Graph.Values))
 	get := func(v *ir.Value, to sbp.NdSBP, pos ir.Pos, calls []ir.Pos, cause string, share bool) (*Conversion, error) {
 		from := p.placementOf(v)
 		if from.Equal(to) {
 			return nil, nil
 		}
-		key = appendNd(binary.AppendVarint(key[:0], int64(v.ID)), to)
-		if c, ok := byKey[string(key)]; ok && share {
-			return c, nil
+		have := byValue[v.ID]
+		k := slices.IndexFunc(have, func(t target) bool { return t.to.Equal(to) })
+		if k >= 0 && share {
+			return have[k].c, nil
 		}
 		path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), from, to)
 		if err != nil {
@@ -337,15 +344,20 @@ func insertBoxing(p *Plan) error {
 		}
 		c := &Conversion{ID: len(p.Convs), Value: v, Path: path, Pos: pos, Calls: calls, Cause: cause}
 		p.Convs = append(p.Convs, c)
-		byKey[string(key)] = c
+		if k >= 0 {
+			have[k].c = c
+		} else {
+			byValue[v.ID] = append(have, target{to, c})
+		}
 		return c, nil
 	}
+	var argConv window[*Conversion]
 	for _, v := range p.Values {
 		ch := p.choiceOf(v)
 		if ch == nil {
 			continue
 		}
-		ch.ArgConv = make([]*Conversion, len(v.Args))
+		ch.ArgConv = argConv.take(len(v.Args))
 		for i, a := range v.Args {
 			cause := v.Op
 			if v.Op == "to" && v.Name != "" {
