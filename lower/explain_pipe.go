@@ -227,7 +227,8 @@ func actionsOf(prog *plan.Program, rank int, kinds map[int]string) []string {
 			out = append(out, tok)
 		}
 	}
-	for _, in := range prog.Instrs {
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i]
 		switch {
 		case in.Kind == plan.Mark:
 			add(in.Act.String())

@@ -194,7 +194,8 @@ func (b *pipeBuild) homes(ex *plan.Plan) error {
 	for i := range ex.Sources {
 		ex.Sources[i].Home = -1
 	}
-	for i, in := range b.src.Instrs {
+	for i := range b.src.Instrs {
+		in := &b.src.Instrs[i]
 		if in.Kind == plan.Source && b.rank(i) >= 0 {
 			ex.Sources[in.Src].Home = b.rank(i)
 		}

@@ -198,7 +198,8 @@ func freeAfterLastUse(prog *plan.Program) {
 	for i := range last {
 		last[i] = -1
 	}
-	for i, in := range prog.Instrs {
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i] // by pointer: an Instr is some 350 bytes, and this reads three fields
 		in.Written(func(s int) { last[s] = max(last[s], i) })
 		for _, a := range in.Args {
 			last[a] = i
