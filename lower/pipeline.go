@@ -122,6 +122,7 @@ func buildPipeline(p *Plan) error {
 	}
 	widenPlan(ex, p.Exec.Groups, g.Pipeline.Axis)
 	inParallel(len(ex.Programs), func(r int) error {
+		widenProgram(ex.Programs[r], g.Pipeline.Axis)
 		freeAfterLastUse(ex.Programs[r])
 		return nil
 	})
