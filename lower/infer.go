@@ -186,16 +186,16 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 	return best, nil
 }
 
-// twinChoice is v's choice when v is a copy of a value of micro-batch 0
-// (twin.go) whose choice key (choiceKey) is v's: nil otherwise. choose's
-// result is a function of the key — the cache holds, per key, the result
-// first computed for it — and the twin, placed before v, was placed by
-// choose, so choose(v) would return the twin's choice. The key's op
-// description and dtypes are equal by isCopy; what is left to compare
-// are the arguments' placements and, for a gradient, its forward value's.
+// twinChoice is v's choice when v's candidate twin in micro-batch 0
+// (twin.go), placed before it, has v's choice key (choiceKey): nil
+// otherwise. choose's result is a function of the key — the cache holds,
+// per key, the result first computed for it — and the twin was placed by
+// choose, so choose(v) would return the twin's choice. The key is the op
+// description and dtypes (sameDesc), the arguments' placements and, for a
+// gradient, its forward value's placement.
 func (p *Plan) twinChoice(twins twinOf, v *ir.Value) *Choice {
 	t := twins.twin(p.Graph, v)
-	if t == nil {
+	if t == nil || t.Local || !sameDesc(v, t) {
 		return nil
 	}
 	c := p.choiceOf(t)

@@ -131,10 +131,10 @@ func (e *emitter) value(v *ir.Value) error {
 	return nil
 }
 
-// kernelWhere is the interned kernel and Where of compute value v. A twin
-// has its twin's position and call chain, so its Where; and, where their
-// attributes are equal too, everything kernelKey encodes, so the kernel
-// the interner would hand v is the one it handed the twin.
+// kernelWhere is the interned kernel and Where of compute value v. A
+// candidate twin (twin.go) at the same position with the same call chain
+// has v's Where; one with v's kernel key (sameKernel) was handed the
+// kernel the interner would hand v.
 func (e *emitter) kernelWhere(v *ir.Value) (*plan.Kernel, string) {
 	if e.twins == nil {
 		return e.intern.kernel(v), e.intern.where(v)
@@ -142,11 +142,14 @@ func (e *emitter) kernelWhere(v *ir.Value) (*plan.Kernel, string) {
 	var k *plan.Kernel
 	var w string
 	if t := e.twins.twin(e.p.Graph, v); t != nil && e.kernelOf[t.ID] != nil {
-		w = e.whereOf[t.ID]
-		if sameAttrs(&v.Attrs, &t.Attrs, false) {
+		if samePlace(v, t) {
+			w = e.whereOf[t.ID]
+		}
+		if sameKernel(v, t) {
 			k = e.kernelOf[t.ID]
 		}
-	} else {
+	}
+	if w == "" {
 		w = e.intern.where(v)
 	}
 	if k == nil {

@@ -17,25 +17,27 @@ import (
 // work each copy out again: infer builds and hashes the same choice key,
 // spmd the same kernel key and position text, once per micro-batch.
 //
-// findTwins pairs each value of micro-batch k > 0 with the value of
-// micro-batch 0 at the same distance from its micro-batch's start, and
-// keeps the pair only where it checks, value by value, that the one is a
-// copy of the other (isCopy). Nothing is trusted from the checker: a
-// graph built another way simply has fewer twins. The passes then reuse
-// what they made for the twin only after checking what their own result
-// depends on (infer: the arguments' placements; spmd: the attributes),
-// so a twin's result is, field for field, the one the pass would have
-// computed (TestTwinsAreWhatThePassesCompute).
+// findTwins names, for each value of micro-batch k > 0, its candidate
+// twin: the value of micro-batch 0 at the same distance from its
+// micro-batch's start (from the micro-batches' ID ranges alone, without
+// reading a value). Nothing is trusted from the checker: before a pass
+// reuses what it made for the candidate it compares, on the two values,
+// everything its result is a function of — infer the choice key
+// (twinChoice), spmd the kernel key and the position (kernelWhere) — so
+// a twin's result is, field for field, the one the pass would have
+// computed (TestTwinsAreWhatThePassesCompute), and a graph built another
+// way simply has fewer twins.
 
 // twinsOff makes findTwins find none: the reference the tests compare the
 // twins' results with.
 var twinsOff bool
 
-// twinOf is, by value ID, the ID of the micro-batch 0 value the value is
-// a copy of, or -1.
+// twinOf is, by value ID, the ID of the micro-batch 0 value that is the
+// value's candidate twin, or -1.
 type twinOf []int32
 
-// findTwins returns g's twins (nil when it has no copied micro-batches).
+// findTwins returns g's candidate twins (nil when it has no copied
+// micro-batches).
 func findTwins(g *ir.Graph) twinOf {
 	if twinsOff || g.Train == nil || g.Train.Pipe == nil || len(g.Train.Pipe.Micro) < 2 {
 		return nil
@@ -48,20 +50,14 @@ func findTwins(g *ir.Graph) twinOf {
 	}
 	for _, m := range micro[1:] {
 		off := m.Start - first.Start
-		for i := m.Start; i < m.End && i < len(g.Values); i++ {
-			j := i - off
-			if j >= first.End {
-				break
-			}
-			if isCopy(g.Values[i], g.Values[j], off, m.Start) {
-				tw[i] = int32(j)
-			}
+		for i := max(m.Start, 0); i < m.End && i < len(g.Values) && i-off < first.End; i++ {
+			tw[i] = int32(i - off)
 		}
 	}
 	return tw
 }
 
-// twin is v's twin, or nil.
+// twin is v's candidate twin, or nil.
 func (t twinOf) twin(g *ir.Graph, v *ir.Value) *ir.Value {
 	if t == nil || v.ID < 0 || v.ID >= len(t) || t[v.ID] < 0 {
 		return nil
@@ -69,38 +65,49 @@ func (t twinOf) twin(g *ir.Graph, v *ir.Value) *ir.Value {
 	return g.Values[t[v.ID]]
 }
 
-// isCopy reports whether v (of the micro-batch starting at ID start, off
-// IDs after micro-batch 0) computes what t computes, on the copies of t's
-// arguments: the same op, dtype and shape, attributes but for a slice's
-// or pad's Start and End, position and call chain, and arguments and
-// primal that are t's own or lie off IDs after t's, with the same types.
-func isCopy(v, t *ir.Value, off, start int) bool {
+// sameDesc reports whether v and t have the same op description (descKey:
+// op, result shape, axis, permutation, argument count and shapes) and
+// dtypes (the value's and its arguments').
+func sameDesc(v, t *ir.Value) bool {
 	if v.Op != t.Op || v.Type.DType != t.Type.DType || !slices.Equal(v.Type.Shape, t.Type.Shape) ||
-		v.Pos != t.Pos || !slices.Equal(v.Calls, t.Calls) || v.Local != t.Local || v.Backward != t.Backward ||
-		len(v.Args) != len(t.Args) || !sameAttrs(&v.Attrs, &t.Attrs, true) {
+		v.Attrs.Axis != t.Attrs.Axis || !slices.Equal(v.Attrs.Perm, t.Attrs.Perm) || len(v.Args) != len(t.Args) {
 		return false
 	}
-	mapped := func(a, b *ir.Value) bool {
-		if a == nil || b == nil {
-			return a == b
-		}
-		if a != b && (a.ID < start || a.ID-off != b.ID) {
+	for k, a := range v.Args {
+		b := t.Args[k]
+		if a.Type.DType != b.Type.DType || !slices.Equal(a.Type.Shape, b.Type.Shape) {
 			return false
 		}
-		return a.Type.DType == b.Type.DType && slices.Equal(a.Type.Shape, b.Type.Shape)
+	}
+	return true
+}
+
+// sameKernel reports whether v and t have equal kernel keys (kernelKey:
+// the description, every attribute but Init, and nil shapes apart from
+// empty ones).
+func sameKernel(v, t *ir.Value) bool {
+	if !sameDesc(v, t) || (v.Type.Shape == nil) != (t.Type.Shape == nil) || !sameAttrs(&v.Attrs, &t.Attrs, false) {
+		return false
 	}
 	for k, a := range v.Args {
-		if !mapped(a, t.Args[k]) {
+		if (a.Type.Shape == nil) != (t.Args[k].Type.Shape == nil) {
 			return false
 		}
 	}
-	return mapped(v.Primal, t.Primal)
+	return true
+}
+
+// samePlace reports whether v and t are at the same position with the
+// same call chain (their Where texts are equal).
+func samePlace(v, t *ir.Value) bool {
+	return v.Pos == t.Pos && slices.Equal(v.Calls, t.Calls)
 }
 
 // sameAttrs reports whether two values' attributes are equal (but for
-// Start and End when rows is set), floats bit for bit as kernelKey
-// encodes them. TestSameAttrsCoversAttrs fails when
-// ir.Attrs gains a field this does not compare.
+// Start and End when rows is set; Init is compared as a pointer), floats
+// bit for bit and nil slices apart from empty ones, as kernelKey encodes
+// them. TestSameAttrsCoversAttrs fails when ir.Attrs gains a field this
+// does not compare.
 func sameAttrs(a, b *ir.Attrs, rows bool) bool {
 	if !rows && (a.Start != b.Start || a.End != b.End) {
 		return false
