@@ -74,6 +74,7 @@ type emitter struct {
 	twins    twinOf
 	kernelOf []*plan.Kernel
 	whereOf  []string
+	oneAxis  [8]int // group over one axis a: its index + 1, 0 until declared
 }
 
 func (e *emitter) newSlot(dt ir.DType) int {
@@ -184,6 +185,21 @@ func (e *emitter) convert(c *Conversion) int {
 
 // group returns the index of the group over axes, declaring it on first use.
 func (e *emitter) group(axes []int) int {
+	if len(axes) == 1 && axes[0] >= 0 && axes[0] < len(e.oneAxis) {
+		// a boxing step's group, one per collective step: by its axis,
+		// without formatting a key
+		if g := e.oneAxis[axes[0]]; g > 0 {
+			return g - 1
+		}
+		g := e.groupByKey(axes)
+		e.oneAxis[axes[0]] = g + 1
+		return g
+	}
+	return e.groupByKey(axes)
+}
+
+// groupByKey is group by the axes' text.
+func (e *emitter) groupByKey(axes []int) int {
 	k := fmt.Sprint(axes)
 	if g, ok := e.groups[k]; ok {
 		return g
