@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/meshrun/meshrun/ir"
@@ -161,6 +162,13 @@ func Explain(p *Plan) *Report {
 	})
 	memo := newReportMemo(len(p.Graph.Values))
 	lines := newSourceLines(p.Graph.Sources)
+	steps := 0
+	for _, c := range p.Convs {
+		steps += len(c.Path.Steps)
+	}
+	if steps > 0 { // nil without any: the JSON says null, as before
+		r.Collectives = make([]CollectiveReport, 0, steps) // one allocation, not one per doubling
+	}
 	for _, c := range p.Convs {
 		for _, st := range c.Path.Steps {
 			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,
@@ -515,10 +523,11 @@ func HumanBytes(b float64) string {
 		b /= 1024
 		i++
 	}
+	// strconv, not fmt: explain renders one per collective step
 	if i == 0 {
-		return fmt.Sprintf("%.0f B", b)
+		return strconv.FormatFloat(b, 'f', 0, 64) + " B"
 	}
-	return fmt.Sprintf("%.1f %s", b, units[i])
+	return strconv.FormatFloat(b, 'f', 1, 64) + " " + units[i]
 }
 
 // Text renders the report for a terminal.
@@ -562,9 +571,12 @@ func (r *Report) write(b textSink, grow func(int)) {
 	opParts := make([]*table, len(ps))
 	rowsDone := inBackground(len(ps), func(i int) { opParts[i] = opRows(r.Ops[ps[i][0]:ps[i][1]]) })
 	tc := newTable("#", "kind", "axis", "value", "from → to", "bytes/device", "time", "caused by")
-	for _, c := range r.Collectives {
-		tc.row(fmt.Sprint(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), fmt.Sprintf("%.2f us", c.TimeUs),
-			fmt.Sprintf("%s at %s%s: %s", c.Cause, shortWhere(c.Where), via(c.CalledFrom), c.Source))
+	for i := range r.Collectives {
+		c := &r.Collectives[i] // not a copy of each row
+		// strconv and concatenation, not fmt: a row per collective step,
+		// tens of thousands for a deep pipelined model (the same text)
+		tc.row(strconv.Itoa(c.Index), c.Kind, c.Axis, c.Value, c.From+" → "+c.To, HumanBytes(c.Bytes), strconv.FormatFloat(c.TimeUs, 'f', 2, 64)+" us",
+			c.Cause+" at "+shortWhere(c.Where)+via(c.CalledFrom)+": "+c.Source)
 	}
 	tc.widths()
 	rowsDone()
@@ -581,7 +593,8 @@ func (r *Report) write(b textSink, grow func(int)) {
 		tc.writeTo(b)
 		kinds := map[string]bool{}
 		b.WriteString("  formulas (p = group size, G = bytes the group holds, L = local bytes):\n")
-		for _, c := range r.Collectives {
+		for i := range r.Collectives {
+			c := &r.Collectives[i]
 			if !kinds[c.Kind] {
 				kinds[c.Kind] = true
 				fmt.Fprintf(b, "    %-14s %s\n", c.Kind, c.Formula)

@@ -62,6 +62,12 @@ func explainPipeline(p *Plan) *PipelineReport {
 	if f, text, ok := pipeline.Formula(s.Name, s.Ranks, s.Micro, s.Stages/s.Ranks); ok {
 		r.Bubble, r.BubbleText = f, text
 	}
+	var params []*ir.Value // once, not a walk over every value per stage
+	for _, v := range p.Values {
+		if v.Op == "param" {
+			params = append(params, v)
+		}
+	}
 	for st := range s.Stages {
 		sr := StageReport{Stage: st, Rank: s.StageRank[st], TimeUs: pp.StageTime[st] * 1e6, Units: []string{}}
 		for u, us := range pp.Stages.UnitStage {
@@ -69,8 +75,8 @@ func explainPipeline(p *Plan) *PipelineReport {
 				sr.Units = append(sr.Units, ir.FormatPos(g.Train.Pipe.UnitPos[u]))
 			}
 		}
-		for _, v := range p.Values {
-			if v.Op == "param" && pp.Stages.Stage(v) == st {
+		for _, v := range params {
+			if pp.Stages.Stage(v) == st {
 				sr.Params += int64(sbp.Layout(p.Mesh, v.Type.Shape, p.Placement[v], 0).Numel() * v.Type.DType.Size())
 			}
 		}
@@ -227,7 +233,8 @@ func actionsOf(prog *plan.Program, rank int, kinds map[int]string) []string {
 			out = append(out, tok)
 		}
 	}
-	for _, in := range prog.Instrs {
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i]
 		switch {
 		case in.Kind == plan.Mark:
 			add(in.Act.String())

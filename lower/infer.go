@@ -108,6 +108,7 @@ func (a sigScore) less(b sigScore) bool {
 func inferPlacements(p *Plan) error {
 	var errs lang.ErrorList
 	n := p.Mesh.NumAxes()
+	twins := findTwins(p.Graph)
 	for _, v := range p.Values {
 		switch {
 		case v.IsSource():
@@ -125,6 +126,10 @@ func inferPlacements(p *Plan) error {
 			ch := p.localChoice(v)
 			p.place(v, ch.Sig.Out, ch)
 		default:
+			if c := p.twinChoice(twins, v); c != nil {
+				p.place(v, c.Sig.Out, c)
+				continue
+			}
 			c, err := p.choose(v)
 			if err != nil {
 				errs = append(errs, &ir.Error{Pos: v.Pos, Msg: err.Error()})
@@ -179,6 +184,42 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 	}
 	p.chosen[key] = *best
 	return best, nil
+}
+
+// twinChoice is v's choice when v's candidate twin in micro-batch 0
+// (twin.go), placed before it, has v's choice key (choiceKey): nil
+// otherwise. choose's result is a function of the key — the cache holds,
+// per key, the result first computed for it — and the twin was placed by
+// choose, so choose(v) would return the twin's choice. The key is the op
+// description and dtypes (sameDesc), the arguments' placements and, for a
+// gradient, its forward value's placement.
+func (p *Plan) twinChoice(twins twinOf, v *ir.Value) *Choice {
+	t := twins.twin(p.Graph, v)
+	if t == nil || t.Local || !sameDesc(v, t) {
+		return nil
+	}
+	c := p.choiceOf(t)
+	if c == nil {
+		return nil
+	}
+	for i, a := range v.Args {
+		pa := p.placementOf(a)
+		if pa == nil || !pa.Equal(p.placementOf(t.Args[i])) {
+			return nil
+		}
+	}
+	dual := func(x *ir.Value) (sbp.NdSBP, bool) {
+		if pv := x.Primal; pv != nil && slices.Equal(pv.Type.Shape, x.Type.Shape) {
+			return p.placementOf(pv), true
+		}
+		return nil, false
+	}
+	dv, okv := dual(v)
+	dt, okt := dual(t)
+	if okv != okt || !dv.Equal(dt) {
+		return nil
+	}
+	return &Choice{Sig: c.Sig, Time: c.Time, Candidates: c.Candidates}
 }
 
 // cheapest prices every signature in sigs that fits v and keeps the best.
@@ -279,16 +320,23 @@ func argTypes(v *ir.Value) string {
 // differs from what its consumer's signature needs, and for outputs.
 // Identical conversions of one value are shared.
 func insertBoxing(p *Plan) error {
-	byKey := map[string]*Conversion{} // by value ID and target placement
-	var key []byte
+	// the latest conversion of each value to each target placement, by
+	// value ID: a value has a few targets at most, so a scan of its own
+	// short list beats building and hashing a key per argument
+	type target struct {
+		to sbp.NdSBP
+		c  *Conversion
+	}
+	byValue := make([][]target, len(p.Graph.Values))
 	get := func(v *ir.Value, to sbp.NdSBP, pos ir.Pos, calls []ir.Pos, cause string, share bool) (*Conversion, error) {
 		from := p.placementOf(v)
 		if from.Equal(to) {
 			return nil, nil
 		}
-		key = appendNd(binary.AppendVarint(key[:0], int64(v.ID)), to)
-		if c, ok := byKey[string(key)]; ok && share {
-			return c, nil
+		have := byValue[v.ID]
+		k := slices.IndexFunc(have, func(t target) bool { return t.to.Equal(to) })
+		if k >= 0 && share {
+			return have[k].c, nil
 		}
 		path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), from, to)
 		if err != nil {
@@ -296,15 +344,20 @@ func insertBoxing(p *Plan) error {
 		}
 		c := &Conversion{ID: len(p.Convs), Value: v, Path: path, Pos: pos, Calls: calls, Cause: cause}
 		p.Convs = append(p.Convs, c)
-		byKey[string(key)] = c
+		if k >= 0 {
+			have[k].c = c
+		} else {
+			byValue[v.ID] = append(have, target{to, c})
+		}
 		return c, nil
 	}
+	var argConv window[*Conversion]
 	for _, v := range p.Values {
 		ch := p.choiceOf(v)
 		if ch == nil {
 			continue
 		}
-		ch.ArgConv = make([]*Conversion, len(v.Args))
+		ch.ArgConv = argConv.take(len(v.Args))
 		for i, a := range v.Args {
 			cause := v.Op
 			if v.Op == "to" && v.Name != "" {

@@ -25,6 +25,8 @@ type interner struct {
 	// and its call chain's array, which the checker shares among the
 	// values of one call and a copied micro-batch shares with the first
 	byPos map[whereKey]string
+	// convByPos is the same for convWhere's texts
+	convByPos map[whereKey]string
 }
 
 // whereKey is what v.Where() is made of: the position's file, line and
@@ -37,7 +39,7 @@ type whereKey struct {
 }
 
 func newInterner() *interner {
-	return &interner{wheres: map[string]string{}, kernels: map[string]*plan.Kernel{}, byPos: map[whereKey]string{}}
+	return &interner{wheres: map[string]string{}, kernels: map[string]*plan.Kernel{}, byPos: map[whereKey]string{}, convByPos: map[whereKey]string{}}
 }
 
 // text returns the interned copy of in.buf's text.
@@ -50,12 +52,18 @@ func (in *interner) text() string {
 	return s
 }
 
+// posKey is the whereKey of a position and call chain.
+func posKey(pos ir.Pos, calls []ir.Pos) whereKey {
+	k := whereKey{file: pos.Filename, line: pos.Line, col: pos.Column, n: len(calls)}
+	if k.n > 0 {
+		k.calls = &calls[0]
+	}
+	return k
+}
+
 // where is v.Where(), shared.
 func (in *interner) where(v *ir.Value) string {
-	k := whereKey{file: v.Pos.Filename, line: v.Pos.Line, col: v.Pos.Column, n: len(v.Calls)}
-	if k.n > 0 {
-		k.calls = &v.Calls[0]
-	}
+	k := posKey(v.Pos, v.Calls)
 	if s, ok := in.byPos[k]; ok {
 		return s
 	}
@@ -68,12 +76,18 @@ func (in *interner) where(v *ir.Value) string {
 // convWhere is the position of a conversion with its call sites, each as
 // " (called from POS)".
 func (in *interner) convWhere(c *Conversion) string {
+	k := posKey(c.Pos, c.Calls)
+	if s, ok := in.convByPos[k]; ok {
+		return s
+	}
 	in.buf = ir.AppendPos(in.buf[:0], c.Pos)
 	for _, cp := range c.Calls {
 		in.buf = ir.AppendPos(append(in.buf, " (called from "...), cp)
 		in.buf = append(in.buf, ')')
 	}
-	return in.text()
+	s := in.text()
+	in.convByPos[k] = s
+	return s
 }
 
 // kernel is KernelOf(v), shared among values with equal kernels.

@@ -122,6 +122,7 @@ func buildPipeline(p *Plan) error {
 	}
 	widenPlan(ex, p.Exec.Groups, g.Pipeline.Axis)
 	inParallel(len(ex.Programs), func(r int) error {
+		widenProgram(ex.Programs[r], g.Pipeline.Axis)
 		freeAfterLastUse(ex.Programs[r])
 		return nil
 	})
@@ -151,7 +152,8 @@ func (b *pipeBuild) classify() {
 		b.prod[i] = -1
 	}
 	first := b.p.Graph.Train.Pipe.Micro[0].Start
-	for i, in := range b.src.Instrs {
+	for i := range b.src.Instrs {
+		in := &b.src.Instrs[i] // not a copy of the whole instruction per iteration
 		v := b.p.InstrValue[i]
 		b.stage[i] = b.st.Stage(v)
 		if in.Out >= 0 {
@@ -244,7 +246,8 @@ func (b *pipeBuild) splitIW() {
 // it.
 func (b *pipeBuild) readerStages() [][]int {
 	out := make([][]int, b.src.NumSlots())
-	for j, in := range b.src.Instrs {
+	for j := range b.src.Instrs {
+		in := &b.src.Instrs[j]
 		if b.stage[j] < 0 {
 			continue
 		}
@@ -279,7 +282,8 @@ func (b *pipeBuild) rank(i int) int {
 // program order, numbering their tags.
 func (b *pipeBuild) findTransfers() {
 	var order []*Transfer
-	for i, in := range b.src.Instrs {
+	for i := range b.src.Instrs {
+		in := &b.src.Instrs[i]
 		to := b.rank(i)
 		if to < 0 {
 			continue

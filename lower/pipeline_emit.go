@@ -194,7 +194,8 @@ func (b *pipeBuild) homes(ex *plan.Plan) error {
 	for i := range ex.Sources {
 		ex.Sources[i].Home = -1
 	}
-	for i, in := range b.src.Instrs {
+	for i := range b.src.Instrs {
+		in := &b.src.Instrs[i]
 		if in.Kind == plan.Source && b.rank(i) >= 0 {
 			ex.Sources[in.Src].Home = b.rank(i)
 		}
@@ -213,18 +214,13 @@ func (b *pipeBuild) homes(ex *plan.Plan) error {
 }
 
 // widenPlan puts the pipeline axis back into every placement (B: a stage's
-// ranks hold their values whole along it), group and boxing step.
+// ranks hold their values whole along it) of the plan's groups, sources
+// and outputs; widenProgram does the instructions of one program.
 func widenPlan(ex *plan.Plan, groups []plan.Group, axis int) {
-	shift := func(a int) int {
-		if a >= axis {
-			return a + 1
-		}
-		return a
-	}
 	for _, g := range groups {
 		axes := make([]int, len(g.Axes))
 		for i, a := range g.Axes {
-			axes[i] = shift(a)
+			axes[i] = shiftAxis(a, axis)
 		}
 		ex.Groups = append(ex.Groups, plan.Group{Axes: axes})
 	}
@@ -233,9 +229,24 @@ func widenPlan(ex *plan.Plan, groups []plan.Group, axis int) {
 			ts[i].Placement = widen(ts[i].Placement, axis)
 		}
 	}
-	// Instructions share their placement slices (one per value, one per
-	// signature), and nothing modifies a placement once emitted: widen each
-	// distinct slice once and share the result, as the input shared it.
+}
+
+// shiftAxis is mesh axis a of the mesh without the pipeline axis (at
+// axis) as an axis of the full mesh.
+func shiftAxis(a, axis int) int {
+	if a >= axis {
+		return a + 1
+	}
+	return a
+}
+
+// widenProgram puts the pipeline axis back into the placements of prog's
+// instructions and boxing steps. Instructions share their placement
+// slices (one per value, one per signature), and nothing modifies a
+// placement once emitted: each distinct slice is widened once and the
+// result shared, as the input shared it. Each rank's program is widened
+// on its own (the ranks in parallel), with its own table of shared slices.
+func widenProgram(prog *plan.Program, axis int) {
 	type sliceID struct {
 		first *sbp.SBP
 		n     int
@@ -258,29 +269,27 @@ func widenPlan(ex *plan.Plan, groups []plan.Group, axis int) {
 		n     int
 	}
 	argPlaces := map[argsID][]sbp.NdSBP{}
-	for _, prog := range ex.Programs {
-		for i := range prog.Instrs {
-			in := &prog.Instrs[i]
-			in.Placement = wide(in.Placement)
-			if len(in.ArgPlace) == 0 {
-				in.ArgPlace = []sbp.NdSBP{}
-			} else {
-				id := argsID{&in.ArgPlace[0], len(in.ArgPlace)}
-				args, ok := argPlaces[id]
-				if !ok {
-					args = make([]sbp.NdSBP, len(in.ArgPlace))
-					for k, pl := range in.ArgPlace {
-						args[k] = wide(pl)
-					}
-					argPlaces[id] = args
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i]
+		in.Placement = wide(in.Placement)
+		if len(in.ArgPlace) == 0 {
+			in.ArgPlace = []sbp.NdSBP{}
+		} else {
+			id := argsID{&in.ArgPlace[0], len(in.ArgPlace)}
+			args, ok := argPlaces[id]
+			if !ok {
+				args = make([]sbp.NdSBP, len(in.ArgPlace))
+				for k, pl := range in.ArgPlace {
+					args[k] = wide(pl)
 				}
-				in.ArgPlace = args
+				argPlaces[id] = args
 			}
-			if in.Step != nil {
-				st := *in.Step
-				st.Axis, st.From, st.To = shift(st.Axis), widen(st.From, axis), widen(st.To, axis)
-				in.Step = &st
-			}
+			in.ArgPlace = args
+		}
+		if in.Step != nil {
+			st := *in.Step
+			st.Axis, st.From, st.To = shiftAxis(st.Axis, axis), widen(st.From, axis), widen(st.To, axis)
+			in.Step = &st
 		}
 	}
 }

@@ -20,7 +20,11 @@ func buildPrograms(p *Plan) error {
 		n += len(c.Path.Steps)
 	}
 	e := &emitter{p: p, exec: &plan.Plan{Mesh: p.Mesh}, slotOf: make([]int, len(p.Graph.Values)),
-		convSlot: make([]int, len(p.Convs)), groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner()}
+		convSlot: make([]int, len(p.Convs)), groups: map[string]int{}, prog: &plan.Program{Instrs: make([]plan.Instr, 0, n)}, intern: newInterner(),
+		twins: findTwins(p.Graph)}
+	if e.twins != nil {
+		e.kernelOf, e.whereOf = make([]*plan.Kernel, len(p.Graph.Values)), make([]string, len(p.Graph.Values))
+	}
 	p.SourceIndex = map[*ir.Value]int{}
 	p.InstrValue = make([]*ir.Value, 0, n)
 	for _, v := range p.Values {
@@ -64,6 +68,13 @@ type emitter struct {
 	cur      *ir.Value      // the value whose instructions are being emitted
 	intern   *interner      // shared Where texts and kernels
 	ints     window[int]    // instructions' argument slots
+	// twins (twin.go) and, by value ID, the kernel and Where emitted for
+	// each compute value (only with twins): a copied micro-batch's value
+	// takes its twin's instead of building and hashing the keys again
+	twins    twinOf
+	kernelOf []*plan.Kernel
+	whereOf  []string
+	oneAxis  [8]int // group over one axis a: its index + 1, 0 until declared
 }
 
 func (e *emitter) newSlot(dt ir.DType) int {
@@ -114,10 +125,39 @@ func (e *emitter) value(v *ir.Value) error {
 		return nil
 	}
 	out := e.newSlot(v.Type.DType)
-	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: e.intern.kernel(v), DType: v.Type.DType, Shape: v.Type.Shape,
-		Placement: p.placementOf(v), ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: e.intern.where(v)})
+	kernel, where := e.kernelWhere(v)
+	e.emit(plan.Instr{Kind: plan.Compute, Label: v.Label(), Kernel: kernel, DType: v.Type.DType, Shape: v.Type.Shape,
+		Placement: p.placementOf(v), ArgPlace: ch.Sig.In, Args: args, Out: out, Pos: v.Pos, Where: where})
 	e.slotOf[v.ID] = out
 	return nil
+}
+
+// kernelWhere is the interned kernel and Where of compute value v. A
+// candidate twin (twin.go) at the same position with the same call chain
+// has v's Where; one with v's kernel key (sameKernel) was handed the
+// kernel the interner would hand v.
+func (e *emitter) kernelWhere(v *ir.Value) (*plan.Kernel, string) {
+	if e.twins == nil {
+		return e.intern.kernel(v), e.intern.where(v)
+	}
+	var k *plan.Kernel
+	var w string
+	if t := e.twins.twin(e.p.Graph, v); t != nil && e.kernelOf[t.ID] != nil {
+		if samePlace(v, t) {
+			w = e.whereOf[t.ID]
+		}
+		if sameKernel(v, t) {
+			k = e.kernelOf[t.ID]
+		}
+	}
+	if w == "" {
+		w = e.intern.where(v)
+	}
+	if k == nil {
+		k = e.intern.kernel(v)
+	}
+	e.kernelOf[v.ID], e.whereOf[v.ID] = k, w
+	return k, w
 }
 
 // convert emits the steps of c (once) and returns the slot holding the result.
@@ -145,6 +185,21 @@ func (e *emitter) convert(c *Conversion) int {
 
 // group returns the index of the group over axes, declaring it on first use.
 func (e *emitter) group(axes []int) int {
+	if len(axes) == 1 && axes[0] >= 0 && axes[0] < len(e.oneAxis) {
+		// a boxing step's group, one per collective step: by its axis,
+		// without formatting a key
+		if g := e.oneAxis[axes[0]]; g > 0 {
+			return g - 1
+		}
+		g := e.groupByKey(axes)
+		e.oneAxis[axes[0]] = g + 1
+		return g
+	}
+	return e.groupByKey(axes)
+}
+
+// groupByKey is group by the axes' text.
+func (e *emitter) groupByKey(axes []int) int {
 	k := fmt.Sprint(axes)
 	if g, ok := e.groups[k]; ok {
 		return g
@@ -162,7 +217,8 @@ func freeAfterLastUse(prog *plan.Program) {
 	for i := range last {
 		last[i] = -1
 	}
-	for i, in := range prog.Instrs {
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i] // by pointer: an Instr is some 350 bytes, and this reads three fields
 		in.Written(func(s int) { last[s] = max(last[s], i) })
 		for _, a := range in.Args {
 			last[a] = i
