@@ -280,8 +280,8 @@ func windowFits(m *mesh.Mesh, prog *plan.Program, mi, vi, u int, producer, donat
 		}
 		for _, both := range []bool{false, true} {
 			counts := func(w *plan.Instr) bool { return both || w.Host == up.Host }
-			plain, fused := windowTops(prog, lo, u, mi, vi, moved, producer, counts, bytes)
-			fused += int64(3-donated(donate)) * bytes(up) // its fresh results
+			fresh := int64(3-donated(donate)) * bytes(up) // the fused instruction's fresh results
+			plain, fused := windowTops(prog, lo, u, mi, vi, moved, producer, counts, bytes, fresh)
 			if fused > plain && (ranks > 1 || fused > held.slack(lo, up.Host, both)) {
 				return false
 			}
@@ -343,9 +343,9 @@ func (h *unfusedHeld) slack(lo int, host, both bool) int64 {
 // windowTops replays instructions lo..u, counting the slots counts
 // admits, from zero: the most held at once by the three ops (plain) and
 // by the fused instruction at u, without the moments, whose frees of the
-// moments' arguments (moved) happen at u and whose results take p's, m's
-// and v's buffers (fused).
-func windowTops(prog *plan.Program, lo, u, mi, vi int, moved, producer []int, counts func(*plan.Instr) bool, bytes func(*plan.Instr) int64) (plain, fused int64) {
+// moments' arguments (moved) happen at u and which allocates fresh bytes
+// for the results it does not write over p, m, v (fused).
+func windowTops(prog *plan.Program, lo, u, mi, vi int, moved, producer []int, counts func(*plan.Instr) bool, bytes func(*plan.Instr) int64, fresh int64) (plain, fused int64) {
 	var cur int64
 	for j := lo; j <= u; j++ {
 		w := &prog.Instrs[j]
@@ -375,7 +375,7 @@ func windowTops(prog *plan.Program, lo, u, mi, vi int, moved, producer []int, co
 			}
 		}
 	}
-	return plain, max(fused, cur) // at u before its fresh results (the caller adds them)
+	return plain, max(fused, cur+fresh) // at u: its fresh results, if any
 }
 
 // donated counts the results a Donate gives an argument's buffer.

@@ -17,7 +17,9 @@
 // point-to-point send/recv with a peer given as a shift along mesh axes,
 // or a copy of a slot between the rank's device memory and its host
 // memory (offload, fetch: ZeRO-Offload's host tier, where instructions
-// marked Host run).
+// marked Host run). A compute instruction may write a result into the
+// buffer of an argument that dies there (Instr.Donate, donate.go), which
+// the memory replay counts as no allocation.
 // Verify checks the ranks' programs against each other by simulating all
 // of them (see verify.go); Encode and Decode round-trip a plan.
 package plan
