@@ -21,7 +21,8 @@ import (
 //     every member holds; the in-process transport hands the receiver the
 //     sender's storage), never a block of a loaded file (Tensor.view: the
 //     cache's storage, the next step's source), and never a fed buffer
-//     the last execution carried out of such a slot or as an output too;
+//     the last execution carried out of such a slot, kept as an output
+//     too or sent to a peer;
 //   - the backend can write in place (DonatingLauncher: the CPU).
 // Otherwise the result gets a fresh buffer, as without donation, and the
 // worker counts it as an allocation: the measured peak is then above the
