@@ -122,6 +122,13 @@ type TotalsReport struct {
 	TimeUs       float64        `json:"time_us"`
 	MaxPeakBytes int64          `json:"max_peak_bytes"`
 	ByKind       map[string]int `json:"by_kind"`
+	// AdamUpdates counts the Adam updates of every program, AdamFused
+	// those the fuseadam pass made one instruction, and Donating the
+	// instructions that write a result over a dying argument's buffer
+	// (plan.Instr.Donate: fused updates writing p', m', v' over p, m, v).
+	AdamUpdates int `json:"adam_updates,omitempty"`
+	AdamFused   int `json:"adam_fused,omitempty"`
+	Donating    int `json:"donating,omitempty"`
 }
 
 // Formula is the cost formula of a collective on one axis (algorithms.md).
@@ -200,6 +207,7 @@ func Explain(p *Plan) *Report {
 		r.Memory = append(r.Memory, mr)
 		r.Totals.MaxPeakBytes = max(r.Totals.MaxPeakBytes, peak)
 	}
+	r.Totals.AdamUpdates, r.Totals.AdamFused, r.Totals.Donating = adamCounts(p)
 	opsDone()
 	r.Notes = explainNotes(p, r)
 	if p.Pipe != nil {
@@ -640,6 +648,9 @@ func (r *Report) write(b textSink, grow func(int)) {
 	sort.Slice(peaks, func(i, j int) bool { return peaks[i] > peaks[j] })
 	for _, pk := range peaks {
 		fmt.Fprintf(b, "  %-10s devices %s\n", HumanBytes(float64(pk)), rangeList(groups[pk]))
+	}
+	if t := r.Totals; t.AdamUpdates > 0 {
+		fmt.Fprintf(b, "  Adam updates fused into one pass: %d of %d; results written over dying arguments (buffer donation, no new block): %d\n", t.AdamFused, t.AdamUpdates, t.Donating)
 	}
 	if r.Pipeline != nil {
 		r.Pipeline.text(b)

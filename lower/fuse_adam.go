@@ -5,7 +5,9 @@ import (
 	"slices"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/mesh"
 	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
 )
 
 // The Adam fusion pass ("fuseadam"): one instruction for Adam's three.
@@ -38,83 +40,86 @@ import (
 // together, as the runtime allocates them (rt holds every result of an
 // instruction before freeing what it frees), and the moments' arguments
 // now live until it: each slot a moment read that was freed between the
-// moment and the update is freed at the fused instruction instead. The
-// memory pass replays that program, so explain's peaks and the runtime's
-// measured ones still count the same allocations.
+// moment and the update is freed at the fused instruction instead.
 //
-// The fused instruction holds p, m, v, g and its three results at once,
-// seven blocks of the parameter, where the separate ops held at most five
-// (the first moment frees m before v' is made). So that no rank's peak
-// grows (the contract of the gemm fusion too), the pass replays the fused
-// programs and leaves alone each update whose fused instruction would
-// take its rank's device or host memory above the unfused peak (and every
-// update when a peak grows at another instruction, a lifetime the fusion
-// lengthened), then replays again until no peak grows. Where the
-// optimizer step is a program's peak (small activations: bench/'s MLP,
-// most shipped training examples) its largest updates therefore stay
-// three ops; where activations dominate (a GPT's backward) every update
-// is fused.
+// Fresh results would make the fused instruction hold p, m, v, g and p',
+// m', v' at once, seven blocks of the parameter where the three ops held
+// at most five. So it donates (plan.Instr.Donate, XLA's input/output
+// aliasing): p', m' and v' are written into the buffers of p, m and v,
+// each where that slot is distinct from the others and g and dies at the
+// fused instruction (freed by it, after the frees move: nothing reads it
+// later, and it is no output or carried value). Fully donated, the
+// instruction holds four blocks and allocates nothing. (Under f16 loss
+// scaling a skipped step keeps the old p, m, v, which then live on: no
+// donation.)
+//
+// No rank's peak, device or host, may grow (the gemm fusion's contract
+// too). The pass replays the window from the first moment to the update
+// both ways, on every rank whose blocks differ, from what the rank holds
+// before it (the same either way), in the update's tier and in both
+// tiers together (the other tier's replay cannot change: the moments
+// read and free only their own tier's slots): before the window the two
+// programs run the same instructions, after the update they hold the
+// same slots (a donated result takes its argument's block), so a fused
+// window that holds nowhere more than the three ops grows no peak. A
+// fully donated update passes unless the instructions between its
+// moments and it allocate more than a block of the parameter before
+// freeing: the three ops hold K + S at the first moment (K held before,
+// S the block), the fused program at most K plus the window's own net.
+// Where the fused window does hold more (ZeRO's slice of p beside Adam's
+// constants: 8 bytes more; fresh results), the pass compares it with the
+// rank's unfused peak instead, from one replay of the whole program,
+// made only then and only for a program whose ranks all hold alike (else
+// the update stays three ops). The pass before donation replayed every
+// fused program, and again until no peak grew: +0.05 s on the explain of
+// a 96-layer GPT (issue 10 goal 4). The windows of the updates merged in
+// one program do not overlap, so each is judged against the program as
+// it was. The verifier checks that adam_fused writes a result only over
+// its own argument (p' over p, m' over m, v' over v).
 //
 // It runs after the tier and pipeline passes, on every program they left
 // (those passes, and InstrValue, see only one-result instructions), and
-// before the memory pass. Options.NoFuse skips it with the gemm fusion.
+// before the memory pass, whose replay counts a donated result as no
+// allocation. Options.NoFuse skips it with the gemm fusion.
 func fuseAdams(p *Plan) error {
 	if p.Opts.NoFuse || p.Opts.NoFuseAdam || !hasAdamUpdate(p.Exec) {
-		return nil // (no replay for a plan without Adam: it costs)
+		return nil
 	}
 	// InstrValue follows the spmd program while it is the only one
 	// (no pipeline): it loses the merged moments' entries with them
 	vals := p.Pipe == nil && len(p.Exec.Programs) == 1 && len(p.InstrValue) == len(p.Exec.Programs[0].Instrs)
-	before := make([]plan.Program, len(p.Exec.Programs))
-	for i, prog := range p.Exec.Programs {
-		before[i] = *prog // fuseAdamsIn writes to copies of the arrays
-	}
-	values := p.InstrValue
-	peaks, host := p.Exec.Peaks(), hostPeaks(p.Exec)
-	skip := make([]map[int]bool, len(before)) // per program: updates left alone
-	for i := range skip {
-		skip[i] = map[int]bool{}
-	}
-	for {
-		fused := false
-		origin := make([][]int, len(before)) // per program: each instruction's index before
-		for i, prog := range p.Exec.Programs {
-			*prog = before[i]
-			var iv *[]*ir.Value
-			if vals {
-				p.InstrValue = values
-				iv = &p.InstrValue
-			}
-			var f bool
-			f, origin[i] = fuseAdamsIn(prog, iv, skip[i])
-			fused = fused || f
+	for _, prog := range p.Exec.Programs {
+		var iv *[]*ir.Value
+		if vals {
+			iv = &p.InstrValue
 		}
-		if !fused {
-			return nil
-		}
-		n := skipped(skip)
-		grew, now := growsPeak(p, peaks, host, origin, skip)
-		if !grew {
-			p.Peak = now // the memory pass's figure, replayed already
-			break
-		}
-		if skipped(skip) == n { // a peak grew elsewhere (a lifetime the fusion
-			// lengthened): leave every update of every program alone (of
-			// all programs, not only those whose peak grew: rare, and the
-			// simplest rule that ends the loop)
-			for i, prog := range p.Exec.Programs {
-				for j := range prog.Instrs {
-					if len(prog.Instrs[j].Outs) > 0 {
-						skip[i][origin[i][j]] = true
-					}
-				}
-			}
-		}
+		fuseAdamsIn(p.Exec, prog, iv)
 	}
 	if p.HostPeak != nil { // the tier pass's, of the programs before
 		p.HostPeak = p.Exec.HostPeaks()
 	}
 	return nil
+}
+
+// adamCounts counts the Adam updates of every program, those fused, and
+// the instructions that donate an argument's buffer to a result:
+// explain's figures.
+func adamCounts(p *Plan) (updates, fused, donating int) {
+	for _, prog := range p.Exec.Programs {
+		for i := range prog.Instrs {
+			in := &prog.Instrs[i]
+			if in.Donate != nil {
+				donating++
+			}
+			if in.Kind == plan.Compute && in.Kernel.Op == "adam_fused" {
+				fused++
+			}
+			if in.Kind == plan.Compute && (in.Kernel.Op == "adam_update" || in.Kernel.Op == "adam_fused") {
+				updates++
+			}
+		}
+	}
+	return updates, fused, donating
 }
 
 // hasAdamUpdate says whether some program computes an adam_update.
@@ -129,63 +134,20 @@ func hasAdamUpdate(p *plan.Plan) bool {
 	return false
 }
 
-// skipped counts the updates left alone.
-func skipped(skip []map[int]bool) int {
-	n := 0
-	for _, m := range skip {
-		n += len(m)
-	}
-	return n
+// fusion is an update the pass merges: the instructions of the update
+// and of its two moments, and the fused instruction's Donate.
+type fusion struct {
+	u, mi, vi int
+	donate    []int
 }
 
-func hostPeaks(p *plan.Plan) []int64 {
-	if !p.HasHost() {
-		return nil
-	}
-	return p.HostPeaks()
-}
-
-// growsPeak says whether the fused programs raise some rank's peak above
-// peaks (device) or host (host tier), and returns their device peaks; it
-// adds to skip, by their index in
-// the unfused program, each fused instruction whose allocation takes its
-// rank's tier above its old peak.
-func growsPeak(p *Plan, peaks, host []int64, origin [][]int, skip []map[int]bool) (bool, []int64) {
-	progIndex := map[*plan.Program]int{}
-	for i, prog := range p.Exec.Programs {
-		progIndex[prog] = i
-	}
-	grew := false
-	check := func(old, now []int64, held func(r int) ([]int64, []int64)) {
-		seen := map[[3]int64]bool{} // ranks of one program with equal peaks replay alike
-		for r := range now {
-			pi := progIndex[p.Exec.ProgramOf(r)]
-			k := [3]int64{int64(pi), old[r], now[r]}
-			if now[r] <= old[r] || seen[k] {
-				continue
-			}
-			seen[k], grew = true, true
-			top, _ := held(r)
-			for j, in := range p.Exec.Programs[pi].Instrs {
-				if len(in.Outs) > 0 && top[j] > old[r] {
-					skip[pi][origin[pi][j]] = true
-				}
-			}
-		}
-	}
-	now := p.Exec.Peaks()
-	check(peaks, now, p.Exec.Held)
-	if host != nil {
-		check(host, p.Exec.HostPeaks(), p.Exec.HostHeld)
-	}
-	return grew, now
-}
-
-// fuseAdamsIn merges every fusible update of one program but those at
-// the indices in skip, and drops the merged instructions' entries of vals
-// too when it is given (InstrValue, parallel to the program). It reports
-// whether it merged any, and each remaining instruction's index before.
-func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value, skip map[int]bool) (bool, []int) {
+// fuseAdamsIn merges every fusible update of one program, and drops the
+// merged instructions' entries of vals too when it is given (InstrValue,
+// parallel to the program). It decides on every update against the
+// program as it is, then merges: the windows of the updates it merges do
+// not overlap, so each one's held bytes outside its window stay as they
+// were.
+func fuseAdamsIn(ex *plan.Plan, prog *plan.Program, vals *[]*ir.Value) {
 	producer := make([]int, prog.NumSlots())
 	firstRead := make([]int, prog.NumSlots())
 	for i := range producer {
@@ -201,32 +163,37 @@ func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value, skip map[int]bool) (bool
 		in.Written(func(s int) { producer[s] = i })
 	}
 	drop := make([]bool, len(prog.Instrs))
-	fused := false
+	var merge []fusion
+	held := &unfusedHeld{ex: ex, prog: prog}
+	last := -1 // the last merged update: windows must not overlap
 	for u := range prog.Instrs {
 		up := &prog.Instrs[u]
-		if skip[u] || up.Kind != plan.Compute || up.Kernel.Op != "adam_update" || len(up.Args) != 7 {
+		if up.Kind != plan.Compute || up.Kernel.Op != "adam_update" || len(up.Args) != 7 {
 			continue
 		}
 		mi, vi := producer[up.Args[1]], producer[up.Args[2]]
-		if mi < 0 || vi < 0 || drop[mi] || drop[vi] || !fusibleAdam(prog, mi, vi, u, firstRead) {
+		if mi < 0 || vi < 0 || min(mi, vi) <= last || !fusibleAdam(prog, mi, vi, u, firstRead) {
 			continue
 		}
-		if !fused { // writes go to a copy: fuseAdams may return to the old program
-			prog.Instrs = slices.Clone(prog.Instrs)
+		donate := donations(prog, mi, vi, u)
+		if !windowFits(ex.Mesh, prog, mi, vi, u, producer, donate, held) {
+			continue
 		}
-		prog.Instrs[u] = fusedAdam(prog, mi, vi, u)
-		drop[mi], drop[vi], fused = true, true, true
+		merge = append(merge, fusion{u, mi, vi, donate})
+		drop[mi], drop[vi], last = true, true, u
 	}
-	if !fused {
-		return false, nil
+	if len(merge) == 0 {
+		return
+	}
+	prog.Instrs = slices.Clone(prog.Instrs) // the array may be another program's too
+	for _, f := range merge {
+		prog.Instrs[f.u] = fusedAdam(prog, f.mi, f.vi, f.u, f.donate)
 	}
 	keep := prog.Instrs[:0] // the copy made above: compacted in place
-	origin := make([]int, 0, len(prog.Instrs))
 	var kv []*ir.Value
 	for i, in := range prog.Instrs {
 		if !drop[i] {
 			keep = append(keep, in)
-			origin = append(origin, i)
 			if vals != nil {
 				kv = append(kv, (*vals)[i])
 			}
@@ -236,7 +203,190 @@ func fuseAdamsIn(prog *plan.Program, vals *[]*ir.Value, skip map[int]bool) (bool
 	if vals != nil {
 		*vals = kv
 	}
-	return true, origin
+}
+
+// donations are the fused instruction's Donate for the update at u with
+// its moments at mi and vi: result k (p', m', v') is written over
+// argument k (p, m, v) where that slot is distinct from the other two
+// and the gradient, and dies by u (freed by an instruction from the
+// first moment to u, whose frees move to the fused instruction); -1
+// where it does not (under f16 loss scaling a skipped step keeps the old
+// p, m, v: they live on), nil when no result is donated.
+func donations(prog *plan.Program, mi, vi, u int) []int {
+	up := &prog.Instrs[u]
+	slots := [3]int{up.Args[0], prog.Instrs[mi].Args[0], prog.Instrs[vi].Args[0]}
+	g := prog.Instrs[mi].Args[1]
+	var donate []int
+	for k, s := range slots {
+		d := -1
+		alone := slices.Index(slots[:], s) == k && !slices.Contains(slots[k+1:], s)
+		if alone && s != g && diesBy(prog, s, min(mi, vi), u) {
+			d = k
+		}
+		donate = append(donate, d)
+	}
+	if slices.Max(donate) < 0 {
+		return nil
+	}
+	return donate
+}
+
+// diesBy says whether an instruction from lo to u frees slot s.
+func diesBy(prog *plan.Program, s, lo, u int) bool {
+	for j := lo; j <= u; j++ {
+		if slices.Contains(prog.Instrs[j].Free, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// windowFits says whether fusing the update at u with its moments at mi
+// and vi, its results donated, keeps every rank's peak. It replays the
+// window from the first moment to u both ways, from what is held before
+// it (the same either way), in the update's tier and in both tiers
+// together (what the CPU backend's one memory holds; the other tier's
+// replay does not change: the moments read and free only their own
+// tier's slots). The fused top must be nowhere above the unfused one —
+// or, where it is (the window allocates more than a block of the
+// parameter before it frees, as ZeRO's slice of p does beside Adam's
+// constants), not above the rank's unfused peak, which needs the whole
+// program's replay (held): only for a program whose ranks all hold the
+// same bytes, else the update stays three ops.
+func windowFits(m *mesh.Mesh, prog *plan.Program, mi, vi, u int, producer, donate []int, held *unfusedHeld) bool {
+	up := &prog.Instrs[u]
+	lo := min(mi, vi)
+	moved := append(slices.Clone(prog.Instrs[mi].Args), prog.Instrs[vi].Args...)
+	// every rank when some block's size varies, else rank 0 for all
+	varying := make([]bool, len(m.Axes))
+	for j := lo; j <= u; j++ {
+		w := &prog.Instrs[j]
+		if w.Out >= 0 {
+			sbp.MarkVarying(m, w.Shape, w.Placement, varying)
+		}
+		for _, s := range w.Free {
+			f := &prog.Instrs[producer[s]]
+			sbp.MarkVarying(m, f.Shape, f.Placement, varying)
+		}
+	}
+	ranks := 1
+	if slices.Contains(varying, true) {
+		ranks = m.Size()
+	}
+	for r := range ranks {
+		coord := m.Coord(r)
+		bytes := func(w *plan.Instr) int64 {
+			return int64(sbp.LocalNumel(m, w.Shape, w.Placement, coord)) * int64(w.DType.Size())
+		}
+		for _, both := range []bool{false, true} {
+			counts := func(w *plan.Instr) bool { return both || w.Host == up.Host }
+			fresh := int64(3-donated(donate)) * bytes(up) // the fused instruction's fresh results
+			plain, fused := windowTops(prog, lo, u, mi, vi, moved, producer, counts, bytes, fresh)
+			if fused > plain && (ranks > 1 || fused > held.slack(lo, up.Host, both)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// unfusedHeld is a program's replay before the fusion, made the first
+// time a window needs it (most programs never do: a 96-layer GPT's
+// explain paid +0.05 s for the replays of the pass before donation).
+type unfusedHeld struct {
+	ex   *plan.Plan
+	prog *plan.Program
+	done bool
+	rank int            // a rank that runs prog (-1: none, or ranks differ)
+	tier [3]*[2][]int64 // device, host, both: top and after per instruction
+}
+
+// slack is how many bytes above what the program's ranks hold before
+// instruction lo a window may hold without passing their unfused peak in
+// the tier (host, or both tiers), or -1 where the replay cannot say for
+// every rank at once.
+func (h *unfusedHeld) slack(lo int, host, both bool) int64 {
+	if !h.done {
+		h.done, h.rank = true, -1
+		if h.ex.Uniform(h.prog) {
+			for r := range h.ex.Mesh.Size() {
+				if h.ex.ProgramOf(r) == h.prog {
+					h.rank = r
+					break
+				}
+			}
+		}
+	}
+	if h.rank < 0 {
+		return -1
+	}
+	k := 0
+	switch {
+	case both:
+		k = 2
+	case host:
+		k = 1
+	}
+	if h.tier[k] == nil {
+		held := [...]func(int) ([]int64, []int64){h.ex.Held, h.ex.HostHeld, h.ex.TotalHeld}[k]
+		top, after := held(h.rank)
+		h.tier[k] = &[2][]int64{top, after}
+	}
+	top, after := h.tier[k][0], h.tier[k][1]
+	before := int64(0)
+	if lo > 0 {
+		before = after[lo-1]
+	}
+	return slices.Max(top) - before
+}
+
+// windowTops replays instructions lo..u, counting the slots counts
+// admits, from zero: the most held at once by the three ops (plain) and
+// by the fused instruction at u, without the moments, whose frees of the
+// moments' arguments (moved) happen at u and which allocates fresh bytes
+// for the results it does not write over p, m, v (fused).
+func windowTops(prog *plan.Program, lo, u, mi, vi int, moved, producer []int, counts func(*plan.Instr) bool, bytes func(*plan.Instr) int64, fresh int64) (plain, fused int64) {
+	var cur int64
+	for j := lo; j <= u; j++ {
+		w := &prog.Instrs[j]
+		if w.Out >= 0 && counts(w) {
+			cur += int64(1+len(w.Outs)) * bytes(w)
+		}
+		plain = max(plain, cur)
+		for _, s := range w.Free {
+			if f := &prog.Instrs[producer[s]]; counts(f) {
+				cur -= bytes(f)
+			}
+		}
+	}
+	cur = 0
+	for j := lo; j < u; j++ {
+		w := &prog.Instrs[j]
+		if j == mi || j == vi { // gone; their frees happen at u
+			continue
+		}
+		if w.Out >= 0 && counts(w) {
+			cur += int64(1+len(w.Outs)) * bytes(w)
+		}
+		fused = max(fused, cur)
+		for _, s := range w.Free {
+			if f := &prog.Instrs[producer[s]]; counts(f) && !slices.Contains(moved, s) {
+				cur -= bytes(f)
+			}
+		}
+	}
+	return plain, max(fused, cur+fresh) // at u: its fresh results, if any
+}
+
+// donated counts the results a Donate gives an argument's buffer.
+func donated(donate []int) int {
+	n := 0
+	for _, a := range donate {
+		if a >= 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // fusibleAdam says whether instructions mi (adam_moment), vi
@@ -287,7 +437,7 @@ func rewritten(prog *plan.Program, slots []int, from, to int) bool {
 // update's, reading (p, m, v, g, β1, β2, step, root_bc2, eps, decay) and
 // writing p' (Out), m' and v' (Outs), freeing what the three freed. Frees
 // of the moments' arguments between a moment and the update move to it.
-func fusedAdam(prog *plan.Program, mi, vi, u int) plan.Instr {
+func fusedAdam(prog *plan.Program, mi, vi, u int, donate []int) plan.Instr {
 	m, v, up := &prog.Instrs[mi], &prog.Instrs[vi], &prog.Instrs[u]
 	// each argument of the fused kernel: which instruction's, which position
 	from := []struct {
@@ -305,6 +455,7 @@ func fusedAdam(prog *plan.Program, mi, vi, u int) plan.Instr {
 	}
 	f.Kernel = &k
 	f.Outs = []int{m.Out, v.Out}
+	f.Donate = donate // p' over p, m' over m, v' over v, where they die
 	read := append(slices.Clone(m.Args), v.Args...)
 	f.Free = slices.Clone(up.Free)
 	for j := min(mi, vi); j < u; j++ {
@@ -342,6 +493,11 @@ func verifyFusedAdams(p *Plan) error {
 			k := in.Kernel
 			if len(in.Args) != 10 || len(k.ArgShapes) != 10 || len(in.Outs) != 2 {
 				return errFusedAdam(in, "adam_fused with %d arguments and %d results, not 10 and 3", len(in.Args), 1+len(in.Outs))
+			}
+			for r, a := range in.Donate {
+				if a >= 0 && a != r { // p' is p's block, m' m's, v' v's
+					return errFusedAdam(in, "adam_fused writes result %d over argument %d, not %d", r+1, a+1, r+1)
+				}
 			}
 			for j, s := range k.ArgShapes {
 				tensor := j < 4

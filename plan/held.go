@@ -1,5 +1,7 @@
 package plan
 
+import "slices"
+
 // Held is Peak's replay of rank r's device memory kept per instruction:
 // the bytes held once each instruction has allocated its output (top)
 // and once it has freed what it frees (after). Package planner composes
@@ -21,4 +23,16 @@ func (p *Plan) heldIn(r int, t tier) (top, after []int64) {
 		return true
 	})
 	return top, after
+}
+
+// TotalHeld is Held over both tiers together (TotalPeak's replay).
+func (p *Plan) TotalHeld(r int) (top, after []int64) {
+	return p.heldIn(r, bothTiers)
+}
+
+// Uniform reports whether no block prog allocates splits unevenly: every
+// rank that runs it then holds the same bytes at every instruction, and
+// one rank's replay stands for all of them.
+func (p *Plan) Uniform(prog *Program) bool {
+	return !slices.Contains(p.varyingAxes(prog), true)
 }

@@ -175,10 +175,7 @@ func (bs *blockSizes) peak(numels []int) int64 {
 	for i := range bs.prog.Instrs {
 		in := &bs.prog.Instrs[i]
 		if in.Out >= 0 && bs.tier.holds(in) {
-			in.Written(func(s int) {
-				slot[s] = bs.bytes[i]
-				cur = size.AddBytes(cur, slot[s])
-			})
+			hold(in, slot, bs.bytes[i], &cur)
 			peak = max(peak, cur)
 		}
 		for _, s := range in.Free {
@@ -263,10 +260,7 @@ func (p *Plan) walkTier(r int, t tier, visit func(i int, top, after int64) bool)
 		in := &prog.Instrs[i]
 		if in.Out >= 0 && t.holds(in) {
 			n := int64(sbp.LocalNumel(p.Mesh, in.Shape, in.Placement, coord))
-			in.Written(func(s int) { // every result has Out's block (Instr.Outs)
-				slot[s] = n * int64(in.DType.Size())
-				cur = size.AddBytes(cur, slot[s])
-			})
+			hold(in, slot, n*int64(in.DType.Size()), &cur)
 		}
 		top := cur
 		for _, s := range in.Free {
@@ -276,4 +270,23 @@ func (p *Plan) walkTier(r int, t tier, visit func(i int, top, after int64) bool)
 			return
 		}
 	}
+}
+
+// hold counts an instruction's results in the replay: each a block of
+// bytes (every result has Out's block, Instr.Outs), allocated afresh, or
+// a donated argument's block moved to it (Instr.Donate): the result slot
+// takes the argument slot's bytes and the argument slot none, so neither
+// the allocation nor the argument's free (in the instruction's Free)
+// changes cur.
+func hold(in *Instr, slot []int64, bytes int64, cur *int64) {
+	k := 0
+	in.Written(func(s int) {
+		if a, ok := in.DonatedArg(k); ok {
+			slot[s], slot[a] = slot[a], 0
+		} else {
+			slot[s] = bytes
+			*cur = size.AddBytes(*cur, bytes)
+		}
+		k++
+	})
 }

@@ -17,7 +17,9 @@
 // point-to-point send/recv with a peer given as a shift along mesh axes,
 // or a copy of a slot between the rank's device memory and its host
 // memory (offload, fetch: ZeRO-Offload's host tier, where instructions
-// marked Host run).
+// marked Host run). A compute instruction may write a result into the
+// buffer of an argument that dies there (Instr.Donate, donate.go), which
+// the memory replay counts as no allocation.
 // Verify checks the ranks' programs against each other by simulating all
 // of them (see verify.go); Encode and Decode round-trip a plan.
 package plan
@@ -168,7 +170,17 @@ type Instr struct {
 	// moments beside the new parameter), each of Out's dtype, shape and
 	// placement; nil for one result. The memory replay counts each.
 	Outs []int
-	Free []int // slots whose last use this is
+	// Donate is buffer donation (XLA's input/output aliasing): Donate[k]
+	// is the index in Args of the argument whose buffer result k (0: Out,
+	// k ≥ 1: Outs[k-1]) is written into, or -1 for a fresh buffer; nil:
+	// every result is fresh. A donated argument's slot dies here (it is in
+	// Free) and has the result's dtype, shape, placement and tier, so the
+	// memory replay counts no allocation for the result and no free for
+	// the slot (see donate.go for every rule the verifier checks). The
+	// kernel must be safe in place: it reads each element of the argument
+	// before it writes that element of the result.
+	Donate []int
+	Free   []int // slots whose last use this is
 	// Host says the instruction runs in, and its result lives in, the
 	// rank's host memory rather than its device's (ZeRO-Offload's host
 	// tier): every slot it reads is a host slot too, except that an
@@ -341,6 +353,9 @@ func (prog *Program) Dump() string {
 		}
 		if len(in.Free) > 0 {
 			fmt.Fprintf(&b, " free%v", in.Free)
+		}
+		if d := in.DonateString(); d != "" {
+			b.WriteString(" " + d)
 		}
 		b.WriteByte('\n')
 	}

@@ -51,6 +51,7 @@ func (p *Plan) wellFormed(prog *Program) error {
 	written := make([]bool, n)
 	onHost := make([]bool, n) // the tier of each written slot
 	slot := func(s int) bool { return s >= 0 && s < n }
+	dead := donatedDead{} // slots whose buffer a result took (donate.go)
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
 		bad := func(format string, a ...any) error {
@@ -77,6 +78,12 @@ func (p *Plan) wellFormed(prog *Program) error {
 			if want := argTier(in); onHost[a] != want {
 				return bad("reads slot %d in %s memory; a %s instruction in %s memory reads %s memory", a, tierName(onHost[a]), in.Kind, tierName(in.Host), tierName(want))
 			}
+			if err := dead.read(a); err != nil {
+				return bad("%v", err)
+			}
+		}
+		if err := verifyDonation(in); err != nil {
+			return bad("%v", err)
 		}
 		if in.Kind == Send || in.Kind == Mark {
 			if in.Out != -1 || len(in.Outs) > 0 {
@@ -105,6 +112,10 @@ func (p *Plan) wellFormed(prog *Program) error {
 				return bad("frees slot %d of %d", s, n)
 			}
 		}
+		dead.donate(i, in)
+	}
+	if err := dead.kept(prog); err != nil {
+		return err
 	}
 	for _, s := range append(slices.Clone(prog.OutputSlots), prog.CarrySlots...) {
 		if s == -1 && p.Pipe != nil {

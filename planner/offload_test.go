@@ -11,17 +11,20 @@ import (
 
 // Under a budget that no strategy keeping the optimizer on the device
 // meets, the planner offloads it to the host and prices the copies; without
-// a budget offload is not searched (it only adds copies).
+// a budget offload is not searched (it only adds copies). (The budget,
+// 6000 bytes, is below the least on-device peak, 6118 bytes since the
+// fused Adam updates write over p, m, v: lower/fuse_adam.go.)
 func TestOffloadChosenWhenMemoryBinds(t *testing.T) {
+	const budget = 6000
 	p, err := Load("../examples/train/mlp_offload.mesh")
 	require.NoError(t, err)
-	res, err := Search(p, Options{Devices: 4, Memory: 6 << 10, Top: 3})
+	res, err := Search(p, Options{Devices: 4, Memory: budget, Top: 3})
 	require.NoError(t, err)
 	require.NotEmpty(t, res.Ranked)
 	best := res.Ranked[0]
 	require.True(t, best.Cand.Offload, best.Label)
 	require.Positive(t, best.Cost.Comm["host copy"], "the copies to and from the host are priced")
-	require.LessOrEqual(t, best.Cost.Peak, int64(6<<10))
+	require.LessOrEqual(t, best.Cost.Peak, int64(budget))
 	onDevice := 0
 	for _, e := range append(append([]*Evaluated{}, res.Ranked...), res.Losers...) {
 		if !e.Cand.Offload {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/rt/vecmath"
 	"github.com/meshrun/meshrun/sbp"
@@ -162,6 +163,43 @@ func (c *CPU) LaunchResults(_ context.Context, k *plan.Kernel, args []Buffer, in
 	if k.Op != "adam_fused" || n != 3 || len(args) != 10 {
 		return nil, fmt.Errorf("no CPU kernel for %s with %d results", k.Op, n)
 	}
+	ts, err := adamArgs(k, args, out)
+	if err != nil {
+		return nil, err
+	}
+	res := adamFused(c.alloc(), ts, out.Len, nil)
+	if res == nil {
+		return nil, fmt.Errorf("adam_fused on %s: only f32 and f64 (lower fuses no other dtype)", k.DType)
+	}
+	return []Buffer{res[0], res[1], res[2]}, nil
+}
+
+// LaunchDonated implements DonatingLauncher: adam_fused writes p', m',
+// v' over the arguments donate names (in place: AdamFused reads each
+// element before writing it); any other kernel runs with fresh results.
+func (c *CPU) LaunchDonated(ctx context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block, n int, donate []int) ([]Buffer, error) {
+	if k.Op != "adam_fused" || n != 3 || len(args) != 10 || len(donate) != 3 {
+		return c.LaunchResults(ctx, k, args, in, out, n)
+	}
+	for _, a := range donate {
+		if a > 2 { // p', m', v' are p's, m's, v's blocks; the gradient and scalars are not
+			return nil, fmt.Errorf("adam_fused: result written over argument %d, not p, m or v", a+1)
+		}
+	}
+	ts, err := adamArgs(k, args, out)
+	if err != nil {
+		return nil, err
+	}
+	res := adamFused(c.alloc(), ts, out.Len, donate)
+	if res == nil {
+		return nil, fmt.Errorf("adam_fused on %s: only f32 and f64 (lower fuses no other dtype)", k.DType)
+	}
+	return []Buffer{res[0], res[1], res[2]}, nil
+}
+
+// adamArgs are adam_fused's arguments as host tensors, checked: four
+// tensors of the result's block, six scalars, of the kernel's dtype.
+func adamArgs(k *plan.Kernel, args []Buffer, out sbp.Block) ([]*Tensor, error) {
 	ts := make([]*Tensor, len(args))
 	for i, a := range args {
 		t, err := host(a)
@@ -173,21 +211,29 @@ func (c *CPU) LaunchResults(_ context.Context, k *plan.Kernel, args []Buffer, in
 		}
 		ts[i] = t
 	}
-	res := adamFused(c.alloc(), ts, out.Len)
-	if res == nil {
-		return nil, fmt.Errorf("adam_fused on %s: only f32 and f64 (lower fuses no other dtype)", k.DType)
-	}
-	return []Buffer{res[0], res[1], res[2]}, nil
+	return ts, nil
 }
 
 // adamFused computes p', m', v' from (p, m, v, g, β1, β2, step,
 // root_bc2, eps, decay): bit for bit adam_moment, adam_moment2 and
 // adam_update in turn (vecmath.AdamFused for f32; adamFusedLoop, the
-// same expressions as moment and adamUpdate, for f64). Nil for another
-// dtype.
-func adamFused(pool *hostPool, a []*Tensor, shape []int) []*Tensor {
+// same expressions as moment and adamUpdate, for f64). Result k is
+// written into argument donate[k] where donate (nil: none) says so
+// (plan.Instr.Donate: p' over p, m' over m, v' over v); both loops read
+// each element of p, m and v before writing it. Nil for another dtype.
+func adamFused(pool *hostPool, a []*Tensor, shape []int, donate []int) []*Tensor {
 	dt := a[0].DType
-	out := []*Tensor{uninitialised(pool, dt, shape), uninitialised(pool, dt, shape), uninitialised(pool, dt, shape)}
+	if dt != ir.F32 && dt != ir.F64 {
+		return nil // (before a donated argument is taken)
+	}
+	out := make([]*Tensor, 3)
+	for k := range out {
+		if k < len(donate) && donate[k] >= 0 {
+			out[k] = a[donate[k]]
+			continue
+		}
+		out[k] = uninitialised(pool, dt, shape)
+	}
 	switch d := out[0].Data.(type) {
 	case []float32:
 		f := func(i int) []float32 { return a[i].Data.([]float32) }
@@ -209,7 +255,8 @@ func adamFused(pool *hostPool, a []*Tensor, shape []int) []*Tensor {
 
 // adamFusedLoop is moment (β1), moment squared (β2) and adamUpdate
 // (hyper: step, root_bc2, eps, decay) in one loop, each product rounded
-// as they round it.
+// as they round it. np, nm, nv may be p, m, v themselves (donation):
+// element i of each is read before it is written.
 func adamFusedLoop[T Float](np, nm, nv, p, m, v, g []T, b1, b2 T, hyper [4]T) {
 	w1, w2 := 1-b1, 1-b2
 	step, rootBC2, eps, decay := hyper[0], hyper[1], hyper[2], hyper[3]

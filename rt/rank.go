@@ -52,6 +52,9 @@ type Worker struct {
 	// watch times the rank's instructions on its device (DeviceTime, on
 	// a DeviceClock backend); nil: the host's clock
 	watch Stopwatch
+	// don is buffer donation's state (donate.go), made at the first
+	// instruction that donates
+	don *donor
 	// events is how many timeline events the last execution recorded
 	// (instructions and ring steps): the next one's list is made that
 	// long at once instead of grown by doubling.
@@ -212,6 +215,9 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	if w.inProc != nil {
 		w.inProc.forgetAll() // what is still held outlives the execution
 	}
+	if w.don != nil {
+		w.don.carried(x, prog)
+	}
 	w.events = len(x.events)
 	res := &RankResult{Stats: DeviceStats{Device: w.Prog.Rank, Peak: x.peak, Final: x.cur, Events: x.events,
 		BytesSent: w.Comm.BytesSent() - sent0, HostPeak: x.hostPeak, HostFinal: x.hostCur, ToHost: x.toHost, ToDevice: x.toDevice}}
@@ -269,6 +275,10 @@ func (x *execution) step(ctx context.Context, i int, t0 time.Duration) (time.Dur
 	x.record(in, w.labels[i].event(t0, t1-t0, sent), out)
 	if x.pipe != nil {
 		x.pipe.step(i, in, t0, t1)
+	}
+	if in.Donate != nil { // results in dying arguments' buffers (donate.go)
+		x.holdDonated(in, out)
+		return t1, nil
 	}
 	if in.Out >= 0 {
 		x.hold(in, in.Out, out)
@@ -502,7 +512,7 @@ func (x *execution) exec(ctx context.Context, in *plan.Instr, b *plan.Bound) (ou
 		return x.source(in)
 	case plan.Compute:
 		if len(in.Outs) > 0 {
-			res, err := LaunchResults(ctx, be, in.Kernel, args, b.In, b.Out, 1+len(in.Outs))
+			res, err := x.launchResults(ctx, be, in, b, args)
 			if err != nil {
 				return nil, err
 			}

@@ -23,6 +23,16 @@ func (s shortResults) LaunchResults(ctx context.Context, k *plan.Kernel, args []
 	return res[:n-1], nil
 }
 
+// LaunchDonated drops a result as LaunchResults does (the CPU's, which
+// the embedding would promote, writes all three).
+func (s shortResults) LaunchDonated(ctx context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block, n int, donate []int) ([]Buffer, error) {
+	res, err := s.CPU.LaunchDonated(ctx, k, args, in, out, n, donate)
+	if err != nil {
+		return nil, err
+	}
+	return res[:n-1], nil
+}
+
 // TestTooFewResultsIsAnError: a backend whose ResultsLauncher returns
 // fewer buffers than the instruction writes slots fails the run with an
 // error naming the instruction, instead of indexing past its results

@@ -60,7 +60,10 @@ type AdamHyper struct {
 // passes stream ten slices through memory (read m, g; read v, g; read p
 // and both new moments), this one seven; on the MLP's parameters,
 // beyond the caches, the optimizer is bound by that traffic (issue 10).
-// The outputs must not overlap the inputs.
+// pOut, mOut and vOut may be p, m and v themselves (buffer donation: the
+// update in place), since element i of p, m, v and g is read before
+// element i of any output is written, in the vector body as in the
+// tail; otherwise the outputs must not overlap the inputs.
 func AdamFused(pOut, mOut, vOut, p, m, v, g []float32, h AdamHyper) {
 	n := len(pOut)
 	mOut, vOut, p, m, v, g = mOut[:n], vOut[:n], p[:n], m[:n], v[:n], g[:n]
