@@ -146,3 +146,49 @@ func nanAsOne(t *rt.Tensor) []uint64 {
 	}
 	return bits
 }
+
+// TestBackendAdamFusedInPlace: written over p, m and v (buffer donation,
+// plan.Instr.Donate), adam_fused gives the bits it gives into fresh
+// buffers, and hands back the donated buffers themselves; an argument
+// that is a host tensor (uploaded for the launch) is not written over,
+// its result is a fresh buffer, and the tensor keeps its values.
+func TestBackendAdamFusedInPlace(t *testing.T) {
+	be := newTestBackend(t)
+	rng := rand.New(rand.NewPCG(45, 46))
+	ctx := context.Background()
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		for _, shape := range [][]int{{1}, {3, 331}} {
+			args := adamFusedArgs(rng, dt, shape)
+			k := &plan.Kernel{Op: "adam_fused", DType: dt, Shape: shape}
+			want := launchResults(t, be, be, k, args)
+			mBefore := args[1].Bits()
+			bufs := make([]rt.Buffer, len(args))
+			for i, a := range args {
+				bufs[i] = a
+				if i == 0 || i == 2 || i == 3 { // p, v, g on the device; m stays a host tensor
+					b, err := be.CopyIn(a.Clone())
+					require.NoError(t, err)
+					bufs[i] = b
+				}
+			}
+			out := sbp.Block{Off: make([]int, len(shape)), Len: shape}
+			res, err := be.LaunchDonated(ctx, k, bufs, nil, out, 3, []int{0, 1, 2})
+			require.NoError(t, err)
+			require.NoError(t, be.Sync(ctx))
+			require.Same(t, bufs[0], res[0], "p' over p")
+			require.NotSame(t, bufs[1], res[1], "m' over a host tensor")
+			require.Same(t, bufs[2], res[2], "v' over v")
+			require.Equal(t, mBefore, args[1].Bits(), "the host tensor m is not written")
+			for i, what := range []string{"p'", "m'", "v'"} {
+				got, err := be.CopyOut(res[i])
+				require.NoError(t, err)
+				require.Equal(t, want[i].Bits(), got.Bits(), "%s %s %v: in place vs fresh", what, dt, shape)
+			}
+			_, err = be.LaunchDonated(ctx, k, bufs, nil, out, 3, []int{3, -1, -1})
+			require.ErrorContains(t, err, "result written over argument 4, not p, m or v")
+			for _, b := range []rt.Buffer{res[0], res[1], res[2], bufs[3]} {
+				be.Free(b)
+			}
+		}
+	}
+}

@@ -22,7 +22,26 @@ import (
 // (p, m, v, g, β1, β2, step, root_bc2, eps, decay), its three results of
 // block out.
 func (be *Backend) LaunchResults(_ context.Context, k *plan.Kernel, args []rt.Buffer, _ []sbp.Block, out sbp.Block, n int) ([]rt.Buffer, error) {
-	if k.Op != "adam_fused" || n != 3 || len(args) != 10 {
+	return be.adamFused(k, args, out, n, nil)
+}
+
+// LaunchDonated implements rt.DonatingLauncher: adam_fused writes p', m'
+// and v' over the arguments donate names (plan.Instr.Donate), so a fused
+// update allocates nothing, as the plan's memory replay counts it.
+// mr_adam_fused is safe in place: each thread reads p[i], m[i], v[i] and
+// g[i] before it writes np[i], nm[i], nv[i], and its pointers carry no
+// __restrict__ that would let the compiler reorder a read past an aliased
+// write. Only an argument that is already this GPU's buffer is written
+// over: a host tensor (uploaded for this launch) or another GPU's gets a
+// fresh result, which the worker counts as an allocation.
+func (be *Backend) LaunchDonated(_ context.Context, k *plan.Kernel, args []rt.Buffer, _ []sbp.Block, out sbp.Block, n int, donate []int) ([]rt.Buffer, error) {
+	return be.adamFused(k, args, out, n, donate)
+}
+
+// adamFused launches mr_adam_fused; donate[r] ≥ 0 asks for result r to be
+// written over that argument (one of p, m, v; nil: every result fresh).
+func (be *Backend) adamFused(k *plan.Kernel, args []rt.Buffer, out sbp.Block, n int, donate []int) ([]rt.Buffer, error) {
+	if k.Op != "adam_fused" || n != 3 || len(args) != 10 || (donate != nil && len(donate) != 3) {
 		return nil, fmt.Errorf("cuda: no kernel for %s with %d results and %d arguments", k.Op, n, len(args))
 	}
 	name, err := KernelName("adam_fused", k.DType)
@@ -44,19 +63,30 @@ func (be *Backend) LaunchResults(_ context.Context, k *plan.Kernel, args []rt.Bu
 			return nil, fmt.Errorf("cuda: adam_fused: argument %d is %s%s, want %s with %d elements", i+1, b.dt, ir.ShapeString(b.shape), k.DType, want)
 		}
 	}
-	res := make([]*Buf, 0, 3)
+	res := make([]*Buf, 3)
+	var fresh []*Buf
 	fail := func(err error) ([]rt.Buffer, error) {
-		for _, r := range res {
+		for _, r := range fresh {
 			be.Free(r)
 		}
 		return nil, err
 	}
-	for range 3 {
-		r, err := be.newBuf(k.DType, out.Len)
+	for r := range res {
+		if a := donated(donate, r); a >= 0 {
+			if a > 2 { // p', m', v' are p's, m's, v's blocks; never g's or a scalar's
+				return fail(fmt.Errorf("cuda: adam_fused: result written over argument %d, not p, m or v", a+1))
+			}
+			if x, ok := args[a].(*Buf); ok && x == bufs[a] {
+				res[r] = x // this GPU's own buffer, not a temporary upload
+				continue
+			}
+		}
+		b, err := be.newBuf(k.DType, out.Len)
 		if err != nil {
 			return fail(err)
 		}
-		res = append(res, r)
+		res[r] = b
+		fresh = append(fresh, b)
 	}
 	p := new(params)
 	for _, b := range append(res, bufs...) {
@@ -68,4 +98,15 @@ func (be *Backend) LaunchResults(_ context.Context, k *plan.Kernel, args []rt.Bu
 	return []rt.Buffer{res[0], res[1], res[2]}, nil
 }
 
-var _ rt.ResultsLauncher = (*Backend)(nil)
+// donated is the argument result r is written over, or -1.
+func donated(donate []int, r int) int {
+	if donate == nil {
+		return -1
+	}
+	return donate[r]
+}
+
+var (
+	_ rt.ResultsLauncher  = (*Backend)(nil)
+	_ rt.DonatingLauncher = (*Backend)(nil)
+)

@@ -23,12 +23,12 @@ import (
 //     cache's storage, the next step's source), and never a fed buffer
 //     the last execution carried out of such a slot, kept as an output
 //     too or sent to a peer;
-//   - the backend can write in place (DonatingLauncher: the CPU).
+//   - the backend can write in place (DonatingLauncher: the CPU, and
+//     CUDA for an argument already on its GPU).
 // Otherwise the result gets a fresh buffer, as without donation, and the
 // worker counts it as an allocation: the measured peak is then above the
-// plan's by that block (on CUDA, whose adam_fused cannot run in place,
-// every fused update; on the CPU, the first step's update of a parameter
-// loaded from a file). A donated result takes over the argument's hold:
+// plan's by that block (the first step's update of a parameter loaded
+// from a file). A donated result takes over the argument's hold:
 // no bytes are counted in or out, as in the replay.
 
 // DonatingLauncher is a Backend that writes results into argument
