@@ -180,7 +180,7 @@ func BenchmarkTrainStep(b *testing.B) {
 			}
 			ctx := context.Background()
 			var tMesh, compute, comm time.Duration
-			var ratios, cpuRatios, meshMed, singleMed []float64
+			var ratios, cpuRatios, meshMed, singleMed, meshCPU, singleCPU []float64
 			steady := func(walls, cpus *[]float64, events bool) rt.TrainConfig {
 				var last time.Duration
 				return rt.TrainConfig{OnStep: func(s rt.StepInfo) error {
@@ -223,6 +223,7 @@ func BenchmarkTrainStep(b *testing.B) {
 				_, mcm, _ := spread(mc)
 				_, scm, _ := spread(sc)
 				meshMed, singleMed = append(meshMed, mm), append(singleMed, sm)
+				meshCPU, singleCPU = append(meshCPU, mcm), append(singleCPU, scm)
 				ratios, cpuRatios = append(ratios, mm/sm), append(cpuRatios, mcm/scm)
 			}
 			clo, cmed, chi := spread(cpuRatios)
@@ -230,15 +231,18 @@ func BenchmarkTrainStep(b *testing.B) {
 			lo, med, hi := spread(ratios)
 			_, mm, _ := spread(meshMed)
 			_, sm, _ := spread(singleMed)
+			_, mcpu, _ := spread(meshCPU)
+			_, scpu, _ := spread(singleCPU)
 			b.ReportMetric(med, "mesh_over_single")
 			b.ReportMetric(lo, "ratio_min")
 			b.ReportMetric(hi, "ratio_max")
 			b.ReportMetric(float64(compute)/float64(tMesh), "compute_frac")
 			b.ReportMetric(float64(comm)/float64(tMesh), "comm_frac")
 			b.ReportMetric(cmed, "cpu_mesh_over_single")
-			b.Logf("%s on %v with %s: median step mesh %v / 1 device %v; mesh/single per round min %.2f median %.2f max %.2f (%d rounds of %d steps); on device 0: compute %.0f%%, communication %.0f%%, other %.0f%%; CPU per step mesh/single per round min %.2f median %.2f max %.2f",
+			b.Logf("%s on %v with %s: median step mesh %v / 1 device %v; mesh/single per round min %.2f median %.2f max %.2f (%d rounds of %d steps); on device 0: compute %.0f%%, communication %.0f%%, other %.0f%%; CPU per step mesh/single per round min %.2f median %.2f max %.2f; median CPU per step mesh %v / 1 device %v",
 				ex, mesh.Exec.Mesh, rt.DescribeBLAS(rt.DefaultBLAS()), time.Duration(mm), time.Duration(sm), lo, med, hi, b.N, c.steps-1,
-				100*float64(compute)/float64(tMesh), 100*float64(comm)/float64(tMesh), 100*float64(other)/float64(tMesh), clo, cmed, chi)
+				100*float64(compute)/float64(tMesh), 100*float64(comm)/float64(tMesh), 100*float64(other)/float64(tMesh), clo, cmed, chi,
+				time.Duration(mcpu), time.Duration(scpu))
 		})
 	}
 }
