@@ -38,7 +38,7 @@ for line in open(sys.argv[1]):
     m = re.search(r': (\S+) on (\[.*?\]) .*median step mesh (\S+) / 1 device (\S+); mesh/single per round min [\d.]+ median ([\d.]+)', line)
     if m:
         c = re.search(r'CPU per step mesh/single per round min [\d.]+ median ([\d.]+)', line)
-        a = re.search(r'median CPU per step mesh (\S+) / 1 device (\S+)', line)
+        a = re.search(r'median CPU per step mesh ([\d.]+[nµm]?s) / 1 device ([\d.]+[nµm]?s)', line)
         train[m.group(1) + ' ' + m.group(2)][w][i] = (us(m.group(3)), float(m.group(5)), float(c.group(1)) if c else None, us(m.group(4)),
             (us(a.group(1)), us(a.group(2))) if a else None)
         continue
