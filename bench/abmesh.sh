@@ -7,7 +7,8 @@
 #     new/old of the median mesh step and of the median one-device step
 #     of the two runs of a round, and
 #     each binary's CPU-time mesh/single (a run's median; "-" from a
-#     binary whose benchmark does not report it);
+#     binary whose benchmark does not report it), and new/old of the
+#     median CPU per step, mesh and one device ("-" unless both report it);
 #   DPStepSplit: each binary's "comm alone/ideal" and mesh/1 device (a
 #     run's medians; the benchmark's warm-up run of one round left out).
 #   bench/abmesh.sh OLD.test NEW.test [ROUNDS=5] [BENCH=TrainStep] [BENCHTIME=3x]
@@ -37,7 +38,9 @@ for line in open(sys.argv[1]):
     m = re.search(r': (\S+) on (\[.*?\]) .*median step mesh (\S+) / 1 device (\S+); mesh/single per round min [\d.]+ median ([\d.]+)', line)
     if m:
         c = re.search(r'CPU per step mesh/single per round min [\d.]+ median ([\d.]+)', line)
-        train[m.group(1) + ' ' + m.group(2)][w][i] = (us(m.group(3)), float(m.group(5)), float(c.group(1)) if c else None, us(m.group(4)))
+        a = re.search(r'median CPU per step mesh ([\d.]+[nµm]?s) / 1 device ([\d.]+[nµm]?s)', line)
+        train[m.group(1) + ' ' + m.group(2)][w][i] = (us(m.group(3)), float(m.group(5)), float(c.group(1)) if c else None, us(m.group(4)),
+            (us(a.group(1)), us(a.group(2))) if a else None)
         continue
     m = re.search(r'\[dp=(\d+)\].*mesh/1 device min [\d.]+ median ([\d.]+).*comm alone/ideal min [\d.]+ median ([\d.]+)', line)
     if m:
@@ -48,8 +51,13 @@ for k, d in train.items():
     r = [d['new'][i][0] / d['old'][i][0] for i in both]
     r1 = [d['new'][i][3] / d['old'][i][3] for i in both]
     cpu = lambda w: [d[w][i][2] for i in both if d[w][i][2] is not None]
+    # absolute CPU per step, new/old (both binaries must report it)
+    abs_ = [i for i in both if d['old'][i][4] and d['new'][i][4]]
+    cm = [d['new'][i][4][0] / d['old'][i][4][0] for i in abs_]
+    cs = [d['new'][i][4][1] / d['old'][i][4][1] for i in abs_]
     print(f"{k}: mesh/single old {f([d['old'][i][1] for i in both])}, new {f([d['new'][i][1] for i in both])}; "
-          f"new/old mesh step {f(r)}, one-device step {f(r1)}; CPU mesh/single old {f(cpu('old'))}, new {f(cpu('new'))} ({len(both)} runs each)")
+          f"new/old mesh step {f(r)}, one-device step {f(r1)}; CPU mesh/single old {f(cpu('old'))}, new {f(cpu('new'))}; "
+          f"new/old CPU per step mesh {f(cm)}, one device {f(cs)} ({len(both)} runs each)")
 for n in sorted(dp):
     d = dp[n]
     print(f"[dp={n}]: comm alone/ideal old {f([x[1] for x in d['old']])}, new {f([x[1] for x in d['new']])}; "

@@ -180,7 +180,11 @@ func BenchmarkTrainStep(b *testing.B) {
 			}
 			ctx := context.Background()
 			var tMesh, compute, comm time.Duration
-			var ratios, cpuRatios, meshMed, singleMed []float64
+			var ratios, cpuRatios, meshMed, singleMed, meshCPU, singleCPU []float64
+			// instrs counts the instructions a step runs, on every rank
+			// (ring steps are drawn, not run): CPU per instruction is the
+			// interpreter's fixed cost where the tensors are tiny
+			var instrs [2]int
 			steady := func(walls, cpus *[]float64, events bool) rt.TrainConfig {
 				var last time.Duration
 				return rt.TrainConfig{OnStep: func(s rt.StepInfo) error {
@@ -189,6 +193,9 @@ func BenchmarkTrainStep(b *testing.B) {
 					last = now
 					if s.Step == 1 {
 						return nil
+					}
+					if s.Step == 2 {
+						instrs[btoi(events)] = countInstrs(s.Run)
 					}
 					*walls = append(*walls, float64(s.Wall))
 					*cpus = append(*cpus, float64(cpu))
@@ -223,6 +230,7 @@ func BenchmarkTrainStep(b *testing.B) {
 				_, mcm, _ := spread(mc)
 				_, scm, _ := spread(sc)
 				meshMed, singleMed = append(meshMed, mm), append(singleMed, sm)
+				meshCPU, singleCPU = append(meshCPU, mcm), append(singleCPU, scm)
 				ratios, cpuRatios = append(ratios, mm/sm), append(cpuRatios, mcm/scm)
 			}
 			clo, cmed, chi := spread(cpuRatios)
@@ -230,17 +238,41 @@ func BenchmarkTrainStep(b *testing.B) {
 			lo, med, hi := spread(ratios)
 			_, mm, _ := spread(meshMed)
 			_, sm, _ := spread(singleMed)
+			_, mcpu, _ := spread(meshCPU)
+			_, scpu, _ := spread(singleCPU)
 			b.ReportMetric(med, "mesh_over_single")
 			b.ReportMetric(lo, "ratio_min")
 			b.ReportMetric(hi, "ratio_max")
 			b.ReportMetric(float64(compute)/float64(tMesh), "compute_frac")
 			b.ReportMetric(float64(comm)/float64(tMesh), "comm_frac")
 			b.ReportMetric(cmed, "cpu_mesh_over_single")
-			b.Logf("%s on %v with %s: median step mesh %v / 1 device %v; mesh/single per round min %.2f median %.2f max %.2f (%d rounds of %d steps); on device 0: compute %.0f%%, communication %.0f%%, other %.0f%%; CPU per step mesh/single per round min %.2f median %.2f max %.2f",
+			b.Logf("%s on %v with %s: median step mesh %v / 1 device %v; mesh/single per round min %.2f median %.2f max %.2f (%d rounds of %d steps); on device 0: compute %.0f%%, communication %.0f%%, other %.0f%%; CPU per step mesh/single per round min %.2f median %.2f max %.2f; median CPU per step mesh %v / 1 device %v; instructions per step (all ranks) mesh %d / 1 device %d",
 				ex, mesh.Exec.Mesh, rt.DescribeBLAS(rt.DefaultBLAS()), time.Duration(mm), time.Duration(sm), lo, med, hi, b.N, c.steps-1,
-				100*float64(compute)/float64(tMesh), 100*float64(comm)/float64(tMesh), 100*float64(other)/float64(tMesh), clo, cmed, chi)
+				100*float64(compute)/float64(tMesh), 100*float64(comm)/float64(tMesh), 100*float64(other)/float64(tMesh), clo, cmed, chi,
+				time.Duration(mcpu), time.Duration(scpu), instrs[1], instrs[0])
 		})
 	}
+}
+
+// countInstrs is the instructions a run executed on all its devices:
+// its timeline events but the ring steps drawn inside collectives.
+func countInstrs(r *rt.Result) int {
+	n := 0
+	for _, d := range r.Devices {
+		for _, e := range d.Events {
+			if e.Kind != "ring" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // processCPU is the CPU time the process has used, user and system, on

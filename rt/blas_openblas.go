@@ -156,7 +156,7 @@ func (OpenBLAS) Describe() string {
 // has, so few distinct threads ever enter the library (about twice the
 // slots at most: those inside it and those running Go code that may enter
 // it next), hence the cap of 32 slots on machines with many CPUs.
-var obSlots = make(chan struct{}, min(max(2, runtime.GOMAXPROCS(0)), 32))
+var obSlots = newSlots(min(max(2, runtime.GOMAXPROCS(0)), 32))
 
 func (OpenBLAS) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	if m == 0 || n == 0 {
@@ -166,9 +166,10 @@ func (OpenBLAS) Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c
 		clear(c[:(m-1)*ldc+n])
 		return
 	}
-	obSlots <- struct{}{}
-	defer func() { <-obSlots }()
-	C.ob_s(C.int(m), C.int(n), C.int(k), (*C.float)(&a[0]), C.int(lda), (*C.float)(&b[0]), C.int(ldb), (*C.float)(&c[0]), C.int(ldc))
+	pa, pb, pc := (*C.float)(&a[0]), (*C.float)(&b[0]), (*C.float)(&c[0]) // any panic before a slot is taken
+	obSlots.acquire()
+	C.ob_s(C.int(m), C.int(n), C.int(k), pa, C.int(lda), pb, C.int(ldb), pc, C.int(ldc))
+	obSlots.release()
 }
 
 func (OpenBLAS) Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c []float64, ldc int) {
@@ -179,9 +180,10 @@ func (OpenBLAS) Dgemm(m, n, k int, a []float64, lda int, b []float64, ldb int, c
 		clear(c[:(m-1)*ldc+n])
 		return
 	}
-	obSlots <- struct{}{}
-	defer func() { <-obSlots }()
-	C.ob_d(C.int(m), C.int(n), C.int(k), (*C.double)(&a[0]), C.int(lda), (*C.double)(&b[0]), C.int(ldb), (*C.double)(&c[0]), C.int(ldc))
+	pa, pb, pc := (*C.double)(&a[0]), (*C.double)(&b[0]), (*C.double)(&c[0])
+	obSlots.acquire()
+	C.ob_d(C.int(m), C.int(n), C.int(k), pa, C.int(lda), pb, C.int(ldb), pc, C.int(ldc))
+	obSlots.release()
 }
 
 // SgemmT is Sgemm with A (m×k) stored as its k×m transpose when ta and B
@@ -195,9 +197,10 @@ func (OpenBLAS) SgemmT(ta, tb bool, m, n, k int, a []float32, lda int, b []float
 		clear(c[:(m-1)*ldc+n])
 		return
 	}
-	obSlots <- struct{}{}
-	defer func() { <-obSlots }()
-	C.ob_st(cBool(ta), cBool(tb), C.int(m), C.int(n), C.int(k), (*C.float)(&a[0]), C.int(lda), (*C.float)(&b[0]), C.int(ldb), (*C.float)(&c[0]), C.int(ldc))
+	pa, pb, pc := (*C.float)(&a[0]), (*C.float)(&b[0]), (*C.float)(&c[0])
+	obSlots.acquire()
+	C.ob_st(cBool(ta), cBool(tb), C.int(m), C.int(n), C.int(k), pa, C.int(lda), pb, C.int(ldb), pc, C.int(ldc))
+	obSlots.release()
 }
 
 // DgemmT is SgemmT in float64.
@@ -209,9 +212,10 @@ func (OpenBLAS) DgemmT(ta, tb bool, m, n, k int, a []float64, lda int, b []float
 		clear(c[:(m-1)*ldc+n])
 		return
 	}
-	obSlots <- struct{}{}
-	defer func() { <-obSlots }()
-	C.ob_dt(cBool(ta), cBool(tb), C.int(m), C.int(n), C.int(k), (*C.double)(&a[0]), C.int(lda), (*C.double)(&b[0]), C.int(ldb), (*C.double)(&c[0]), C.int(ldc))
+	pa, pb, pc := (*C.double)(&a[0]), (*C.double)(&b[0]), (*C.double)(&c[0])
+	obSlots.acquire()
+	C.ob_dt(cBool(ta), cBool(tb), C.int(m), C.int(n), C.int(k), pa, C.int(lda), pb, C.int(ldb), pc, C.int(ldc))
+	obSlots.release()
 }
 
 func cBool(b bool) C.int {

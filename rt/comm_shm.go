@@ -124,7 +124,7 @@ func (g *Ring) SetTimeout(d time.Duration) bool {
 func (w *shmWorld) group(id int, members []int) *shmShared {
 	key := strconv.Itoa(id) + fmt.Sprint(members)
 	n := len(members)
-	fresh := &shmShared{bar: barrier{n: n, ch: make(chan struct{}), spin: n <= runtime.GOMAXPROCS(0)}, small: shmSmallBytes}
+	fresh := &shmShared{bar: barrier{n: n, spin: n <= runtime.GOMAXPROCS(0)}, small: shmSmallBytes}
 	for i := range fresh.post {
 		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*staging, n),
 			din: make([]Buffer, n), dout: make([]Buffer, n), ddev: make([]DeviceCollectives, n), derr: make([]error, n)}
@@ -142,7 +142,12 @@ type barrier struct {
 	spin  bool // yield a while before sleeping (see spins)
 	count int
 	gen   atomic.Uint64 // generations completed
-	ch    chan struct{} // closed when the current generation is complete
+	// ch is closed when the current generation is complete; made only
+	// when a member must sleep (nil until then): most generations of a
+	// mesh step complete while the early members spin, and a channel
+	// made for every one was 2% of the objects a tiny-GPT mesh step
+	// allocated (issue 10)
+	ch chan struct{}
 }
 
 // spins is how many times a member yields, watching the generation,
@@ -190,12 +195,18 @@ func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm)
 		// the generation first: a member woken by the channel reads it
 		// at once for its next collective's postings (meet)
 		b.gen.Add(1)
-		close(b.ch)
-		b.ch, b.count = make(chan struct{}), 0
+		if b.ch != nil {
+			close(b.ch)
+		}
+		b.ch, b.count = nil, 0
 		b.mu.Unlock()
 		return nil
 	}
-	ch, gen := b.ch, b.gen.Load()
+	gen := b.gen.Load()
+	var ch chan struct{}
+	if !b.spin {
+		ch = b.sleeping()
+	}
 	b.mu.Unlock()
 	if b.spin {
 		for range spins {
@@ -204,6 +215,13 @@ func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm)
 			}
 			runtime.Gosched()
 		}
+		b.mu.Lock()
+		if b.gen.Load() != gen {
+			b.mu.Unlock()
+			return nil
+		}
+		ch = b.sleeping()
+		b.mu.Unlock()
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {
@@ -228,6 +246,15 @@ func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm)
 	}
 	b.count--
 	return err
+}
+
+// sleeping is the channel the current generation's completion closes,
+// made by the first member that must sleep on it (b.mu held).
+func (b *barrier) sleeping() chan struct{} {
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
 }
 
 // call names a collective and the arguments every member must agree on.

@@ -515,7 +515,7 @@ func TestSharedMemoryResultsFromTheArena(t *testing.T) {
 func TestBarrierCountsBeforeWaking(t *testing.T) {
 	for _, spin := range []bool{false, true} {
 		const n, rounds = 3, 3000
-		b := &barrier{n: n, ch: make(chan struct{}), spin: spin}
+		b := &barrier{n: n, spin: spin}
 		errs := make(chan error, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

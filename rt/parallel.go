@@ -5,12 +5,24 @@ import (
 	"sync"
 )
 
+// parallelGrain is the fewest elements a chunk of parallelFor runs: a
+// goroutine costs about a microsecond to start and join, the time a
+// core takes over some ten thousand elements of a cheap loop.
+const parallelGrain = 1 << 15
+
 // parallelFor runs body over [0, n) in chunks on up to GOMAXPROCS
 // goroutines when n is large enough to pay for them (intra-op parallelism,
 // as a BLAS does for GEMM); small loops run inline.
 func parallelFor(n int, body func(lo, hi int)) {
-	const grain = 1 << 15
-	workers := min(runtime.GOMAXPROCS(0), (n+grain-1)/grain)
+	if n <= parallelGrain {
+		// without asking GOMAXPROCS, which takes the scheduler's global
+		// lock: nearly every loop of a mesh step is this small, and the
+		// ranks asked at once (0.5% of a tiny-GPT mesh step's CPU under
+		// perf, the lock's cache line bouncing between cores; issue 10)
+		body(0, n)
+		return
+	}
+	workers := min(runtime.GOMAXPROCS(0), (n+parallelGrain-1)/parallelGrain)
 	if workers <= 1 {
 		body(0, n)
 		return

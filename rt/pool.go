@@ -97,7 +97,7 @@ func (p *hostPool) get(dt ir.DType, shape []int) *Tensor {
 // (the same instruction's output, a step later), else its storage under a
 // new header. Its home is unset.
 func (p *hostPool) reuse(dt ir.DType, shape []int) *Tensor {
-	t := p.takeTensor(dt, numel(shape))
+	t := p.take(dt, numel(shape), shape, true)
 	if t == nil {
 		return nil
 	}
@@ -114,6 +114,21 @@ func (p *hostPool) reuse(dt ir.DType, shape []int) *Tensor {
 
 // takeTensor removes a freed tensor of n elements of dt, or returns nil.
 func (p *hostPool) takeTensor(dt ir.DType, n int) *Tensor {
+	return p.take(dt, n, nil, false)
+}
+
+// shapeScan is how many of a free list's last entries take looks through
+// for one of the asked shape.
+const shapeScan = 8
+
+// take is takeTensor preferring, when match, among the list's last few
+// entries a tensor whose shape is shape (else the last one freed): a list
+// mixes every shape of one element count ([8, 16, 32] and [8, 2, 16, 16],
+// a scalar and [1]), and the last one freed is often another shape than
+// the one asked for, whose header the caller must then make anew
+// (hostPool.reuse): 2 of every 5 headers the tiny GPT's mesh step
+// allocated (issue 10).
+func (p *hostPool) take(dt ir.DType, n int, shape []int, match bool) *Tensor {
 	if p == nil || n < p.min {
 		return nil
 	}
@@ -125,9 +140,18 @@ func (p *hostPool) takeTensor(dt ir.DType, n int) *Tensor {
 		return nil
 	}
 	l := *list
-	t := l[len(l)-1].t
-	l[len(l)-1] = freed{}
-	*list = l[:len(l)-1]
+	last := len(l) - 1
+	if match {
+		for i := last; i >= max(0, last-shapeScan+1); i-- {
+			if slices.Equal(l[i].t.Shape, shape) {
+				l[i], l[last] = l[last], l[i]
+				break
+			}
+		}
+	}
+	t := l[last].t
+	l[last] = freed{}
+	*list = l[:last]
 	size := int64(n * dt.Size())
 	p.held -= size
 	p.heldTensors -= size

@@ -134,3 +134,35 @@ func freeLen(p *hostPool, k poolKey) int {
 	}
 	return 0
 }
+
+// Two shapes of one size freed in turn: each asked for in its own shape
+// gets its own tensor back, not the last one freed under a new header,
+// and a step that alternates them allocates nothing (hostPool.take); a
+// shape not among them takes the last one freed.
+func TestArenaPrefersTheAskedShape(t *testing.T) {
+	p := newArena(0)
+	a := p.zeroed(ir.F32, []int{2, 3})
+	b := p.zeroed(ir.F32, []int{3, 2})
+	s := p.zeroed(ir.F32, nil) // a scalar and a [1] share a list
+	one := p.zeroed(ir.F32, []int{1})
+	p.put(a)
+	p.put(b)
+	p.put(s)
+	p.put(one)
+	require.Same(t, a, p.reuse(ir.F32, []int{2, 3}), "a, though b was freed after it")
+	require.Same(t, s, p.reuse(ir.F32, nil), "the scalar, though [1] was freed after it")
+	p.put(a)
+	require.Same(t, b, p.reuse(ir.F32, []int{3, 2}))
+	p.put(b)
+	s23, s32 := []int{2, 3}, []int{3, 2} // made once: shapes escape through numel
+	allocs := testing.AllocsPerRun(100, func() {
+		x := p.zeroed(ir.F32, s23)
+		y := p.zeroed(ir.F32, s32)
+		p.put(y)
+		p.put(x)
+	})
+	require.Zero(t, allocs)
+	c := p.reuse(ir.F32, []int{6})
+	require.Equal(t, dataPtr(a.Data), dataPtr(c.Data), "no [6] among them: the storage of the last one freed")
+	require.Equal(t, []int{6}, c.Shape)
+}
