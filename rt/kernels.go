@@ -197,9 +197,10 @@ func init() {
 			return nil, fmt.Errorf("reshape: local block of %d elements cannot become %s", a[0].Numel(), ir.ShapeString(call.Out.Len))
 		}
 		// a copy, not a view: every slot owns its storage, so the memory
-		// accounting counts what is really held
-		t := a[0].cloneIn(call.pool)
-		t.Shape = append([]int{}, call.Out.Len...)
+		// accounting counts what is really held; made in the result's
+		// shape, so last step's result comes back whole from the arena
+		t := uninitialised(call.pool, a[0].DType, call.Out.Len)
+		copyData(t, a[0])
 		return t, nil
 	}, "reshape")
 	registerCPU(pure(func(call *OpCall) *Tensor { return concatDim(call.pool, call.Args, call.Kernel.Attrs.Axis) }), "concat")
@@ -600,7 +601,7 @@ func uninitialisedN(p *hostPool, dt ir.DType, shape []int, count int) *Tensor {
 	if p == nil {
 		return NewTensor(dt, slices.Clone(shape))
 	}
-	t := p.takeTensor(dt, count)
+	t := p.take(dt, count, shape, true)
 	if t == nil {
 		return p.zeroed(dt, slices.Clone(shape))
 	}

@@ -166,20 +166,26 @@ func (t *Tensor) Clone() *Tensor { return t.cloneIn(nil) }
 
 // cloneIn is Clone into a tensor from pool p.
 func (t *Tensor) cloneIn(p *hostPool) *Tensor {
-	c := p.zeroed(t.DType, t.Shape)
-	switch d := t.Data.(type) {
-	case []float32:
-		copy(c.Data.([]float32), d)
-	case []float64:
-		copy(c.Data.([]float64), d)
-	case []int32:
-		copy(c.Data.([]int32), d)
-	case []int64:
-		copy(c.Data.([]int64), d)
-	case []uint16:
-		copy(c.Data.([]uint16), d)
-	}
+	c := uninitialised(p, t.DType, t.Shape) // every element is written below
+	copyData(c, t)
 	return c
+}
+
+// copyData copies src's elements into dst, of src's dtype and element
+// count.
+func copyData(dst, src *Tensor) {
+	switch d := src.Data.(type) {
+	case []float32:
+		copy(dst.Data.([]float32), d)
+	case []float64:
+		copy(dst.Data.([]float64), d)
+	case []int32:
+		copy(dst.Data.([]int32), d)
+	case []int64:
+		copy(dst.Data.([]int64), d)
+	case []uint16:
+		copy(dst.Data.([]uint16), d)
+	}
 }
 
 // strides of a row-major shape.
