@@ -111,33 +111,7 @@ func TestFusionLeavesSharedKernelsAlone(t *testing.T) {
 func TestKernelKeyCoversKernel(t *testing.T) {
 	require.Equal(t, 8, reflect.TypeFor[plan.Kernel]().NumField(), "plan.Kernel changed: update kernelKey")
 	require.Equal(t, 13, reflect.TypeFor[ir.Attrs]().NumField(), "ir.Attrs changed: update kernelKey")
-	base := func() *ir.Value {
-		a := &ir.Value{Op: "x", Type: ir.Type{DType: ir.F32, Shape: []int{4}}}
-		return &ir.Value{Op: "sum", Type: ir.Type{DType: ir.F32, Shape: []int{4}}, Args: []*ir.Value{a}}
-	}
-	variants := []func(v *ir.Value){
-		func(v *ir.Value) {},
-		func(v *ir.Value) { v.Op = "max" },
-		func(v *ir.Value) { v.Type.DType = ir.F64 },
-		func(v *ir.Value) { v.Type.Shape = []int{2, 2} },
-		func(v *ir.Value) { v.Type.Shape = nil },
-		func(v *ir.Value) { v.Attrs.Axis = 1 },
-		func(v *ir.Value) { v.Attrs.Perm = []int{0} },
-		func(v *ir.Value) { v.Attrs.Perm = []int{} },
-		func(v *ir.Value) { v.Attrs.Start = 1 },
-		func(v *ir.Value) { v.Attrs.End = 1 },
-		func(v *ir.Value) { v.Attrs.Eps = 1e-5 },
-		func(v *ir.Value) { v.Attrs.Scalar = 2 },
-		func(v *ir.Value) { v.Attrs.Regather = true },
-		func(v *ir.Value) { v.Attrs.Axes = []int{0} },
-		func(v *ir.Value) { v.Attrs.Root = 1 },
-		func(v *ir.Value) { v.Attrs.Shift = []int{1} },
-		func(v *ir.Value) { v.Attrs.Dim2 = 1 },
-		func(v *ir.Value) { v.Attrs.Place = sbp.NdSBP{sbp.B} },
-		func(v *ir.Value) { v.Args[0].Type.DType = ir.F64 },
-		func(v *ir.Value) { v.Args[0].Type.Shape = []int{4, 1} },
-		func(v *ir.Value) { v.Args = append(v.Args, v.Args[0]) },
-	}
+	base, variants := oneFieldVariants()
 	seen := map[string]int{}
 	for i, f := range variants {
 		v := base()
@@ -250,4 +224,42 @@ func testPlansAndGPT(t *testing.T) map[string]*Plan {
 	plans["gpt pipelined"], err = Lower(g, Options{})
 	require.NoError(t, err)
 	return plans
+}
+
+// oneFieldVariants is a value (base makes a fresh one) and edits that
+// each change one field a kernel or placement key reads: the op, the
+// result's and an argument's dtype and shape (nil and empty alike),
+// every attribute, the argument count. The first edit changes nothing.
+func oneFieldVariants() (base func() *ir.Value, variants []func(v *ir.Value)) {
+	base = func() *ir.Value {
+		a := &ir.Value{Op: "x", Type: ir.Type{DType: ir.F32, Shape: []int{4}}}
+		return &ir.Value{Op: "sum", Type: ir.Type{DType: ir.F32, Shape: []int{4}}, Args: []*ir.Value{a}}
+	}
+	variants = []func(v *ir.Value){
+		func(v *ir.Value) {},
+		func(v *ir.Value) { v.Op = "max" },
+		func(v *ir.Value) { v.Type.DType = ir.F64 },
+		func(v *ir.Value) { v.Type.Shape = []int{2, 2} },
+		func(v *ir.Value) { v.Type.Shape = nil },
+		func(v *ir.Value) { v.Type.Shape = []int{} },
+		func(v *ir.Value) { v.Attrs.Axis = 1 },
+		func(v *ir.Value) { v.Attrs.Perm = []int{0} },
+		func(v *ir.Value) { v.Attrs.Perm = []int{} },
+		func(v *ir.Value) { v.Attrs.Start = 1 },
+		func(v *ir.Value) { v.Attrs.End = 1 },
+		func(v *ir.Value) { v.Attrs.Eps = 1e-5 },
+		func(v *ir.Value) { v.Attrs.Scalar = 2 },
+		func(v *ir.Value) { v.Attrs.Regather = true },
+		func(v *ir.Value) { v.Attrs.Axes = []int{0} },
+		func(v *ir.Value) { v.Attrs.Root = 1 },
+		func(v *ir.Value) { v.Attrs.Shift = []int{1} },
+		func(v *ir.Value) { v.Attrs.Dim2 = 1 },
+		func(v *ir.Value) { v.Attrs.Place = sbp.NdSBP{sbp.B} },
+		func(v *ir.Value) { v.Args[0].Type.DType = ir.F64 },
+		func(v *ir.Value) { v.Args[0].Type.Shape = []int{4, 1} },
+		func(v *ir.Value) { v.Args[0].Type.Shape = nil },
+		func(v *ir.Value) { v.Args[0].Type.Shape = []int{} },
+		func(v *ir.Value) { v.Args = append(v.Args, v.Args[0]) },
+	}
+	return base, variants
 }

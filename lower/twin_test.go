@@ -269,36 +269,7 @@ func twinPrograms(t *testing.T) []twinProgram {
 // they stand for (descKey with the dtypes, kernelKey) are: every pair of
 // a set of values that differ from a base in one field each.
 func TestSameKernelIsTheKernelKey(t *testing.T) {
-	base := func() *ir.Value {
-		a := &ir.Value{Op: "x", Type: ir.Type{DType: ir.F32, Shape: []int{4}}}
-		return &ir.Value{Op: "sum", Type: ir.Type{DType: ir.F32, Shape: []int{4}}, Args: []*ir.Value{a}}
-	}
-	variants := []func(v *ir.Value){
-		func(v *ir.Value) {},
-		func(v *ir.Value) { v.Op = "max" },
-		func(v *ir.Value) { v.Type.DType = ir.F64 },
-		func(v *ir.Value) { v.Type.Shape = []int{2, 2} },
-		func(v *ir.Value) { v.Type.Shape = nil },
-		func(v *ir.Value) { v.Type.Shape = []int{} },
-		func(v *ir.Value) { v.Attrs.Axis = 1 },
-		func(v *ir.Value) { v.Attrs.Perm = []int{0} },
-		func(v *ir.Value) { v.Attrs.Perm = []int{} },
-		func(v *ir.Value) { v.Attrs.Start = 1 },
-		func(v *ir.Value) { v.Attrs.End = 1 },
-		func(v *ir.Value) { v.Attrs.Eps = 1e-5 },
-		func(v *ir.Value) { v.Attrs.Scalar = 2 },
-		func(v *ir.Value) { v.Attrs.Regather = true },
-		func(v *ir.Value) { v.Attrs.Axes = []int{0} },
-		func(v *ir.Value) { v.Attrs.Root = 1 },
-		func(v *ir.Value) { v.Attrs.Shift = []int{1} },
-		func(v *ir.Value) { v.Attrs.Dim2 = 1 },
-		func(v *ir.Value) { v.Attrs.Place = sbp.NdSBP{sbp.B} },
-		func(v *ir.Value) { v.Args[0].Type.DType = ir.F64 },
-		func(v *ir.Value) { v.Args[0].Type.Shape = []int{4, 1} },
-		func(v *ir.Value) { v.Args[0].Type.Shape = nil },
-		func(v *ir.Value) { v.Args[0].Type.Shape = []int{} },
-		func(v *ir.Value) { v.Args = append(v.Args, v.Args[0]) },
-	}
+	base, variants := oneFieldVariants()
 	vals := make([]*ir.Value, len(variants))
 	for i, f := range variants {
 		vals[i] = base()
