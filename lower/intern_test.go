@@ -228,7 +228,7 @@ func testPlansAndGPT(t *testing.T) map[string]*Plan {
 
 // oneFieldVariants is a value (base makes a fresh one) and edits that
 // each change one field a kernel or placement key reads: the op, the
-// result's and an argument's dtype and shape (nil and empty alike),
+// result's and an argument's dtype and shape (nil and empty too),
 // every attribute, the argument count. The first edit changes nothing.
 func oneFieldVariants() (base func() *ir.Value, variants []func(v *ir.Value)) {
 	base = func() *ir.Value {
