@@ -153,12 +153,16 @@ func fuseAdamsIn(ex *plan.Plan, prog *plan.Program, vals *[]*ir.Value) {
 	for i := range producer {
 		producer[i], firstRead[i] = -1, -1
 	}
+	sent := make([]bool, prog.NumSlots()) // slots a send reads
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
 		for _, a := range in.Args {
 			if firstRead[a] < 0 {
 				firstRead[a] = i
 			}
+		}
+		if in.Kind == plan.Send {
+			sent[in.Args[0]] = true
 		}
 		in.Written(func(s int) { producer[s] = i })
 	}
@@ -175,7 +179,7 @@ func fuseAdamsIn(ex *plan.Plan, prog *plan.Program, vals *[]*ir.Value) {
 		if mi < 0 || vi < 0 || min(mi, vi) <= last || !fusibleAdam(prog, mi, vi, u, firstRead) {
 			continue
 		}
-		donate := donations(prog, mi, vi, u)
+		donate := donations(prog, mi, vi, u, sent)
 		if !windowFits(ex.Mesh, prog, mi, vi, u, producer, donate, held) {
 			continue
 		}
@@ -211,8 +215,12 @@ func fuseAdamsIn(ex *plan.Plan, prog *plan.Program, vals *[]*ir.Value) {
 // and the gradient, and dies by u (freed by an instruction from the
 // first moment to u, whose frees move to the fused instruction); -1
 // where it does not (under f16 loss scaling a skipped step keeps the old
-// p, m, v: they live on), nil when no result is donated.
-func donations(prog *plan.Program, mi, vi, u int) []int {
+// p, m, v: they live on) or where a send reads the slot (a parameter two
+// pipeline stages read: the transport may read the buffer until the
+// execution ends, MPI's Isend until Flush and the in-process one hands
+// the peer the storage itself, so the runtime never writes over it and
+// the plan must count p' fresh), nil when no result is donated.
+func donations(prog *plan.Program, mi, vi, u int, sent []bool) []int {
 	up := &prog.Instrs[u]
 	slots := [3]int{up.Args[0], prog.Instrs[mi].Args[0], prog.Instrs[vi].Args[0]}
 	g := prog.Instrs[mi].Args[1]
@@ -220,7 +228,7 @@ func donations(prog *plan.Program, mi, vi, u int) []int {
 	for k, s := range slots {
 		d := -1
 		alone := slices.Index(slots[:], s) == k && !slices.Contains(slots[k+1:], s)
-		if alone && s != g && diesBy(prog, s, min(mi, vi), u) {
+		if alone && s != g && !sent[s] && diesBy(prog, s, min(mi, vi), u) {
 			d = k
 		}
 		donate = append(donate, d)
