@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/stretchr/testify/require"
@@ -58,7 +62,29 @@ train {
     steps = 3
 }
 `
+	cs["zbv zero=1 offload=optimizer+params"] = offPipe("zbv", 1, "", "optimizer+params", false)
+	cs["interleaved(2) zero=2 bf16"] = offPipe("interleaved(2)", 2, "bf16", "", false)
+	for _, ex := range []string{"megatron_dp_tp", "mlp_bf16", "mlp_dp", "mlp_offload", "mlp_offload_pipe", "mlp_zero3", "moe", "transformer_2d"} {
+		b, err := os.ReadFile(filepath.Join(exampleDir, ex+".mesh"))
+		if err != nil {
+			panic(err)
+		}
+		// four steps: the resumed run and the peaks need two or more
+		cs[ex+".mesh"] = regexp.MustCompile(`(?m)^(\s*steps\s*=\s*)\d+`).ReplaceAllString(string(b), "${1}4")
+	}
 	return cs
+}
+
+// exampleDir holds the shipped training examples (their inputs are
+// loaded from files there; the inline sources load none).
+const exampleDir = "../examples/train"
+
+// checkConfig checks a configuration's source.
+func checkConfig(t *testing.T, name, src string) *ir.Graph {
+	t.Helper()
+	g, err := lang.CheckSource(filepath.Join(exampleDir, "d.mesh"), []byte(src), lang.CheckOptions{Dir: exampleDir})
+	require.NoError(t, err, name)
+	return g
 }
 
 // mixedSrcWith is mixedSrc with extra settings and a number of steps.
@@ -132,8 +158,7 @@ func countDonating(p *lower.Plan) int {
 
 func TestDonationInvisibleToCallers(t *testing.T) {
 	for name, src := range donationConfigs() {
-		g, err := lang.CheckSource("d.mesh", []byte(src), lang.CheckOptions{})
-		require.NoError(t, err, name)
+		g := checkConfig(t, name, src)
 		fp, err := lower.Lower(g, lower.Options{Verify: true})
 		require.NoError(t, err, name)
 		pp, err := lower.Lower(g, lower.Options{Verify: true, NoFuseAdam: true})
@@ -209,8 +234,7 @@ func TestResumeAfterOverflowedStepsF16(t *testing.T) {
 // 320 bytes where the rank held 344 (above the unfused plan's 324).
 func TestDonatedPeaksAreMeasured(t *testing.T) {
 	for name, src := range donationConfigs() {
-		g, err := lang.CheckSource("d.mesh", []byte(src), lang.CheckOptions{})
-		require.NoError(t, err, name)
+		g := checkConfig(t, name, src)
 		p, err := lower.Lower(g, lower.Options{Verify: true})
 		require.NoError(t, err, name)
 		hostPlan := p.Exec.HostPeaks()
