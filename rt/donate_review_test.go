@@ -252,3 +252,56 @@ func TestDonatedPeaksAreMeasured(t *testing.T) {
 		require.NoError(t, err, name)
 	}
 }
+
+// TestDonationOverMeshesZeROAndOffload: a DP×TP MLP with a bias, AdamW,
+// on meshes with groups of one and of two, under each ZeRO stage and
+// offload setting: training is bit for bit the unfused plan's and the
+// measured peaks, device and host, are the donating plan's from step 2.
+func TestDonationOverMeshesZeROAndOffload(t *testing.T) {
+	for _, mesh := range []string{"dp=1, tp=1", "dp=1, tp=2", "dp=2, tp=1", "dp=2, tp=2"} {
+		for zero := range 4 {
+			for _, off := range []string{"", "optimizer", "optimizer+params"} {
+				extra := fmt.Sprintf("    zero = %d\n", zero)
+				if off != "" {
+					extra += "    offload = " + off + "\n"
+				}
+				src := fmt.Sprintf(`mesh M = [%s]
+input x : f32[32, 16] {S(0), B} = normal(0, 1)
+input t : f32[32, 4] {S(0), B} = normal(0, 1)
+param W1 : f32[16, 32] {B, S(1)} = normal(0, 0.25)
+param W2 : f32[32, 4] {B, S(0)} = normal(0, 0.2)
+param b : f32[4] = zeros
+train {
+    loss = mse(tanh(x @ W1) @ W2 + b, t)
+    optimizer = adamw(lr=0.01)
+    steps = 3
+    data_axis = dp
+%s}
+`, mesh, extra)
+				name := mesh + " " + extra
+				g := checkConfig(t, name, src)
+				p, err := lower.Lower(g, lower.Options{Verify: true})
+				require.NoError(t, err, name)
+				pp, err := lower.Lower(g, lower.Options{Verify: true, NoFuseAdam: true})
+				require.NoError(t, err, name)
+				hostPlan := p.Exec.HostPeaks()
+				step := 0
+				res, err := Train(context.Background(), p, Options{}, TrainConfig{OnStep: func(s StepInfo) error {
+					step++
+					for _, d := range s.Run.Devices {
+						if step > 1 {
+							require.Equal(t, p.Peak[d.Device], d.Peak, "%s: step %d, rank %d", name, step, d.Device)
+							require.Equal(t, hostPlan[d.Device], d.HostPeak, "%s: step %d, rank %d's host", name, step, d.Device)
+						}
+					}
+					return nil
+				}})
+				require.NoError(t, err, name)
+				ref, err := Train(context.Background(), pp, Options{}, TrainConfig{})
+				require.NoError(t, err, name)
+				requireSameTraining(t, ref, res, name)
+				require.Positive(t, countDonating(p), name)
+			}
+		}
+	}
+}
