@@ -305,3 +305,30 @@ train {
 		}
 	}
 }
+
+// TestDonationF64: the f32 configurations above in f64, bit for bit as
+// the unfused plan. f64's in-place update is a Go loop (adamFusedLoop),
+// not AVX assembly, so under -race the detector sees every write over
+// p, m and v: any rank or peer reading one of those buffers at the time
+// is reported (go test -race ./rt -run TestDonationF64: clean).
+func TestDonationF64(t *testing.T) {
+	for name, src := range donationConfigs() {
+		if strings.Contains(name, "16") || strings.HasSuffix(name, ".mesh") {
+			continue // half precision; the examples load f32 files
+		}
+		src = strings.ReplaceAll(src, "f32[", "f64[")
+		g := checkConfig(t, name, src)
+		p, err := lower.Lower(g, lower.Options{Verify: true})
+		require.NoError(t, err, name)
+		pp, err := lower.Lower(g, lower.Options{Verify: true, NoFuseAdam: true})
+		require.NoError(t, err, name)
+		if name != "shared param" {
+			require.Positive(t, countDonating(p), name)
+		}
+		res, err := Train(context.Background(), p, Options{}, TrainConfig{})
+		require.NoError(t, err, name)
+		ref, err := Train(context.Background(), pp, Options{}, TrainConfig{})
+		require.NoError(t, err, name)
+		requireSameTraining(t, ref, res, name+" f64")
+	}
+}
