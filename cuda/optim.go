@@ -28,10 +28,12 @@ func (be *Backend) LaunchResults(_ context.Context, k *plan.Kernel, args []rt.Bu
 // LaunchDonated implements rt.DonatingLauncher: adam_fused writes p', m'
 // and v' over the arguments donate names (plan.Instr.Donate), so a fused
 // update allocates nothing, as the plan's memory replay counts it.
-// mr_adam_fused is safe in place: each thread reads p[i], m[i], v[i] and
-// g[i] before it writes np[i], nm[i], nv[i], and its pointers carry no
-// __restrict__ that would let the compiler reorder a read past an aliased
-// write. Only an argument that is already this GPU's buffer is written
+// mr_adam_fused is safe in place: each thread reads m[i] and v[i] before
+// it writes nm[i] and nv[i], and p[i] before np[i] (it reads p[i] after
+// storing nm[i] and nv[i], so only each result's own argument may be
+// donated, as the plan's verifier requires), and its pointers carry no
+// __restrict__ that would let the compiler reorder a read past an
+// aliased write. Only an argument that is already this GPU's buffer is written
 // over: a host tensor (uploaded for this launch) or another GPU's gets a
 // fresh result, which the worker counts as an allocation.
 func (be *Backend) LaunchDonated(_ context.Context, k *plan.Kernel, args []rt.Buffer, _ []sbp.Block, out sbp.Block, n int, donate []int) ([]rt.Buffer, error) {

@@ -162,6 +162,7 @@ func fuseAdamsIn(ex *plan.Plan, prog *plan.Program, vals *[]*ir.Value) {
 		}
 		in.Written(func(s int) { producer[s] = i })
 	}
+	shared := sharedSlots(prog)
 	drop := make([]bool, len(prog.Instrs))
 	var merge []fusion
 	held := &unfusedHeld{ex: ex, prog: prog}
@@ -175,7 +176,7 @@ func fuseAdamsIn(ex *plan.Plan, prog *plan.Program, vals *[]*ir.Value) {
 		if mi < 0 || vi < 0 || min(mi, vi) <= last || !fusibleAdam(prog, mi, vi, u, firstRead) {
 			continue
 		}
-		donate := donations(prog, mi, vi, u)
+		donate := donations(prog, mi, vi, u, shared)
 		if !windowFits(ex.Mesh, prog, mi, vi, u, producer, donate, held) {
 			continue
 		}
@@ -211,8 +212,14 @@ func fuseAdamsIn(ex *plan.Plan, prog *plan.Program, vals *[]*ir.Value) {
 // and the gradient, and dies by u (freed by an instruction from the
 // first moment to u, whose frees move to the fused instruction); -1
 // where it does not (under f16 loss scaling a skipped step keeps the old
-// p, m, v: they live on), nil when no result is donated.
-func donations(prog *plan.Program, mi, vi, u int) []int {
+// p, m, v: they live on) or where the runtime would not write over the
+// slot's buffer (shared): a send reads it (a parameter two pipeline
+// stages read: the transport may read the buffer until the execution
+// ends, MPI's Isend until Flush, and the in-process one hands the peer
+// the storage itself), or a collective or recv made it; the plan must
+// then count the result fresh, as the rank holds it. Nil when no result
+// is donated.
+func donations(prog *plan.Program, mi, vi, u int, shared []bool) []int {
 	up := &prog.Instrs[u]
 	slots := [3]int{up.Args[0], prog.Instrs[mi].Args[0], prog.Instrs[vi].Args[0]}
 	g := prog.Instrs[mi].Args[1]
@@ -220,7 +227,7 @@ func donations(prog *plan.Program, mi, vi, u int) []int {
 	for k, s := range slots {
 		d := -1
 		alone := slices.Index(slots[:], s) == k && !slices.Contains(slots[k+1:], s)
-		if alone && s != g && diesBy(prog, s, min(mi, vi), u) {
+		if alone && s != g && !shared[s] && diesBy(prog, s, min(mi, vi), u) {
 			d = k
 		}
 		donate = append(donate, d)
@@ -229,6 +236,21 @@ func donations(prog *plan.Program, mi, vi, u int) []int {
 		return nil
 	}
 	return donate
+}
+
+// sharedSlots are the slots of prog whose buffers the runtime never
+// writes over (rt/donate.go): those a send reads, and a collective's or
+// a recv's results (peers in the process may share their storage).
+func sharedSlots(prog *plan.Program) []bool {
+	shared := make([]bool, prog.NumSlots())
+	for i := range prog.Instrs {
+		in := &prog.Instrs[i]
+		if in.Kind == plan.Send {
+			shared[in.Args[0]] = true
+		}
+		in.Written(func(s int) { shared[s] = shared[s] || in.Kind == plan.Collective || in.Kind == plan.Recv })
+	}
+	return shared
 }
 
 // diesBy says whether an instruction from lo to u frees slot s.

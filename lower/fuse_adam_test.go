@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
@@ -165,4 +166,26 @@ func TestFuseAdamDonatesOnTheMLP(t *testing.T) {
 			require.LessOrEqual(t, fp.Peak[r], pp.Peak[r], extra)
 		}
 	}
+}
+
+// TestNoDonationOfSharedBuffers: the fused update donates p, m and v
+// only where the runtime would write over them; a slot a send reads, or
+// a recv's or a collective's result, keeps its buffer (the plan counts
+// that result fresh, as the rank holds it). A small program by hand: p
+// received, m sent to a peer, v a source.
+func TestNoDonationOfSharedBuffers(t *testing.T) {
+	src := func(out int) plan.Instr { return plan.Instr{Kind: plan.Source, Out: out} }
+	prog := &plan.Program{Instrs: []plan.Instr{
+		{Kind: plan.Recv, Out: 0}, // p
+		src(1),                    // m
+		{Kind: plan.Send, Args: []int{1}, Out: -1}, // m to a peer
+		src(2), src(3), src(4), // v, g, a scalar
+		{Kind: plan.Compute, Args: []int{1, 3, 4}, Out: 5, Free: []int{1}}, // adam_moment
+		{Kind: plan.Compute, Args: []int{2, 3, 4}, Out: 6, Free: []int{2, 3}},
+		{Kind: plan.Compute, Args: []int{0, 5, 6, 4, 4, 4, 4}, Out: 7, Free: []int{0, 4, 5, 6}},
+	}, SlotType: make([]ir.DType, 8)}
+	shared := sharedSlots(prog)
+	require.Equal(t, []bool{true, true, false, false, false, false, false, false}, shared)
+	require.Equal(t, []int{-1, -1, 2}, donations(prog, 6, 7, 8, shared), "only v's buffer")
+	require.Equal(t, []int{0, 1, 2}, donations(prog, 6, 7, 8, make([]bool, 8)), "each dies there")
 }

@@ -18,8 +18,9 @@ import (
 // was reused: the slot is freed by this instruction (Free) and read by no
 // later one, it is no output or carried value (those outlive the
 // program), no other argument of the instruction reads the same slot
-// (the kernel would read it after writing it), two results never share
-// one argument, and the argument is of the result's dtype, shape,
+// (the kernel would read it after writing it), no send read it (its
+// transport may read the buffer until the execution ends), two results
+// never share one argument, and the argument is of the result's dtype, shape,
 // placement and tier, so the buffer is exactly the result's size on
 // every rank. verifyDonations checks each rule; the memory replay then
 // moves the argument's bytes to the result (no allocation, no free).
@@ -89,6 +90,29 @@ func verifyDonation(in *Instr) error {
 				return fmt.Errorf("result %d reuses slot %d, which the instruction also reads as argument %d", k+1, s, j+1)
 			}
 		}
+	}
+	return nil
+}
+
+// sentSlots are, over one program, the slots a send has read so far. A
+// donation must not take one: the transport may read a sent buffer until
+// the execution ends (MPI's Isend until Flush; the in-process transport
+// hands the peer the storage itself), so the runtime never writes over
+// it, and a plan that counted the result in its buffer would hold less
+// than the rank does.
+type sentSlots map[int]bool
+
+// check rejects a donation of a sent slot by instruction in, and then
+// notes what in sends and forgets the slots it writes afresh.
+func (ss sentSlots) check(in *Instr) error {
+	for k := range in.Donate {
+		if a, ok := in.DonatedArg(k); ok && ss[a] {
+			return fmt.Errorf("result %d reuses slot %d, which a send read (its transport may read the buffer until the execution ends)", k+1, a)
+		}
+	}
+	in.Written(func(s int) { delete(ss, s) })
+	if in.Kind == Send {
+		ss[in.Args[0]] = true
 	}
 	return nil
 }

@@ -90,6 +90,12 @@ func TestVerifierRejectsABadDonation(t *testing.T) {
 			prog.Instrs = append(prog.Instrs, neg)
 		}, "reads slot 0, whose buffer instruction 2 gave to its result"},
 		{"kept as an output", func(p *plan.Plan) { p.Programs[0].OutputSlots = []int{0} }, "slot 0 is kept after the program"},
+		{"sent before", func(p *plan.Plan) {
+			prog := p.Programs[0]
+			send := plan.Instr{Kind: plan.Send, Label: "a", DType: ir.F32, Shape: []int{8}, Placement: prog.Instrs[0].Placement,
+				ArgPlace: []sbp.NdSBP{prog.Instrs[0].Placement}, Args: []int{0}, Out: -1, Peer: plan.Peer{Axes: []int{0}, Shift: []int{1}}}
+			prog.Instrs = append(prog.Instrs[:2], send, prog.Instrs[2])
+		}, "reuses slot 0, which a send read"},
 	} {
 		p := donatingPlan()
 		c.breakIt(p)

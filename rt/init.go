@@ -87,11 +87,12 @@ func (c *npyCache) load(path string) (*Tensor, error) {
 // dim before it one index: the whole file, or rows of a row split), else
 // nil. Each step of a training run materialises its inputs again; a copy
 // of a 256×512 f32 input was fresh memory, page faults and zeroing every
-// step (issue 10). Sharing is safe because buffers are immutable once
-// made (Backend: the interpreter never writes into an argument); each
-// call makes its own header, so the flags a rank sets on it (escape,
-// lend) stay its own, and it is marked a view, so no pool or arena ever
-// takes the file's storage back (hostPool.put).
+// step (issue 10). Sharing is safe because no kernel writes into an
+// argument, except a donated one (plan.Instr.Donate), and the worker
+// never donates a view (donor.owned); each call makes its own header, so
+// the flags a rank sets on it (escape, lend) stay its own, and it is
+// marked a view, so no pool or arena ever takes the file's storage back
+// (hostPool.put).
 func blockView(full *Tensor, b sbp.Block) *Tensor {
 	r := len(b.Len)
 	d := r // dims d.. are whole

@@ -43,7 +43,8 @@ type TrainConfig struct {
 	// OnStep sees every step; an error from it stops the run.
 	OnStep func(StepInfo) error
 	// Scaler and Applied continue a resumed f16 run's loss scaling and
-	// Adam step count (nil and 0: from the start).
+	// Adam step count. Without a Scaler, Applied 0 means Start (no step
+	// was skipped); with one, Applied is taken as given, 0 included.
 	Scaler  *GradScaler
 	Applied int
 }
@@ -219,7 +220,10 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 		}
 	}
 	applied := cfg.Start // optimizer steps taken (an overflow skips one)
-	if cfg.Applied > 0 {
+	if cfg.Applied > 0 || cfg.Scaler != nil {
+		// a resumed f16 run's count as saved, 0 included: when every
+		// step so far overflowed, Start would count skipped steps in
+		// Adam's bias corrections
 		applied = cfg.Applied
 	}
 	src := func(v *ir.Value) int { return p.SourceIndex[v] }

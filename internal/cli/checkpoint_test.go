@@ -131,3 +131,43 @@ func TestKilledSaveKeepsTheLastGoodCheckpoint(t *testing.T) {
 	require.Equal(t, ExitOK, code, errs)
 	require.Contains(t, out, "trained steps 2 to 20")
 }
+
+// An f16 run whose first step overflows at the initial loss scale (and
+// is skipped: no Adam step applied) saves applied = 0 at step 1; resumed
+// there it must train as the uninterrupted run does. The resumed run
+// used to take applied = 0 for "from the start" and count step 1 in
+// Adam's bias corrections.
+func TestResumeAfterASkippedF16StepIsBitForBit(t *testing.T) {
+	dir := t.TempDir()
+	ex := filepath.Join(dir, "f16.mesh")
+	require.NoError(t, os.WriteFile(ex, []byte(`mesh M = [dp=2]
+input x : f32[32, 16] {S(0)} = normal(0, 1)
+input t : f32[32, 4] {S(0)} = normal(0, 1)
+param W1 : f32[16, 32] {B} = normal(0, 0.25)
+param W2 : f32[32, 4] {B} = normal(0, 0.2)
+train {
+    loss = mse(tanh(x @ W1) @ W2, t)
+    optimizer = adam(lr=0.01)
+    steps = 4
+    precision = f16
+}
+`), 0o644))
+	ck := filepath.Join(dir, "ck")
+	code, _, errs := meshrun(t, "", "train", ex, "--save", ck, "--stop-at", "1")
+	require.Equal(t, ExitOK, code, errs)
+	code, _, errs = meshrun(t, "", "train", ex, "--resume", ck, "--out", filepath.Join(dir, "resumed"), "--log", filepath.Join(dir, "resumed.log"))
+	require.Equal(t, ExitOK, code, errs)
+	code, _, errs = meshrun(t, "", "train", ex, "--out", filepath.Join(dir, "straight"), "--log", filepath.Join(dir, "straight.log"))
+	require.Equal(t, ExitOK, code, errs)
+	straight := strings.Split(strings.TrimSpace(readFile(t, filepath.Join(dir, "straight.log"))), "\n")
+	var first map[string]any
+	require.NoError(t, json.Unmarshal([]byte(straight[0]), &first))
+	require.Equal(t, true, first["skipped"], "step 1 overflows: %s", straight[0])
+	for _, p := range []string{"W1.npy", "W2.npy"} {
+		a, err := os.ReadFile(filepath.Join(dir, "straight", p))
+		require.NoError(t, err)
+		b, err := os.ReadFile(filepath.Join(dir, "resumed", p))
+		require.NoError(t, err)
+		require.Equal(t, a, b, "%s differs between a resumed and an uninterrupted run", p)
+	}
+}

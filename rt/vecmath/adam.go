@@ -61,9 +61,11 @@ type AdamHyper struct {
 // and both new moments), this one seven; on the MLP's parameters,
 // beyond the caches, the optimizer is bound by that traffic (issue 10).
 // pOut, mOut and vOut may be p, m and v themselves (buffer donation: the
-// update in place), since element i of p, m, v and g is read before
-// element i of any output is written, in the vector body as in the
-// tail; otherwise the outputs must not overlap the inputs.
+// update in place), since element i of each input is read before
+// element i of its own output is written, in the vector body as in the
+// tail. No output may overlap another input: mOut[i] and vOut[i] are
+// stored before v[i] and p[i] are read (mOut over v, or over p, would
+// change the update).
 func AdamFused(pOut, mOut, vOut, p, m, v, g []float32, h AdamHyper) {
 	n := len(pOut)
 	mOut, vOut, p, m, v, g = mOut[:n], vOut[:n], p[:n], m[:n], v[:n], g[:n]
