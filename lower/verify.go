@@ -18,9 +18,10 @@ import (
 //   - fuse: a matmul reading an operand transposed reads a slot of the
 //     stored shape its kernel names, and the operands fit its result.
 //   - fuseadam: a fused Adam instruction reads four tensors placed and
-//     shaped as its three results, and six scalars, and writes a result
-//     only over its own argument (p' over p, m' over m, v' over v);
-//     every donation's own rules are the plan verifier's (plan/donate.go).
+//     shaped as its three results, and six scalars; every donation's
+//     rules, a result written only over the argument its op runs in place
+//     (p' over p, m' over m, v' over v), are the plan verifier's
+//     (plan/donate.go).
 func Verify(p *Plan) error {
 	n := p.Mesh.NumAxes()
 	if p.done["infer"] {

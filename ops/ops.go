@@ -48,6 +48,13 @@ type Op struct {
 	// FLOPs is the op's arithmetic for the cost model (pipeline stage
 	// balancing); nil: one per output element.
 	FLOPs func(out []int, in [][]int) float64
+	// InPlace[k] is the argument that result k may be written over
+	// (buffer donation, plan.Instr.Donate; -1: none): its kernel reads
+	// each element of that argument before it writes the same element of
+	// result k, and no other result writes over it. Every backend that
+	// writes results in place (rt.DonatingLauncher) runs every op listed
+	// here in place; nil: the op's results are always fresh buffers.
+	InPlace []int
 }
 
 // Doc is an op's spec text: its lines in the op tables and its examples in

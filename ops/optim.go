@@ -29,7 +29,7 @@ func init() {
 	// (fusedSigs: the four tensors split alike, the scalars replicated),
 	// so each rank's block of every result is what the three ops compute
 	// on its blocks. Its arithmetic is theirs (three per element).
-	Register(Op{Name: "adam_fused", Family: "optim", Kind: Fused, Placement: Rule{Sigs: fusedSigs}, NoGrad: true, FLOPs: threePerElement,
+	Register(Op{Name: "adam_fused", Family: "optim", Kind: Fused, Placement: Rule{Sigs: fusedSigs}, NoGrad: true, FLOPs: threePerElement, InPlace: []int{0, 1, 2},
 		Doc: Doc{Rows: []Row{{"`adam_fused(p, m, v, g, beta1, beta2, step, root_bc2, eps, decay)` (lowering only)", "", "→ (p', m', v'): m' = adam_moment(m, g, beta1), v' = adam_moment2(v, g, beta2), p' = adam_update(p, m', v', step, root_bc2, eps, decay), in one pass"}},
 			Examples: []Example{{"(P', M', V')[m,n] = adam_fused(P, M, V, G, beta1, beta2, step, root_bc2, eps, decay) (each result placed as Out)", OpDesc{In: [][]int{{4, 4}, {4, 4}, {4, 4}, {4, 4}, {}, {}, {}, {}, {}, {}}, Out: []int{4, 4}}}}}})
 }

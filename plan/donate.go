@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/ops"
 )
 
 // Buffer donation (Instr.Donate): a result written into the buffer of an
@@ -20,7 +21,9 @@ import (
 // program), no other argument of the instruction reads the same slot
 // (the kernel would read it after writing it), no send read it (its
 // transport may read the buffer until the execution ends), two results
-// never share one argument, and the argument is of the result's dtype, shape,
+// never share one argument, the op's kernel runs result k in place over
+// that argument (ops.Op.InPlace: p' over p, m' over m, v' over v for
+// adam_fused), and the argument is of the result's dtype, shape,
 // placement and tier, so the buffer is exactly the result's size on
 // every rank. verifyDonations checks each rule; the memory replay then
 // moves the argument's bytes to the result (no allocation, no free).
@@ -77,6 +80,9 @@ func verifyDonation(in *Instr) error {
 			return fmt.Errorf("two results reuse argument %d", a+1)
 		}
 		used[a] = true
+		if op, ok := ops.Lookup(in.Kernel.Op); !ok || k >= len(op.InPlace) || op.InPlace[k] != a {
+			return fmt.Errorf("result %d of %s is written over argument %d, where its kernel does not run in place (ops.Op.InPlace)", k+1, in.Kernel.Op, a+1)
+		}
 		s, kn := in.Args[a], in.Kernel
 		if a >= len(kn.ArgDTypes) || kn.ArgDTypes[a] != in.DType || !slices.Equal(kn.ArgShapes[a], in.Shape) || !in.ArgPlace[a].Equal(in.Placement) {
 			return fmt.Errorf("result %d (%s%s %s) reuses argument %d (%s %s): not the same block", k+1,

@@ -6,14 +6,24 @@ import (
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/ops"
 	"github.com/meshrun/meshrun/plan"
 	"github.com/meshrun/meshrun/sbp"
 	"github.com/stretchr/testify/require"
 )
 
+// addInPlace is an op for these tests alone (registered in this test
+// binary only): an elementwise sum whose result may be written over its
+// first argument and, as a second result, over its second (ops.Op.InPlace).
+const addInPlace = "add_in_place"
+
+func init() {
+	ops.Register(ops.Op{Name: addInPlace, Family: "test", Kind: ops.Fused, InPlace: []int{0, 1}})
+}
+
 // donatingPlan is, on a mesh of two, s0 = a, s1 = b (f32[8] split: 16
-// bytes a rank each), s2 = add(s0, s1) written over s0 (Donate), s0 and
-// s1 freed there; output s2.
+// bytes a rank each), s2 = add_in_place(s0, s1) written over s0
+// (Donate), s0 and s1 freed there; output s2.
 func donatingPlan() *plan.Plan {
 	m := mesh.New("M", mesh.Axis{Name: "x", Size: 2})
 	split := sbp.NdSBP{sbp.S(0)}
@@ -24,7 +34,7 @@ func donatingPlan() *plan.Plan {
 		return plan.Instr{Kind: plan.Source, Label: src("ab"[i : i+1]).Name, Src: i, DType: ir.F32, Shape: []int{8}, Placement: split, Out: out}
 	}
 	add := plan.Instr{Kind: plan.Compute, Label: "add", DType: ir.F32, Shape: []int{8}, Placement: split,
-		Kernel:   &plan.Kernel{Op: "add", DType: ir.F32, Shape: []int{8}, ArgDTypes: []ir.DType{ir.F32, ir.F32}, ArgShapes: [][]int{{8}, {8}}},
+		Kernel:   &plan.Kernel{Op: addInPlace, DType: ir.F32, Shape: []int{8}, ArgDTypes: []ir.DType{ir.F32, ir.F32}, ArgShapes: [][]int{{8}, {8}}},
 		ArgPlace: []sbp.NdSBP{split, split}, Args: []int{0, 1}, Out: 2, Donate: []int{0}, Free: []int{0, 1}}
 	return &plan.Plan{
 		Mesh: m, Sources: []plan.Tensor{src("a"), src("b")}, Outputs: []plan.Tensor{src("y")},
@@ -44,7 +54,7 @@ func TestDonationInReplayAndDump(t *testing.T) {
 	require.Equal(t, []int64{16, 32, 32}, top)
 	require.Equal(t, []int64{16, 32, 16}, after)
 	require.Equal(t, []int64{32, 32}, p.TotalPeaks())
-	require.Contains(t, p.Dump(), "s2 = add -> add(s0, s1) f32[8] {S(0)} free[0 1] donate[s0→s2]")
+	require.Contains(t, p.Dump(), "s2 = add_in_place -> add(s0, s1) f32[8] {S(0)} free[0 1] donate[s0→s2]")
 	p.Programs[0].Instrs[2].Donate = nil
 	require.Equal(t, int64(48), p.Peak(0))
 	require.NotContains(t, p.Dump(), "donate")
@@ -61,6 +71,10 @@ func TestVerifierRejectsABadDonation(t *testing.T) {
 		{"not a compute", func(p *plan.Plan) { p.Programs[0].Instrs[1].Donate = []int{0} }, "only a compute instruction may"},
 		{"one per result", func(p *plan.Plan) { p.Programs[0].Instrs[2].Donate = []int{0, 1} }, "2 donations for 1 results"},
 		{"no such argument", func(p *plan.Plan) { p.Programs[0].Instrs[2].Donate = []int{2} }, "reuses argument 3 of 2"},
+		{"not where the kernel runs in place", func(p *plan.Plan) { p.Programs[0].Instrs[2].Donate = []int{1} },
+			"result 1 of add_in_place is written over argument 2, where its kernel does not run in place"},
+		{"an op that never runs in place", func(p *plan.Plan) { p.Programs[0].Instrs[2].Kernel.Op = "add" },
+			"result 1 of add is written over argument 1, where its kernel does not run in place"},
 		{"two results, one argument", func(p *plan.Plan) {
 			in := &p.Programs[0].Instrs[2]
 			in.Outs, in.Donate = []int{3}, []int{0, 0}
