@@ -89,17 +89,8 @@ func checkConfig(t *testing.T, name, src string) *ir.Graph {
 
 // mixedSrcWith is mixedSrc with extra settings and a number of steps.
 func mixedSrcWith(extra string, steps int) string {
-	return fmt.Sprintf(`mesh M = [dp=2]
-input x : f32[32, 16] {S(0)} = normal(0, 1)
-input t : f32[32, 4] {S(0)} = normal(0, 1)
-param W1 : f32[16, 32] {B} = normal(0, 0.25)
-param W2 : f32[32, 4] {B} = normal(0, 0.2)
-train {
-    loss = mse(tanh(x @ W1) @ W2, t)
-    optimizer = adam(lr=0.01)
-    steps = %d
-%s}
-`, steps, extra)
+	src := strings.Replace(mixedSrc, "steps = 15\n", fmt.Sprintf("steps = %d\n", steps), 1)
+	return strings.Replace(src, "PREC", extra, 1)
 }
 
 // keptRun is one training run with every step's snapshot kept.
@@ -237,18 +228,7 @@ func TestDonatedPeaksAreMeasured(t *testing.T) {
 		g := checkConfig(t, name, src)
 		p, err := lower.Lower(g, lower.Options{Verify: true})
 		require.NoError(t, err, name)
-		hostPlan := p.Exec.HostPeaks()
-		step := 0
-		_, err = Train(context.Background(), p, Options{}, TrainConfig{OnStep: func(s StepInfo) error {
-			step++
-			for _, d := range s.Run.Devices {
-				if step > 1 {
-					require.Equal(t, p.Peak[d.Device], d.Peak, "%s: step %d, rank %d", name, step, d.Device)
-					require.Equal(t, hostPlan[d.Device], d.HostPeak, "%s: step %d, rank %d's host", name, step, d.Device)
-				}
-			}
-			return nil
-		}})
+		_, err = Train(context.Background(), p, Options{}, peaksArePlanned(t, name, p))
 		require.NoError(t, err, name)
 	}
 }
@@ -284,18 +264,7 @@ train {
 				require.NoError(t, err, name)
 				pp, err := lower.Lower(g, lower.Options{Verify: true, NoFuseAdam: true})
 				require.NoError(t, err, name)
-				hostPlan := p.Exec.HostPeaks()
-				step := 0
-				res, err := Train(context.Background(), p, Options{}, TrainConfig{OnStep: func(s StepInfo) error {
-					step++
-					for _, d := range s.Run.Devices {
-						if step > 1 {
-							require.Equal(t, p.Peak[d.Device], d.Peak, "%s: step %d, rank %d", name, step, d.Device)
-							require.Equal(t, hostPlan[d.Device], d.HostPeak, "%s: step %d, rank %d's host", name, step, d.Device)
-						}
-					}
-					return nil
-				}})
+				res, err := Train(context.Background(), p, Options{}, peaksArePlanned(t, name, p))
 				require.NoError(t, err, name)
 				ref, err := Train(context.Background(), pp, Options{}, TrainConfig{})
 				require.NoError(t, err, name)
@@ -331,4 +300,22 @@ func TestDonationF64(t *testing.T) {
 		require.NoError(t, err, name)
 		requireSameTraining(t, ref, res, name+" f64")
 	}
+}
+
+// peaksArePlanned is a training configuration that checks, from the
+// second step on (every parameter then this rank's own last result), that
+// each rank's measured device and host peaks are p's.
+func peaksArePlanned(t *testing.T, name string, p *lower.Plan) TrainConfig {
+	hostPlan := p.Exec.HostPeaks()
+	step := 0
+	return TrainConfig{OnStep: func(s StepInfo) error {
+		step++
+		for _, d := range s.Run.Devices {
+			if step > 1 {
+				require.Equal(t, p.Peak[d.Device], d.Peak, "%s: step %d, rank %d", name, step, d.Device)
+				require.Equal(t, hostPlan[d.Device], d.HostPeak, "%s: step %d, rank %d's host", name, step, d.Device)
+			}
+		}
+		return nil
+	}}
 }
