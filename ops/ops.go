@@ -53,7 +53,9 @@ type Op struct {
 	// each element of that argument before it writes the same element of
 	// result k, and no other result writes over it. Every backend that
 	// writes results in place (rt.DonatingLauncher) runs every op listed
-	// here in place; nil: the op's results are always fresh buffers.
+	// here in place (the runtime asks it to for instructions with several
+	// results, adam_fused's: rt/donate.go; a one-result op listed here
+	// needs that path first); nil: the op's results are always fresh.
 	InPlace []int
 }
 
