@@ -240,16 +240,11 @@ func donations(prog *plan.Program, mi, vi, u int, shared []bool) []int {
 }
 
 // sharedSlots are the slots of prog whose buffers the runtime never
-// writes over (rt/donate.go): those a send reads, and a collective's or
-// a recv's results (peers in the process may share their storage).
+// writes over (plan.Instr.Shared): never donated.
 func sharedSlots(prog *plan.Program) []bool {
 	shared := make([]bool, prog.NumSlots())
 	for i := range prog.Instrs {
-		in := &prog.Instrs[i]
-		if in.Kind == plan.Send {
-			shared[in.Args[0]] = true
-		}
-		in.Written(func(s int) { shared[s] = shared[s] || in.Kind == plan.Collective || in.Kind == plan.Recv })
+		prog.Instrs[i].Shared(func(s int) { shared[s] = true })
 	}
 	return shared
 }

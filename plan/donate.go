@@ -19,8 +19,8 @@ import (
 // was reused: the slot is freed by this instruction (Free) and read by no
 // later one, it is no output or carried value (those outlive the
 // program), no other argument of the instruction reads the same slot
-// (the kernel would read it after writing it), no send read it (its
-// transport may read the buffer until the execution ends), two results
+// (the kernel would read it after writing it), no send read it and no
+// collective or recv made it (Instr.Shared), two results
 // never share one argument, the op's kernel runs result k in place over
 // that argument (ops.Op.InPlace: p' over p, m' over m, v' over v for
 // adam_fused), and the argument is of the result's dtype, shape,
@@ -100,26 +100,38 @@ func verifyDonation(in *Instr) error {
 	return nil
 }
 
-// sentSlots are, over one program, the slots a send has read so far. A
-// donation must not take one: the transport may read a sent buffer until
-// the execution ends (MPI's Isend until Flush; the in-process transport
-// hands the peer the storage itself), so the runtime never writes over
-// it, and a plan that counted the result in its buffer would hold less
-// than the rank does.
-type sentSlots map[int]bool
+// Shared calls mark with each slot whose buffer, as instruction in
+// leaves it, the runtime never writes over (rt/donate.go), so no
+// donation may take it: a send's argument (the transport may read the
+// buffer until the execution ends: MPI's Isend until Flush; the
+// in-process transport hands the peer the storage itself) and a
+// collective's or a recv's results (peers in the process may share
+// their storage). Lowering donates no such slot (lower/fuse_adam.go)
+// and the verifier rejects a donation of one, so a plan counts a result
+// in an argument's buffer only where the rank really writes it there.
+func (in *Instr) Shared(mark func(s int)) {
+	switch in.Kind {
+	case Send:
+		mark(in.Args[0])
+	case Collective, Recv:
+		in.Written(mark)
+	}
+}
 
-// check rejects a donation of a sent slot by instruction in, and then
-// notes what in sends and forgets the slots it writes afresh.
-func (ss sentSlots) check(in *Instr) error {
+// sharedSlots are, over one program, the slots some instruction so far
+// left shared (Instr.Shared) and no later one wrote afresh.
+type sharedSlots map[int]bool
+
+// check rejects a donation of a shared slot by instruction in, and then
+// forgets the slots it writes afresh and notes those it shares.
+func (ss sharedSlots) check(in *Instr) error {
 	for k := range in.Donate {
 		if a, ok := in.DonatedArg(k); ok && ss[a] {
-			return fmt.Errorf("result %d reuses slot %d, which a send read (its transport may read the buffer until the execution ends)", k+1, a)
+			return fmt.Errorf("result %d reuses slot %d, a send's argument or a collective's or recv's result, whose buffer the runtime never writes over", k+1, a)
 		}
 	}
 	in.Written(func(s int) { delete(ss, s) })
-	if in.Kind == Send {
-		ss[in.Args[0]] = true
-	}
+	in.Shared(func(s int) { ss[s] = true })
 	return nil
 }
 

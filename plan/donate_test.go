@@ -109,7 +109,11 @@ func TestVerifierRejectsABadDonation(t *testing.T) {
 			send := plan.Instr{Kind: plan.Send, Label: "a", DType: ir.F32, Shape: []int{8}, Placement: prog.Instrs[0].Placement,
 				ArgPlace: []sbp.NdSBP{prog.Instrs[0].Placement}, Args: []int{0}, Out: -1, Peer: plan.Peer{Axes: []int{0}, Shift: []int{1}}}
 			prog.Instrs = append(prog.Instrs[:2], send, prog.Instrs[2])
-		}, "reuses slot 0, which a send read"},
+		}, "reuses slot 0, a send's argument or a collective's or recv's result"},
+		{"received", func(p *plan.Plan) {
+			in := &p.Programs[0].Instrs[0]
+			in.Kind, in.Src, in.Peer = plan.Recv, 0, plan.Peer{Axes: []int{0}, Shift: []int{1}}
+		}, "reuses slot 0, a send's argument or a collective's or recv's result"},
 	} {
 		p := donatingPlan()
 		c.breakIt(p)

@@ -52,7 +52,7 @@ func (p *Plan) wellFormed(prog *Program) error {
 	onHost := make([]bool, n) // the tier of each written slot
 	slot := func(s int) bool { return s >= 0 && s < n }
 	dead := donatedDead{} // slots whose buffer a result took (donate.go)
-	sent := sentSlots{}   // slots a send read, never donated (donate.go)
+	sent := sharedSlots{} // slots never donated (Instr.Shared, donate.go)
 	for i := range prog.Instrs {
 		in := &prog.Instrs[i]
 		bad := func(format string, a ...any) error {
