@@ -179,9 +179,7 @@ func (g *mpiGroup) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer
 	if err != nil {
 		return nil, err
 	}
-	// the ring: reduce-scatter then all-gather of p balanced chunks
-	c, me := balanced(t.Numel(), g.Size()), g.Index()
-	g.count(int64(2*t.Numel()-c[me]-c[(me+1)%g.Size()]) * int64(t.DType.Size()))
+	g.count(AllReduceSent(t.Numel(), g.Size(), g.Index(), t.DType.Size()))
 	w := widen(t) // half precision reduces in f32
 	out := g.parent.pool.get(w.DType, w.Shape)
 	if err := reduceAny(ctx, g.c, w.Data, out.Data, nil, op); err != nil {
@@ -201,7 +199,7 @@ func (g *mpiGroup) AllGather(ctx context.Context, x Buffer, dim int, lens []int)
 	}
 	counts, shapes := memberBlocks(t.Shape, dim, lens)
 	// the ring forwards every block but the next member's
-	g.count(int64(sum(counts)-counts[(g.Index()+1)%g.Size()]) * int64(t.DType.Size()))
+	g.count(AllGatherSent(counts, g.Index(), t.DType.Size()))
 	outShape := append([]int(nil), t.Shape...)
 	outShape[dim] = sum(lens)
 	pool := g.parent.pool
@@ -229,7 +227,7 @@ func (g *mpiGroup) ReduceScatter(ctx context.Context, x Buffer, dim int, lens []
 		return nil, err
 	}
 	counts, shapes := memberBlocks(t.Shape, dim, lens)
-	g.count(int64(sum(counts)-counts[g.Index()]) * int64(t.DType.Size()))
+	g.count(ReduceScatterSent(counts, g.Index(), t.DType.Size()))
 	pool := g.parent.pool
 	packed := t
 	if !outerContiguous(t.Shape, dim) {
@@ -268,7 +266,7 @@ func (g *mpiGroup) AllToAll(ctx context.Context, x Buffer, splitDim int, splitLe
 		}
 	}
 	recvCounts, recvShapes := memberBlocks(mineShape, catDim, catLens)
-	g.count(int64(sum(sendCounts)-sendCounts[g.Index()]) * int64(t.DType.Size()))
+	g.count(ReduceScatterSent(sendCounts, g.Index(), t.DType.Size()))
 	outShape := append([]int(nil), mineShape...)
 	outShape[catDim] = sum(catLens)
 	out := pool.get(t.DType, outShape)
@@ -298,10 +296,10 @@ func (g *mpiGroup) Broadcast(ctx context.Context, x Buffer, root int, dt ir.DTyp
 			return nil, err
 		}
 		t = src.Clone()
-		g.count(int64(treeSends(0, g.Size())) * t.Bytes())
+		g.count(BroadcastSent(t.Bytes(), g.Size(), root, root))
 	} else {
 		t = g.parent.pool.get(dt, shape)
-		g.count(int64(treeSends(mod(g.Index()-root, g.Size()), g.Size())) * t.Bytes())
+		g.count(BroadcastSent(t.Bytes(), g.Size(), g.Index(), root))
 	}
 	if err := bcastAny(ctx, g.c, t.Data, root); err != nil {
 		return nil, mpiErr(err)

@@ -3,10 +3,10 @@ package rt
 // The bytes one member sends for each collective under the in-process
 // algorithms (the rings of comm.go, the binomial trees of broadcast and
 // reduce), for communicators whose library chooses its own algorithms and
-// does not report its traffic (NCCL's, in package cuda): charging these
-// keeps their figures comparable with explain's model and with the local
-// launcher, as MPIComm does. Counts are in elements; esize is the
-// element's bytes.
+// does not report its traffic (MPIComm's, and NCCL's in package cuda):
+// charging these keeps their figures comparable with explain's model and
+// with the local launcher. Counts are in elements; esize is the element's
+// bytes.
 
 // AllReduceSent: the ring's reduce-scatter then all-gather of p balanced
 // chunks of numel elements, from member me.
