@@ -185,7 +185,7 @@ func TestBackendAdamFusedInPlace(t *testing.T) {
 				require.Equal(t, want[i].Bits(), got.Bits(), "%s %s %v: in place vs fresh", what, dt, shape)
 			}
 			_, err = be.LaunchDonated(ctx, k, bufs, nil, out, 3, []int{3, -1, -1})
-			require.ErrorContains(t, err, "result written over argument 4, not p, m or v")
+			require.ErrorContains(t, err, "result 1 written over argument 4, not its own")
 			for _, b := range []rt.Buffer{res[0], res[1], res[2], bufs[3]} {
 				be.Free(b)
 			}

@@ -43,8 +43,11 @@ func (be *Backend) LaunchDonated(_ context.Context, k *plan.Kernel, args []rt.Bu
 // adamFused launches mr_adam_fused; donate[r] ≥ 0 asks for result r to be
 // written over that argument (one of p, m, v; nil: every result fresh).
 func (be *Backend) adamFused(k *plan.Kernel, args []rt.Buffer, out sbp.Block, n int, donate []int) ([]rt.Buffer, error) {
-	if k.Op != "adam_fused" || n != 3 || len(args) != 10 || (donate != nil && len(donate) != 3) {
+	if k.Op != "adam_fused" || n != 3 || len(args) != 10 {
 		return nil, fmt.Errorf("cuda: no kernel for %s with %d results and %d arguments", k.Op, n, len(args))
+	}
+	if err := rt.AdamDonation(donate); err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	name, err := KernelName("adam_fused", k.DType)
 	if err != nil {
@@ -75,9 +78,6 @@ func (be *Backend) adamFused(k *plan.Kernel, args []rt.Buffer, out sbp.Block, n 
 	}
 	for r := range res {
 		if a := donated(donate, r); a >= 0 {
-			if a > 2 { // p', m', v' are p's, m's, v's blocks; never g's or a scalar's
-				return fail(fmt.Errorf("cuda: adam_fused: result written over argument %d, not p, m or v", a+1))
-			}
 			if x, ok := args[a].(*Buf); ok && x == bufs[a] {
 				res[r] = x // this GPU's own buffer, not a temporary upload
 				continue

@@ -159,32 +159,24 @@ func adamUnfused(ctx context.Context, be Backend, k *plan.Kernel, args []Buffer,
 }
 
 // LaunchResults implements ResultsLauncher: the CPU has adam_fused.
-func (c *CPU) LaunchResults(_ context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block, n int) ([]Buffer, error) {
-	if k.Op != "adam_fused" || n != 3 || len(args) != 10 {
-		return nil, fmt.Errorf("no CPU kernel for %s with %d results", k.Op, n)
-	}
-	ts, err := adamArgs(k, args, out)
-	if err != nil {
-		return nil, err
-	}
-	res := adamFused(c.alloc(), ts, out.Len, nil)
-	if res == nil {
-		return nil, fmt.Errorf("adam_fused on %s: only f32 and f64 (lower fuses no other dtype)", k.DType)
-	}
-	return []Buffer{res[0], res[1], res[2]}, nil
+func (c *CPU) LaunchResults(_ context.Context, k *plan.Kernel, args []Buffer, _ []sbp.Block, out sbp.Block, n int) ([]Buffer, error) {
+	return c.adamFused(k, args, out, n, nil)
 }
 
 // LaunchDonated implements DonatingLauncher: adam_fused writes p', m',
-// v' over the arguments donate names (in place: AdamFused reads each
-// element before writing it); any other kernel runs with fresh results.
-func (c *CPU) LaunchDonated(ctx context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block, n int, donate []int) ([]Buffer, error) {
-	if k.Op != "adam_fused" || n != 3 || len(args) != 10 || len(donate) != 3 {
-		return c.LaunchResults(ctx, k, args, in, out, n)
+// v' over the arguments donate names, in place (see adamFused).
+func (c *CPU) LaunchDonated(_ context.Context, k *plan.Kernel, args []Buffer, _ []sbp.Block, out sbp.Block, n int, donate []int) ([]Buffer, error) {
+	return c.adamFused(k, args, out, n, donate)
+}
+
+// adamFused runs adam_fused with its results written over the arguments
+// donate names (nil: every result fresh).
+func (c *CPU) adamFused(k *plan.Kernel, args []Buffer, out sbp.Block, n int, donate []int) ([]Buffer, error) {
+	if k.Op != "adam_fused" || n != 3 || len(args) != 10 {
+		return nil, fmt.Errorf("no CPU kernel for %s with %d results", k.Op, n)
 	}
-	for _, a := range donate {
-		if a > 2 { // p', m', v' are p's, m's, v's blocks; the gradient and scalars are not
-			return nil, fmt.Errorf("adam_fused: result written over argument %d, not p, m or v", a+1)
-		}
+	if err := AdamDonation(donate); err != nil {
+		return nil, err
 	}
 	ts, err := adamArgs(k, args, out)
 	if err != nil {
@@ -195,6 +187,22 @@ func (c *CPU) LaunchDonated(ctx context.Context, k *plan.Kernel, args []Buffer, 
 		return nil, fmt.Errorf("adam_fused on %s: only f32 and f64 (lower fuses no other dtype)", k.DType)
 	}
 	return []Buffer{res[0], res[1], res[2]}, nil
+}
+
+// AdamDonation checks adam_fused's donations as a backend is handed them
+// (nil, or -1 or k for result k): p', m', v' are written only over p, m,
+// v, each over its own (ops' InPlace for adam_fused; the plan verifier
+// has checked as much, a backend checks again before it writes).
+func AdamDonation(donate []int) error {
+	if donate != nil && len(donate) != 3 {
+		return fmt.Errorf("adam_fused: %d donations for 3 results", len(donate))
+	}
+	for k, a := range donate {
+		if a >= 0 && a != k {
+			return fmt.Errorf("adam_fused: result %d written over argument %d, not its own (%d)", k+1, a+1, k+1)
+		}
+	}
+	return nil
 }
 
 // adamArgs are adam_fused's arguments as host tensors, checked: four
