@@ -46,10 +46,10 @@ func TestBlockViewOfLoadedFile(t *testing.T) {
 		require.True(t, v.view)
 		arena := newArena(0)
 		arena.put(v)
-		require.Nil(t, arena.takeTensor(ir.F32, v.Numel()), "a view's storage entered the arena")
+		require.Nil(t, arena.take(ir.F32, v.Numel(), v.Shape), "a view's storage entered the arena")
 		pool := newHostPool(1 << 30)
 		pool.min = 1
 		pool.put(v)
-		require.Nil(t, pool.takeTensor(ir.F32, v.Numel()), "a view's storage entered the pool")
+		require.Nil(t, pool.take(ir.F32, v.Numel(), v.Shape), "a view's storage entered the pool")
 	}
 }

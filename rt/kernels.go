@@ -601,16 +601,9 @@ func uninitialisedN(p *hostPool, dt ir.DType, shape []int, count int) *Tensor {
 	if p == nil {
 		return NewTensor(dt, slices.Clone(shape))
 	}
-	t := p.take(dt, count, shape, true)
+	t := p.reuseN(dt, shape, count)
 	if t == nil {
 		return p.zeroed(dt, slices.Clone(shape))
-	}
-	if !slices.Equal(t.Shape, shape) {
-		// a new header, never a write into t.Shape: a kernel may have
-		// given its output a shape slice it shares (reshape)
-		h := header(dt, shape)
-		h.Data = t.Data
-		t = h
 	}
 	t.home = p
 	p.handOut(int64(count * dt.Size())) // count, not t.Bytes(): no walk of the shape

@@ -97,7 +97,12 @@ func (p *hostPool) get(dt ir.DType, shape []int) *Tensor {
 // (the same instruction's output, a step later), else its storage under a
 // new header. Its home is unset.
 func (p *hostPool) reuse(dt ir.DType, shape []int) *Tensor {
-	t := p.take(dt, numel(shape), shape, true)
+	return p.reuseN(dt, shape, numel(shape))
+}
+
+// reuseN is reuse for a shape of count elements that the caller counted.
+func (p *hostPool) reuseN(dt ir.DType, shape []int, count int) *Tensor {
+	t := p.take(dt, count, shape)
 	if t == nil {
 		return nil
 	}
@@ -112,23 +117,19 @@ func (p *hostPool) reuse(dt ir.DType, shape []int) *Tensor {
 	return t
 }
 
-// takeTensor removes a freed tensor of n elements of dt, or returns nil.
-func (p *hostPool) takeTensor(dt ir.DType, n int) *Tensor {
-	return p.take(dt, n, nil, false)
-}
-
 // shapeScan is how many of a free list's last entries take looks through
 // for one of the asked shape.
 const shapeScan = 8
 
-// take is takeTensor preferring, when match, among the list's last few
-// entries a tensor whose shape is shape (else the last one freed): a list
+// take removes a freed tensor of n elements of dt, or returns nil,
+// preferring among the list's last few entries one whose shape is shape
+// (else the last one freed): a list
 // mixes every shape of one element count ([8, 16, 32] and [8, 2, 16, 16],
 // a scalar and [1]), and the last one freed is often another shape than
 // the one asked for, whose header the caller must then make anew
 // (hostPool.reuse): 2 of every 5 headers the tiny GPT's mesh step
 // allocated (issue 10).
-func (p *hostPool) take(dt ir.DType, n int, shape []int, match bool) *Tensor {
+func (p *hostPool) take(dt ir.DType, n int, shape []int) *Tensor {
 	if p == nil || n < p.min {
 		return nil
 	}
@@ -141,12 +142,10 @@ func (p *hostPool) take(dt ir.DType, n int, shape []int, match bool) *Tensor {
 	}
 	l := *list
 	last := len(l) - 1
-	if match {
-		for i := last; i >= max(0, last-shapeScan+1); i-- {
-			if slices.Equal(l[i].t.Shape, shape) {
-				l[i], l[last] = l[last], l[i]
-				break
-			}
+	for i := last; i >= max(0, last-shapeScan+1); i-- {
+		if slices.Equal(l[i].t.Shape, shape) {
+			l[i], l[last] = l[last], l[i]
+			break
 		}
 	}
 	t := l[last].t
