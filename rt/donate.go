@@ -37,7 +37,8 @@ type DonatingLauncher interface {
 	// LaunchDonated is LaunchResults, but result k is written into
 	// args[donate[k]] where donate[k] ≥ 0, and that very buffer is handed
 	// back as the result (-1: a fresh buffer). The caller has made sure
-	// nothing else holds those buffers.
+	// nothing else holds those buffers. Like args, donate is valid
+	// during the call only.
 	LaunchDonated(ctx context.Context, k *plan.Kernel, args []Buffer, in []sbp.Block, out sbp.Block, n int, donate []int) ([]Buffer, error)
 }
 
@@ -48,6 +49,7 @@ type DonatingLauncher interface {
 type donor struct {
 	maker  []plan.Kind
 	shared map[Buffer]bool
+	asked  []int // the donations asked of the backend, reused by every launch
 }
 
 func (w *Worker) donor() *donor {
@@ -89,7 +91,8 @@ func (x *execution) launchResults(ctx context.Context, be Backend, in *plan.Inst
 		return LaunchResults(ctx, be, in.Kernel, args, b.In, b.Out, n)
 	}
 	d := x.w.donor()
-	donate := make([]int, len(in.Donate))
+	donate := slices.Grow(d.asked[:0], len(in.Donate))[:len(in.Donate)]
+	d.asked = donate
 	some := false
 	for k, a := range in.Donate {
 		donate[k] = -1
