@@ -372,3 +372,26 @@ func timeTrainSteps(b *testing.B, g *ir.Graph, opts lower.Options) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkMegatronStep times one training step of the Megatron MLP
+// (examples/train/megatron_dp_tp.mesh) per b.N iteration on one device,
+// on its [dp=2, tp=2] mesh and on [dp=1, tp=2], as BenchmarkGPTStep does
+// (for profiles: -cpuprofile; bench/meshprof.py).
+func BenchmarkMegatronStep(b *testing.B) {
+	g, _, err := lang.CheckFile("../examples/train/megatron_dp_tp.mesh", lang.CheckOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"single", "mesh", "tp=2"} {
+		b.Run(name, func(b *testing.B) {
+			opts := lower.Options{}
+			switch name {
+			case "single":
+				opts.Mesh = g.Mesh.Single()
+			case "tp=2":
+				opts.Mesh = meshpkg.New(g.Mesh.Name, meshpkg.Axis{Name: "dp", Size: 1}, meshpkg.Axis{Name: "tp", Size: 2})
+			}
+			timeTrainSteps(b, g, opts)
+		})
+	}
+}
