@@ -124,7 +124,7 @@ func (g *Ring) SetTimeout(d time.Duration) bool {
 func (w *shmWorld) group(id int, members []int) *shmShared {
 	key := strconv.Itoa(id) + fmt.Sprint(members)
 	n := len(members)
-	fresh := &shmShared{bar: barrier{n: n, spin: n <= runtime.GOMAXPROCS(0)}, small: shmSmallBytes}
+	fresh := &shmShared{bar: barrier{n: n, spin: n <= runtime.GOMAXPROCS(0), hot: hotRanks(len(w.devs))}, small: shmSmallBytes}
 	for i := range fresh.post {
 		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*staging, n),
 			din: make([]Buffer, n), dout: make([]Buffer, n), ddev: make([]DeviceCollectives, n), derr: make([]error, n)}
@@ -137,9 +137,12 @@ func (w *shmWorld) group(id int, members []int) *shmShared {
 // honours the context, so a member whose peer never comes times out
 // rather than deadlocking, and withdraws, leaving the barrier usable.
 type barrier struct {
-	mu    sync.Mutex
-	n     int
-	spin  bool // yield a while before sleeping (see spins)
+	mu   sync.Mutex
+	n    int
+	spin bool // yield a while before sleeping (see spins)
+	// hot: poll for up to hotBudget before sleeping (hotwait.go), when
+	// every rank of the process has a processor of its own
+	hot   bool
 	count int
 	gen   atomic.Uint64 // generations completed
 	// ch is closed when the current generation is complete; made only
@@ -204,11 +207,14 @@ func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm)
 	}
 	gen := b.gen.Load()
 	var ch chan struct{}
-	if !b.spin {
+	if !b.spin && !b.hot {
 		ch = b.sleeping()
 	}
 	b.mu.Unlock()
-	if b.spin {
+	if b.hot && pollFor(hotBudget, func() bool { return b.gen.Load() != gen }) {
+		return nil
+	}
+	if b.spin || b.hot {
 		for range spins {
 			if b.gen.Load() != gen {
 				return nil

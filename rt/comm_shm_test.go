@@ -511,11 +511,13 @@ func TestSharedMemoryResultsFromTheArena(t *testing.T) {
 // A member leaving a barrier reads the barrier's generation at once to
 // pick the postings of its next collective (meet), so the generation must
 // count the completed barrier before any sleeping member wakes: every
-// member, woken by the channel or by spinning, sees it already counted.
+// member, woken by the channel, by spinning or by polling (hot), sees it
+// already counted.
 func TestBarrierCountsBeforeWaking(t *testing.T) {
-	for _, spin := range []bool{false, true} {
+	for _, mode := range []struct{ spin, hot bool }{{false, false}, {true, false}, {true, true}} {
+		spin := mode.spin
 		const n, rounds = 3, 3000
-		b := &barrier{n: n, spin: spin}
+		b := &barrier{n: n, spin: spin, hot: mode.hot}
 		errs := make(chan error, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -530,7 +532,7 @@ func TestBarrierCountsBeforeWaking(t *testing.T) {
 						return
 					}
 					if g := b.gen.Load(); g < uint64(k+1) {
-						errs <- fmt.Errorf("spin %v: left barrier %d and read generation %d", spin, k+1, g)
+						errs <- fmt.Errorf("%+v: left barrier %d and read generation %d", mode, k+1, g)
 						cancel() // the others stop waiting for this member
 						return
 					}

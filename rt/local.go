@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshrun/meshrun/plan"
@@ -21,14 +22,16 @@ type Local struct {
 	clock   *SimClock
 	// crew runs ranks 1..n-1 of every execution (rank 0 runs on the
 	// caller's goroutine); nil until the first execution.
-	crew []chan func()
+	crew []*crewMember
+	// hot: the ranks wait for each other hot (hotwait.go)
+	hot bool
 }
 
 // NewLocal makes the workers of every rank of p.
 func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	n := p.Mesh.Size()
 	comms := NewInProc(n)
-	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock}
+	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock, hot: hotRanks(n)}
 	budget := make([]int64, n) // 0: none
 	if opts.Backend == nil && n >= budgetRanks {
 		budget = p.Peaks()
@@ -106,14 +109,20 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 		out[r] = res
 	}
 	crew := l.hire()
+	var left atomic.Int32 // ranks 1..n-1 still running
+	left.Store(int32(n - 1))
 	wg.Add(n - 1)
 	for r := 1; r < n; r++ {
-		crew[r-1] <- func() {
+		crew[r-1].give(func() {
 			defer wg.Done()
 			rank(r)
-		}
+			left.Add(-1)
+		})
 	}
 	rank(0)
+	if l.hot {
+		pollFor(hotBudget, func() bool { return left.Load() == 0 })
+	}
 	wg.Wait()
 	wall := time.Since(start)
 	err := firstError(errs)
@@ -131,33 +140,75 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 // own channel, which holds no reference to the launcher, so the launcher
 // can be collected, and a cleanup then closes the channels and the
 // goroutines end.
-func (l *Local) hire() []chan func() {
+func (l *Local) hire() []*crewMember {
 	if l.crew != nil || len(l.Workers) < 2 {
 		return l.crew
 	}
-	l.crew = make([]chan func(), len(l.Workers)-1)
+	l.crew = make([]*crewMember, len(l.Workers)-1)
 	for i := range l.crew {
-		ch := make(chan func())
-		l.crew[i] = ch
-		go serve(ch)
+		c := &crewMember{jobs: make(chan func())}
+		l.crew[i] = c
+		go c.serve(l.hot)
 	}
-	runtime.AddCleanup(l, func(crew []chan func()) {
-		for _, ch := range crew {
-			close(ch)
+	runtime.AddCleanup(l, func(crew []*crewMember) {
+		for _, c := range crew {
+			close(c.jobs)
 		}
 	}, l.crew)
 	return l.crew
 }
 
-// serve runs the jobs sent on ch, one at a time, until ch is closed.
-func serve(ch chan func()) {
-	for {
-		job, ok := <-ch
-		if !ok {
-			return
-		}
-		job()
+// crewMember is a goroutine that runs one rank's part of each execution.
+// Between executions it waits for its next job on jobs; a hot one
+// (hotwait.go) first polls for up to hotBudget, so that the next step's
+// job, usually handed over within microseconds, finds it running.
+type crewMember struct {
+	jobs  chan func()
+	state atomic.Int32 // crewSleeping, crewPolling or crewHanded
+	job   atomic.Pointer[func()]
+}
+
+const (
+	crewSleeping = iota // at jobs (or running a job)
+	crewPolling         // polling for a job
+	crewHanded          // a job is being or has been put in job
+)
+
+// give hands the member its next job: directly when it polls, else
+// through its channel.
+func (c *crewMember) give(job func()) {
+	if c.state.CompareAndSwap(crewPolling, crewHanded) {
+		c.job.Store(&job)
+		return
 	}
+	c.jobs <- job
+}
+
+// serve runs the member's jobs until its channel is closed.
+func (c *crewMember) serve(hot bool) {
+	for job := range c.jobs {
+		job()
+		for hot && c.pollJob() {
+		}
+	}
+}
+
+// pollJob polls for a job for up to hotBudget and runs it, and says
+// whether it ran one (false: the member goes back to its channel).
+func (c *crewMember) pollJob() bool {
+	c.state.Store(crewPolling)
+	if !pollFor(hotBudget, func() bool { return c.state.Load() == crewHanded }) &&
+		c.state.CompareAndSwap(crewPolling, crewSleeping) {
+		return false
+	}
+	// handed: give stores the job right after its swap
+	var job *func()
+	for job = c.job.Load(); job == nil; job = c.job.Load() {
+	}
+	c.job.Store(nil)
+	c.state.Store(crewSleeping)
+	(*job)()
+	return true
 }
 
 // Run executes once and assembles every output on the host.

@@ -2,6 +2,7 @@ package rt
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -11,14 +12,14 @@ import (
 )
 
 // serving counts the goroutines in serve: the local launchers' rank
-// goroutines. (serve is inlined, so a stack trace does not print the
-// channel that would tell one launcher's from another's.)
+// goroutines. (A stack trace does not print the channel that would tell
+// one launcher's from another's.)
 func serving() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "meshrun/rt.serve(")
+			return strings.Count(string(buf[:n]), "meshrun/rt.(*crewMember).serve(")
 		}
 		buf = make([]byte, 2*len(buf))
 	}
@@ -44,27 +45,61 @@ func settledServing() int {
 
 // The local launcher's rank goroutines outlive an execution (the next
 // one reuses them) but not the launcher: once it is collected they end.
+// Both when its ranks wait hot (as many as processors) and when they
+// sleep.
 func TestLocalGoroutinesEndWithIt(t *testing.T) {
-	p := compile(t, `mesh M = [tp=4]
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	for _, n := range []int{2, 4} {
+		p := compile(t, fmt.Sprintf(`mesh M = [tp=%d]
 input x : f32[8, 16] {S(1)} = normal(0, 1)
 param W : f32[16, 4] {S(0)} = normal(0, 1)
 y = x @ W
 output y {B}
-`)
-	before := settledServing()
-	func() {
-		l, err := NewLocal(context.Background(), p.Exec, Options{})
-		require.NoError(t, err)
-		for range 2 {
-			_, err := l.Run(context.Background(), nil)
+`, n))
+		before := settledServing()
+		func() {
+			l, err := NewLocal(context.Background(), p.Exec, Options{})
 			require.NoError(t, err)
+			require.Equal(t, n == 2, l.hot)
+			for range 2 {
+				_, err := l.Run(context.Background(), nil)
+				require.NoError(t, err)
+			}
+			require.Equal(t, before+n-1, serving(), "ranks 1..n-1 wait for the next execution")
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for serving() > before && time.Now().Before(deadline) {
+			runtime.GC()
+			time.Sleep(10 * time.Millisecond)
 		}
-		require.Equal(t, before+3, serving(), "ranks 1..3 wait for the next execution")
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for serving() > before && time.Now().Before(deadline) {
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
+		require.Equal(t, before, serving(), "the launcher's goroutines end once it is collected")
 	}
-	require.Equal(t, before, serving(), "the launcher's goroutines end once it is collected")
+}
+
+// A hot crew member runs every job it is given exactly once and in turn,
+// whether the next comes while it polls (at once), after it went back to
+// its channel (past hotBudget), or in the race between the two.
+func TestCrewMemberHandsOver(t *testing.T) {
+	c := &crewMember{jobs: make(chan func())}
+	go c.serve(true)
+	defer close(c.jobs)
+	gaps := []time.Duration{0, time.Microsecond, hotBudget - 5*time.Microsecond, hotBudget, hotBudget + 5*time.Microsecond, 3 * hotBudget}
+	var ran []int
+	for i := range 300 {
+		done := make(chan struct{})
+		c.give(func() {
+			ran = append(ran, i)
+			close(done)
+		})
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("job %d never ran", i)
+		}
+		time.Sleep(gaps[i%len(gaps)])
+	}
+	for i, j := range ran {
+		require.Equal(t, i, j)
+	}
+	require.Len(t, ran, 300)
 }
