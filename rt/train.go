@@ -19,7 +19,10 @@ type StepInfo struct {
 	Loss  float64
 	LR    float64
 	Wall  time.Duration
-	Run   *Result
+	// Run is the step's result. Its device timelines (Events) are valid
+	// until OnStep returns: the next step records over them (copy what
+	// is to be kept). TrainResult.Last, the last step's, stays valid.
+	Run *Result
 	// Scale is the loss scale this step ran with (f16), Skipped whether an
 	// overflow skipped its update.
 	Scale   float64
@@ -293,6 +296,13 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 		if cfg.OnStep != nil {
 			if err := cfg.OnStep(StepInfo{Step: step, Steps: t.Steps, Loss: loss, LR: lr, Wall: time.Since(start), Run: run, Snapshot: func() (map[string]*Tensor, error) { return tr.snapshot(ctx) }, Scale: scale, Skipped: skipped, Applied: applied, Scaler: scaler}); err != nil {
 				return nil, err
+			}
+		}
+		if step < t.Steps {
+			for i, r := range tr.l.Ranks() {
+				if rs[i] != nil {
+					tr.l.Worker(r).ReuseTimeline(rs[i].Stats.Events)
+				}
 			}
 		}
 	}
