@@ -124,8 +124,14 @@ func unaryOp(b *Call) *ir.Value {
 
 // Broadcast computes NumPy's broadcast of two shapes.
 func Broadcast(a, b []int) ([]int, bool) {
+	return BroadcastAppend(make([]int, 0, max(len(a), len(b))), a, b)
+}
+
+// BroadcastAppend is Broadcast appending the shape to dst: a caller that
+// only reads the shape passes a buffer on its stack (the runtime's
+// elementwise kernels, once per instruction).
+func BroadcastAppend(dst, a, b []int) ([]int, bool) {
 	n := max(len(a), len(b))
-	out := make([]int, n)
 	for i := 0; i < n; i++ {
 		x, y := 1, 1
 		if j := i - (n - len(a)); j >= 0 {
@@ -136,14 +142,14 @@ func Broadcast(a, b []int) ([]int, bool) {
 		}
 		switch {
 		case x == y || y == 1:
-			out[i] = x
+			dst = append(dst, x)
 		case x == 1:
-			out[i] = y
+			dst = append(dst, y)
 		default:
 			return nil, false
 		}
 	}
-	return out, true
+	return dst, true
 }
 
 func binaryOp(b *Call) *ir.Value {

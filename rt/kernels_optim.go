@@ -249,6 +249,10 @@ func adamFused(pool *hostPool, a []*Tensor, shape []int, donate []int) []*Tensor
 		h := vecmath.AdamHyper{Beta1: s(4), Beta2: s(5), Step: s(6), RootBC2: s(7), Eps: s(8), Decay: s(9)}
 		nm, nv := out[1].Data.([]float32), out[2].Data.([]float32)
 		p, m, v, g := f(0), f(1), f(2), f(3)
+		if len(d) <= parallelGrain { // no closure to allocate (see binaryKernel)
+			vecmath.AdamFused(d, nm, nv, p, m, v, g, h)
+			break
+		}
 		parallelFor(len(d), func(lo, hi int) {
 			vecmath.AdamFused(d[lo:hi], nm[lo:hi], nv[lo:hi], p[lo:hi], m[lo:hi], v[lo:hi], g[lo:hi], h)
 		})
