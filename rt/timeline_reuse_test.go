@@ -1,0 +1,54 @@
+package rt
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A training step records its timeline over the previous step's (the
+// trainer gives it back once OnStep has returned), and what each step's
+// OnStep sees is that step's: every instruction once, in program order,
+// with the bytes it sent. The last step's timeline, TrainResult.Last's,
+// is not recorded over.
+func TestTrainReusesTimelines(t *testing.T) {
+	p := compile(t, `mesh M = [dp=2]
+input x : f32[8, 4] {S(0)} = normal(0, 1)
+param W : f32[4, 4] {B} = normal(0, 0.5)
+train {
+    loss = mean(x @ W)
+    optimizer = sgd(lr=0.1)
+    steps = 4
+}
+`)
+	var first []*Event
+	var kept [][]Event
+	res, err := Train(context.Background(), p, Options{}, TrainConfig{OnStep: func(s StepInfo) error {
+		ev := s.Run.Devices[0].Events
+		require.NotEmpty(t, ev)
+		first = append(first, &ev[0])
+		kept = append(kept, append([]Event(nil), ev...))
+		return nil
+	}})
+	require.NoError(t, err)
+	require.Len(t, first, 4)
+	for k := 2; k < 4; k++ {
+		require.Same(t, first[1], first[k], "step %d records over step %d's timeline", k+1, k)
+	}
+	prog := p.Exec.ProgramOf(0)
+	for k, ev := range kept {
+		i, sent := 0, int64(0)
+		for _, e := range ev {
+			if e.Kind == "ring" {
+				continue
+			}
+			require.Equal(t, labelsOf(prog)[i].event(0, 0, 0).Name, e.Name, "step %d, event %d", k+1, i)
+			sent += e.Bytes
+			i++
+		}
+		require.Equal(t, len(prog.Instrs), i, "step %d: every instruction once", k+1)
+		require.Positive(t, sent, "step %d: the gradient's all-reduce sent bytes", k+1)
+	}
+	require.Equal(t, kept[3], res.Last.Devices[0].Events, "the last step's timeline is intact")
+}
