@@ -229,6 +229,14 @@ func reduce(p *hostPool, v *plan.Kernel, x *Tensor) *Tensor {
 // (issue 10: the strided walk over a float64 copy, with the op's name
 // compared per element, was 5% of the tiny GPT's step).
 func reduceRows[T float32 | float64](o []float64, in []T, outer, n, inner int, isMax bool) {
+	if inner == 1 {
+		// rows of one element (a sum over the last or every dim): one
+		// running sum per output, the same additions in the same order
+		// without a row slice per element (5 ns an element before, a
+		// twelfth of a Megatron MLP step on one device)
+		reduceLines(o, in, outer, n, isMax)
+		return
+	}
 	for a := 0; a < outer; a++ {
 		acc := o[a*inner : (a+1)*inner]
 		if isMax {
@@ -248,6 +256,27 @@ func reduceRows[T float32 | float64](o []float64, in []T, outer, n, inner int, i
 				acc[c] += float64(e)
 			}
 		}
+	}
+}
+
+// reduceLines is reduceRows with inner 1: o[a] folds in[a*n : (a+1)*n]
+// in order.
+func reduceLines[T float32 | float64](o []float64, in []T, outer, n int, isMax bool) {
+	for a := 0; a < outer; a++ {
+		line := in[a*n : (a+1)*n]
+		if isMax {
+			acc := math.Inf(-1)
+			for _, e := range line {
+				acc = max(acc, float64(e))
+			}
+			o[a] = acc
+			continue
+		}
+		acc := o[a]
+		for _, e := range line {
+			acc += float64(e)
+		}
+		o[a] = acc
 	}
 }
 
