@@ -157,6 +157,7 @@ type InProc struct {
 // NewInProc returns the n communicators of an in-process world.
 func NewInProc(n int) []*InProc {
 	t, w := NewChanTransport(n), &shmWorld{devs: make([]DeviceCollectives, n)}
+	w.hot.Store(hotRanks(n))
 	out := make([]*InProc, n)
 	for r := range out {
 		out[r] = &InProc{T: t, rank: r, size: n, shared: w, held: map[*Tensor]*sharedResult{}}

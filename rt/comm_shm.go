@@ -46,6 +46,10 @@ type shmWorld struct {
 	// mail holds the point-to-point messages of ranks sharing a device:
 	// [3]int{from, to, tag} → chan Buffer (comm_dev.go)
 	mail sync.Map
+	// hot: the world's ranks wait hot at their barriers (hotwait.go);
+	// set when the world is made and again by the local launcher at each
+	// execution, as GOMAXPROCS may have changed since
+	hot atomic.Bool
 }
 
 // shmShared is what the members of one group share.
@@ -124,7 +128,7 @@ func (g *Ring) SetTimeout(d time.Duration) bool {
 func (w *shmWorld) group(id int, members []int) *shmShared {
 	key := strconv.Itoa(id) + fmt.Sprint(members)
 	n := len(members)
-	fresh := &shmShared{bar: barrier{n: n, spin: n <= runtime.GOMAXPROCS(0), hot: hotRanks(len(w.devs))}, small: shmSmallBytes}
+	fresh := &shmShared{bar: barrier{n: n, spin: n <= runtime.GOMAXPROCS(0), hot: &w.hot}, small: shmSmallBytes}
 	for i := range fresh.post {
 		fresh.post[i] = posting{in: make([]*Tensor, n), sig: make([]call, n), out: make([]*Tensor, n), stage: make([]*staging, n),
 			din: make([]Buffer, n), dout: make([]Buffer, n), ddev: make([]DeviceCollectives, n), derr: make([]error, n)}
@@ -140,9 +144,10 @@ type barrier struct {
 	mu   sync.Mutex
 	n    int
 	spin bool // yield a while before sleeping (see spins)
-	// hot: poll for up to hotBudget before sleeping (hotwait.go), when
-	// every rank of the process has a processor of its own
-	hot   bool
+	// hot, when set (nil: never), says whether to poll for up to
+	// hotBudget before sleeping (hotwait.go): every rank of the process
+	// has a processor of its own
+	hot   *atomic.Bool
 	count int
 	gen   atomic.Uint64 // generations completed
 	// ch is closed when the current generation is complete; made only
@@ -206,15 +211,16 @@ func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm)
 		return nil
 	}
 	gen := b.gen.Load()
+	hot := b.hot != nil && b.hot.Load()
 	var ch chan struct{}
-	if !b.spin && !b.hot {
+	if !b.spin && !hot {
 		ch = b.sleeping()
 	}
 	b.mu.Unlock()
-	if b.hot && pollFor(hotBudget, func() bool { return b.gen.Load() != gen }) {
+	if hot && pollFor(hotBudget, func() bool { return b.gen.Load() != gen }) {
 		return nil
 	}
-	if b.spin || b.hot {
+	if b.spin || hot {
 		for range spins {
 			if b.gen.Load() != gen {
 				return nil

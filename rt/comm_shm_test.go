@@ -517,7 +517,7 @@ func TestBarrierCountsBeforeWaking(t *testing.T) {
 	for _, mode := range []struct{ spin, hot bool }{{false, false}, {true, false}, {true, true}} {
 		spin := mode.spin
 		const n, rounds = 3, 3000
-		b := &barrier{n: n, spin: spin, hot: mode.hot}
+		b := &barrier{n: n, spin: spin, hot: hotFlag(mode.hot)}
 		errs := make(chan error, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

@@ -27,7 +27,10 @@ import (
 // most hotBudget of a core that had nothing else to run. With more ranks
 // than processors a poller would hold a processor that a peer it waits
 // for needs, so those launchers never poll (a rank then sleeps at once or
-// yields, barrier.spin).
+// yields, barrier.spin). The local launcher decides at each execution
+// (Local.Exec), not once: GOMAXPROCS may change under it (a program's
+// call, or the runtime following a container's CPU limit), and asking
+// once per step keeps the scheduler's lock out of every wait.
 
 // hotBudget is how long a hot wait polls before it sleeps: a few of the
 // waits measured above, and small next to a step of any model where

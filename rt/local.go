@@ -23,15 +23,17 @@ type Local struct {
 	// crew runs ranks 1..n-1 of every execution (rank 0 runs on the
 	// caller's goroutine); nil until the first execution.
 	crew []*crewMember
-	// hot: the ranks wait for each other hot (hotwait.go)
-	hot bool
+	// hot: the ranks wait for each other hot (hotwait.go); shared with
+	// the crew and the ranks' barriers, and decided again at each
+	// execution, as GOMAXPROCS may have changed since the last
+	hot *atomic.Bool
 }
 
 // NewLocal makes the workers of every rank of p.
 func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	n := p.Mesh.Size()
 	comms := NewInProc(n)
-	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock, hot: hotRanks(n)}
+	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock, hot: &comms[0].shared.hot}
 	budget := make([]int64, n) // 0: none
 	if opts.Backend == nil && n >= budgetRanks {
 		budget = p.Peaks()
@@ -86,6 +88,8 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 	if l.clock != nil {
 		l.clock.reset() // every rank finished the last execution
 	}
+	hot := hotRanks(n)
+	l.hot.Store(hot)
 	out := make([]*RankResult, n)
 	errs := make([]error, n)
 	start := time.Now()
@@ -120,7 +124,7 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 		})
 	}
 	rank(0)
-	if l.hot {
+	if hot {
 		pollFor(hotBudget, func() bool { return left.Load() == 0 })
 	}
 	wg.Wait()
@@ -146,9 +150,9 @@ func (l *Local) hire() []*crewMember {
 	}
 	l.crew = make([]*crewMember, len(l.Workers)-1)
 	for i := range l.crew {
-		c := &crewMember{jobs: make(chan func())}
+		c := &crewMember{jobs: make(chan func()), hot: l.hot}
 		l.crew[i] = c
-		go c.serve(l.hot)
+		go c.serve()
 	}
 	runtime.AddCleanup(l, func(crew []*crewMember) {
 		for _, c := range crew {
@@ -166,6 +170,7 @@ type crewMember struct {
 	jobs  chan func()
 	state atomic.Int32 // crewSleeping, crewPolling or crewHanded
 	job   atomic.Pointer[func()]
+	hot   *atomic.Bool // the launcher's: whether to poll after a job
 }
 
 const (
@@ -185,10 +190,10 @@ func (c *crewMember) give(job func()) {
 }
 
 // serve runs the member's jobs until its channel is closed.
-func (c *crewMember) serve(hot bool) {
+func (c *crewMember) serve() {
 	for job := range c.jobs {
 		job()
-		for hot && c.pollJob() {
+		for c.hot.Load() && c.pollJob() {
 		}
 	}
 }

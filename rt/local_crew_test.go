@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ output y {B}
 		func() {
 			l, err := NewLocal(context.Background(), p.Exec, Options{})
 			require.NoError(t, err)
-			require.Equal(t, n == 2, l.hot)
+			require.Equal(t, n == 2, l.hot.Load())
 			for range 2 {
 				_, err := l.Run(context.Background(), nil)
 				require.NoError(t, err)
@@ -80,8 +81,8 @@ output y {B}
 // whether the next comes while it polls (at once), after it went back to
 // its channel (past hotBudget), or in the race between the two.
 func TestCrewMemberHandsOver(t *testing.T) {
-	c := &crewMember{jobs: make(chan func())}
-	go c.serve(true)
+	c := &crewMember{jobs: make(chan func()), hot: hotFlag(true)}
+	go c.serve()
 	defer close(c.jobs)
 	gaps := []time.Duration{0, time.Microsecond, hotBudget - 5*time.Microsecond, hotBudget, hotBudget + 5*time.Microsecond, 3 * hotBudget}
 	var ran []int
@@ -102,4 +103,11 @@ func TestCrewMemberHandsOver(t *testing.T) {
 		require.Equal(t, i, j)
 	}
 	require.Len(t, ran, 300)
+}
+
+// hotFlag is a launcher's hot flag set to hot.
+func hotFlag(hot bool) *atomic.Bool {
+	var f atomic.Bool
+	f.Store(hot)
+	return &f
 }
