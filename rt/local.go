@@ -118,9 +118,12 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 	wg.Add(n - 1)
 	for r := 1; r < n; r++ {
 		crew[r-1].give(func() {
+			// done before counted out: rank 0, seeing left at 0, then
+			// finds the wait group done rather than sleeping on it for
+			// the moment between the two
+			defer left.Add(-1)
 			defer wg.Done()
 			rank(r)
-			left.Add(-1)
 		})
 	}
 	rank(0)
