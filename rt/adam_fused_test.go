@@ -45,7 +45,7 @@ func TestAdamFusedKernelEqualsThreeKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	cpu := &CPU{}
 	for _, dt := range []ir.DType{ir.F32, ir.F64} {
-		for _, n := range []int{1, 7, 8, 37, 1000} {
+		for _, n := range []int{1, 7, 8, 37, 1000, parallelGrain, parallelGrain + 9} { // (either side of adamFused's small path)
 			for _, decay := range []float64{1, 0.999} {
 				name := fmt.Sprintf("%s n=%d decay=%g", dt, n, decay)
 				vec := func(scale float64, abs bool) *Tensor {
