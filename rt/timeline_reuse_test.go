@@ -2,6 +2,8 @@ package rt
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -51,4 +53,52 @@ train {
 		require.Positive(t, sent, "step %d: the gradient's all-reduce sent bytes", k+1)
 	}
 	require.Equal(t, kept[3], res.Last.Devices[0].Events, "the last step's timeline is intact")
+}
+
+// A step that fails after recording over the previous step's timeline
+// (its context cancelled mid-step) leaves nothing stale behind: the same
+// launcher trains again, resumed after step 2, and every step's timeline,
+// the last one's included, holds each instruction once in program order.
+func TestTimelineAfterAFailedStep(t *testing.T) {
+	p := compile(t, `mesh M = [dp=2]
+input x : f32[8, 4] {S(0)} = normal(0, 1)
+param W : f32[4, 4] {B} = normal(0, 0.5)
+train {
+    loss = mean(x @ W)
+    optimizer = sgd(lr=0.1)
+    steps = 5
+}
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var steps atomic.Int32
+	opts := Options{Hook: func(rank, instr int) {
+		if rank == 1 && instr == 0 && steps.Add(1) == 3 {
+			cancel() // step 3, rank 1's first instruction
+		}
+	}}
+	l, err := NewLocal(context.Background(), p.Exec, opts)
+	require.NoError(t, err)
+	_, err = TrainOn(ctx, l, p, opts, TrainConfig{})
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "step 3")
+	prog := p.Exec.ProgramOf(0)
+	whole := func(what string, ev []Event) {
+		i := 0
+		for _, e := range ev {
+			if e.Kind == "ring" {
+				continue
+			}
+			require.Equal(t, labelsOf(prog)[i].event(0, 0, 0).Name, e.Name, "%s, event %d", what, i)
+			i++
+		}
+		require.Equal(t, len(prog.Instrs), i, "%s: every instruction once", what)
+	}
+	res, err := TrainOn(context.Background(), l, p, opts, TrainConfig{Start: 2, OnStep: func(s StepInfo) error {
+		whole(fmt.Sprintf("step %d", s.Step), s.Run.Devices[0].Events)
+		return nil
+	}})
+	require.NoError(t, err)
+	require.Len(t, res.Losses, 3)
+	whole("the last step", res.Last.Devices[0].Events)
 }
