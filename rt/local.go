@@ -89,7 +89,9 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 		l.clock.reset() // every rank finished the last execution
 	}
 	hot := hotRanks(n)
-	l.hot.Store(hot)
+	if l.hot.Load() != hot { // (written only on a change: every rank reads it)
+		l.hot.Store(hot)
+	}
 	out := make([]*RankResult, n)
 	errs := make([]error, n)
 	start := time.Now()
