@@ -29,7 +29,11 @@ func parallelFor(n int, body func(lo, hi int)) {
 	}
 	var wg sync.WaitGroup
 	chunk := (n + workers - 1) / workers
-	for lo := 0; lo < n; lo += chunk {
+	// the caller runs the first chunk itself: the others' goroutines may
+	// find no free processor (a peer rank holding one in a hot wait,
+	// hotwait.go), and a caller parked in wg.Wait meanwhile would leave
+	// them all to one processor
+	for lo := chunk; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
 		wg.Add(1)
 		go func() {
@@ -37,5 +41,6 @@ func parallelFor(n int, body func(lo, hi int)) {
 			body(lo, hi)
 		}()
 	}
+	body(0, min(chunk, n))
 	wg.Wait()
 }
