@@ -289,7 +289,7 @@ func elementwise(p *hostPool, op string, x, y *Tensor) (*Tensor, error) {
 	}
 	count := 1 // (numel's error path would move dims to the heap)
 	for _, d := range shape {
-		count *= d // a broadcast of two tensors that exist: no overflow
+		count *= d // the plan's shape check bounds every result's size (ir.Type): no overflow
 	}
 	out := uninitialisedN(p, x.DType, shape, count)
 	shape = out.Shape // (the kernel's closures would move dims too)

@@ -114,6 +114,7 @@ type trainer struct {
 	l     Launcher
 	opts  Options
 	cache *npyCache
+	ranks []int      // l.Ranks(), asked once
 	state [][]Buffer // per rank of l.Ranks(), per Plan.Carry
 	// carried maps a source to its index in Plan.Carry, pos a rank to its
 	// index in l.Ranks().
@@ -126,6 +127,7 @@ type trainer struct {
 func (tr *trainer) start(initial map[string]*Tensor) error {
 	ex := tr.p.Exec
 	ranks := tr.l.Ranks()
+	tr.ranks = ranks
 	tr.state = make([][]Buffer, len(ranks))
 	tr.pos, tr.carried = map[int]int{}, map[int]int{}
 	for k, r := range ranks {
@@ -299,7 +301,7 @@ func (tr *trainer) run(ctx context.Context, cfg TrainConfig) (*TrainResult, erro
 			}
 		}
 		if step < t.Steps {
-			for i, r := range tr.l.Ranks() {
+			for i, r := range tr.ranks {
 				if rs[i] != nil {
 					tr.l.Worker(r).ReuseTimeline(rs[i].Stats.Events)
 				}
