@@ -112,12 +112,7 @@ func checkDeviceTimeline(t *testing.T, prog *plan.Program, d DeviceStats, w *fak
 // event is its device span; without DeviceTime, or on the CPU backend,
 // the timeline is the host's.
 func TestDeviceTimeLaysTheTimelineOnTheDevice(t *testing.T) {
-	p := compile(t, `mesh M = [tp=4]
-input x : f32[8, 16] {S(1)} = normal(0, 1)
-param W : f32[16, 4] {S(0)} = normal(0, 1)
-y = x @ W
-output y {B}
-`)
+	p := compile(t, rowParallelMatmul(4))
 	be := newClockedCPU()
 	l, err := NewLocal(context.Background(), p.Exec, Options{Backend: be, DeviceTime: true})
 	require.NoError(t, err)
@@ -177,12 +172,7 @@ func TestDeviceTimeMovesPipelineActions(t *testing.T) {
 
 // A stopwatch's failure fails the run at the instruction it timed.
 func TestDeviceTimeFailureNamesTheInstruction(t *testing.T) {
-	p := compile(t, `mesh M = [tp=2]
-input x : f32[8, 16] {S(1)} = normal(0, 1)
-param W : f32[16, 4] {S(0)} = normal(0, 1)
-y = x @ W
-output y {B}
-`)
+	p := compile(t, rowParallelMatmul(2))
 	be := newClockedCPU()
 	be.failAt = 3
 	_, err := Run(context.Background(), p, Options{Backend: be, DeviceTime: true})

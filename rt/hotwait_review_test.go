@@ -99,12 +99,7 @@ output y
 // crew and its ranks' barriers follow, and its results stay the same.
 func TestHotFollowsGOMAXPROCS(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	p := compile(t, `mesh M = [tp=4]
-input x : f32[8, 16] {S(1)} = normal(0, 1)
-param W : f32[16, 4] {S(0)} = normal(0, 1)
-y = x @ W
-output y {B}
-`)
+	p := compile(t, rowParallelMatmul(4))
 	l, err := NewLocal(context.Background(), p.Exec, Options{})
 	require.NoError(t, err)
 	var want *Tensor

@@ -2,7 +2,6 @@ package rt
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -51,12 +50,7 @@ func settledServing() int {
 func TestLocalGoroutinesEndWithIt(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	for _, n := range []int{2, 4} {
-		p := compile(t, fmt.Sprintf(`mesh M = [tp=%d]
-input x : f32[8, 16] {S(1)} = normal(0, 1)
-param W : f32[16, 4] {S(0)} = normal(0, 1)
-y = x @ W
-output y {B}
-`, n))
+		p := compile(t, rowParallelMatmul(n))
 		before := settledServing()
 		func() {
 			l, err := NewLocal(context.Background(), p.Exec, Options{})

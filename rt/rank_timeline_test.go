@@ -12,12 +12,7 @@ import (
 // steps of an in-process collective, laid over the collective's event by
 // the worker, cover it exactly, in order.
 func TestRankEventsTileTheStep(t *testing.T) {
-	p := compile(t, `mesh M = [tp=4]
-input x : f32[8, 16] {S(1)} = normal(0, 1)
-param W : f32[16, 4] {S(0)} = normal(0, 1)
-y = x @ W
-output y {B}
-`)
+	p := compile(t, rowParallelMatmul(4))
 	l, err := NewLocal(context.Background(), p.Exec, Options{})
 	require.NoError(t, err)
 	for range 2 { // the second execution reuses the ranks' goroutines

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/meshrun/meshrun/plan"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,15 +16,7 @@ import (
 // with the bytes it sent. The last step's timeline, TrainResult.Last's,
 // is not recorded over.
 func TestTrainReusesTimelines(t *testing.T) {
-	p := compile(t, `mesh M = [dp=2]
-input x : f32[8, 4] {S(0)} = normal(0, 1)
-param W : f32[4, 4] {B} = normal(0, 0.5)
-train {
-    loss = mean(x @ W)
-    optimizer = sgd(lr=0.1)
-    steps = 4
-}
-`)
+	p := compile(t, dpSGD(4))
 	var first []*Event
 	var kept [][]Event
 	res, err := Train(context.Background(), p, Options{}, TrainConfig{OnStep: func(s StepInfo) error {
@@ -38,18 +31,8 @@ train {
 	for k := 2; k < 4; k++ {
 		require.Same(t, first[1], first[k], "step %d records over step %d's timeline", k+1, k)
 	}
-	prog := p.Exec.ProgramOf(0)
 	for k, ev := range kept {
-		i, sent := 0, int64(0)
-		for _, e := range ev {
-			if e.Kind == "ring" {
-				continue
-			}
-			require.Equal(t, labelsOf(prog)[i].event(0, 0, 0).Name, e.Name, "step %d, event %d", k+1, i)
-			sent += e.Bytes
-			i++
-		}
-		require.Equal(t, len(prog.Instrs), i, "step %d: every instruction once", k+1)
+		sent := wholeTimeline(t, p.Exec.ProgramOf(0), fmt.Sprintf("step %d", k+1), ev)
 		require.Positive(t, sent, "step %d: the gradient's all-reduce sent bytes", k+1)
 	}
 	require.Equal(t, kept[3], res.Last.Devices[0].Events, "the last step's timeline is intact")
@@ -60,15 +43,7 @@ train {
 // launcher trains again, resumed after step 2, and every step's timeline,
 // the last one's included, holds each instruction once in program order.
 func TestTimelineAfterAFailedStep(t *testing.T) {
-	p := compile(t, `mesh M = [dp=2]
-input x : f32[8, 4] {S(0)} = normal(0, 1)
-param W : f32[4, 4] {B} = normal(0, 0.5)
-train {
-    loss = mean(x @ W)
-    optimizer = sgd(lr=0.1)
-    steps = 5
-}
-`)
+	p := compile(t, dpSGD(5))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var steps atomic.Int32
@@ -82,18 +57,7 @@ train {
 	_, err = TrainOn(ctx, l, p, opts, TrainConfig{})
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorContains(t, err, "step 3")
-	prog := p.Exec.ProgramOf(0)
-	whole := func(what string, ev []Event) {
-		i := 0
-		for _, e := range ev {
-			if e.Kind == "ring" {
-				continue
-			}
-			require.Equal(t, labelsOf(prog)[i].event(0, 0, 0).Name, e.Name, "%s, event %d", what, i)
-			i++
-		}
-		require.Equal(t, len(prog.Instrs), i, "%s: every instruction once", what)
-	}
+	whole := func(what string, ev []Event) { wholeTimeline(t, p.Exec.ProgramOf(0), what, ev) }
 	res, err := TrainOn(context.Background(), l, p, opts, TrainConfig{Start: 2, OnStep: func(s StepInfo) error {
 		whole(fmt.Sprintf("step %d", s.Step), s.Run.Devices[0].Events)
 		return nil
@@ -101,4 +65,35 @@ train {
 	require.NoError(t, err)
 	require.Len(t, res.Losses, 3)
 	whole("the last step", res.Last.Devices[0].Events)
+}
+
+// dpSGD is a data-parallel linear model trained with SGD for steps steps.
+func dpSGD(steps int) string {
+	return fmt.Sprintf(`mesh M = [dp=2]
+input x : f32[8, 4] {S(0)} = normal(0, 1)
+param W : f32[4, 4] {B} = normal(0, 0.5)
+train {
+    loss = mean(x @ W)
+    optimizer = sgd(lr=0.1)
+    steps = %d
+}
+`, steps)
+}
+
+// wholeTimeline checks that a rank's timeline holds each instruction of
+// prog once, in program order (ring steps aside), and returns the bytes
+// its events sent.
+func wholeTimeline(t *testing.T, prog *plan.Program, what string, ev []Event) (sent int64) {
+	t.Helper()
+	i := 0
+	for _, e := range ev {
+		if e.Kind == "ring" {
+			continue
+		}
+		require.Equal(t, labelsOf(prog)[i].event(0, 0, 0).Name, e.Name, "%s, event %d", what, i)
+		sent += e.Bytes
+		i++
+	}
+	require.Equal(t, len(prog.Instrs), i, "%s: every instruction once", what)
+	return sent
 }
