@@ -20,11 +20,12 @@ import (
 // has five such waits and lasts 50 µs on one device.
 //
 // When the process has no more ranks than processors (GOMAXPROCS), a
-// waiting rank instead polls, without yielding, for up to hotBudget: it
-// keeps its processor and its thread awake, and sees the wait end within
-// nanoseconds. Past the budget it sleeps as before, so a peer that is
-// late (a long kernel, a descheduled thread on a shared machine) costs at
-// most hotBudget of a core that had nothing else to run. With more ranks
+// waiting rank instead polls for up to hotBudget, yielding once every
+// hotYield (see pollFor): it keeps its processor and its thread awake,
+// and sees the wait end within nanoseconds. Past the budget it sleeps as
+// before, so a peer that is late (a long kernel, a descheduled thread on
+// a shared machine) costs at most hotBudget of a core, during which any
+// goroutine queued on that processor still runs at the next yield. With more ranks
 // than processors a poller would hold a processor that a peer it waits
 // for needs, so those launchers never poll (a rank then sleeps at once or
 // yields, barrier.spin). The local launcher decides at each execution
