@@ -70,7 +70,7 @@ func (g *Ring) stage(t *Tensor) *Tensor {
 		s.views[n] = v
 	}
 	s.t.DType, s.t.Shape, s.t.Data = t.DType, append(s.t.Shape[:0], t.Shape...), v
-	copyRows(&s.t, t, rows{count: 1, len: n})
+	copyData(&s.t, t)
 	return &s.t
 }
 

@@ -172,20 +172,9 @@ func (t *Tensor) cloneIn(p *hostPool) *Tensor {
 }
 
 // copyData copies src's elements into dst, of src's dtype and element
-// count.
+// count: one row of copyRows.
 func copyData(dst, src *Tensor) {
-	switch d := src.Data.(type) {
-	case []float32:
-		copy(dst.Data.([]float32), d)
-	case []float64:
-		copy(dst.Data.([]float64), d)
-	case []int32:
-		copy(dst.Data.([]int32), d)
-	case []int64:
-		copy(dst.Data.([]int64), d)
-	case []uint16:
-		copy(dst.Data.([]uint16), d)
-	}
+	copyRows(dst, src, rows{count: 1, len: src.Numel()})
 }
 
 // strides of a row-major shape.
