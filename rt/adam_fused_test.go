@@ -49,7 +49,6 @@ func TestAdamFusedKernelEqualsThreeKernels(t *testing.T) {
 			for _, decay := range []float64{1, 0.999} {
 				name := fmt.Sprintf("%s n=%d decay=%g", dt, n, decay)
 				vec := func(scale float64, abs bool) *Tensor {
-					x := NewTensor(dt, []int{n})
 					v := make([]float64, n)
 					for i := range v {
 						v[i] = rng.NormFloat64() * scale
@@ -57,14 +56,9 @@ func TestAdamFusedKernelEqualsThreeKernels(t *testing.T) {
 							v[i] = math.Abs(v[i])
 						}
 					}
-					setFloats(x, v)
-					return x
+					return floatTensor(dt, []int{n}, v...)
 				}
-				scalar := func(v float64) *Tensor {
-					x := NewTensor(dt, []int{})
-					setFloats(x, []float64{v})
-					return x
-				}
+				scalar := func(v float64) *Tensor { return floatTensor(dt, []int{}, v) }
 				p, m, v, g := vec(1, false), vec(1e-2, false), vec(1e-3, true), vec(1e-1, false)
 				b1, b2, step, rbc2, eps, dec := scalar(0.9), scalar(0.999), scalar(1e-3), scalar(0.97), scalar(1e-8), scalar(decay)
 				args := []Buffer{p, m, v, g, b1, b2, step, rbc2, eps, dec}
@@ -102,6 +96,13 @@ func TestAdamFusedKernelEqualsThreeKernels(t *testing.T) {
 	}
 	_, err := LaunchResults(ctx, hideResults{cpu}, &plan.Kernel{Op: "matmul"}, nil, nil, sbp.Block{}, 2)
 	require.ErrorContains(t, err, "no kernel for matmul with 2 results")
+}
+
+// floatTensor is a tensor of dt and shape holding v, converted.
+func floatTensor(dt ir.DType, shape []int, v ...float64) *Tensor {
+	x := NewTensor(dt, shape)
+	setFloats(x, v)
+	return x
 }
 
 func setFloats(x *Tensor, v []float64) {

@@ -59,19 +59,13 @@ func TestAdamFusedInPlaceOnTheCPU(t *testing.T) {
 // drawn, v ≥ 0, and six scalars), their blocks and the results' block.
 func adamArgsOf(dt ir.DType, n int) ([]Buffer, []sbp.Block, sbp.Block) {
 	vec := func(f func(i int) float64) *Tensor {
-		x := NewTensor(dt, []int{n})
 		v := make([]float64, n)
 		for i := range v {
 			v[i] = f(i)
 		}
-		setFloats(x, v)
-		return x
+		return floatTensor(dt, []int{n}, v...)
 	}
-	scalar := func(v float64) *Tensor {
-		x := NewTensor(dt, []int{})
-		setFloats(x, []float64{v})
-		return x
-	}
+	scalar := func(v float64) *Tensor { return floatTensor(dt, []int{}, v) }
 	p := vec(func(i int) float64 { return math.Sin(float64(i)) })
 	m := vec(func(i int) float64 { return 1e-2 * math.Cos(float64(3*i)) })
 	v := vec(func(i int) float64 { return 1e-3 * (1 + math.Sin(float64(7*i))) })
