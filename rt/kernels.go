@@ -569,7 +569,7 @@ func unary(p *hostPool, op string, x *Tensor) *Tensor {
 				d[i] = float32(math.Sqrt(float64(v)))
 			}
 		case "gelu": // f32 arithmetic, eight lanes at a time (rt/vecmath)
-			parallelFor(len(in), func(lo, hi int) { vecmath.Gelu(d[lo:hi], in[lo:hi]) })
+			parallelSlices(d, in, vecmath.Gelu)
 		case "exp", "tanh", "sigmoid": // f32-accurate kernels (f32math.go)
 			g := sigmoid32
 			switch op {

@@ -59,7 +59,7 @@ func geluGrad(p *hostPool, x *Tensor) *Tensor {
 	if in, ok := x.Data.([]float32); ok {
 		out := uninitialised(p, x.DType, x.Shape)
 		d := out.Data.([]float32)
-		parallelFor(len(in), func(lo, hi int) { vecmath.GeluGrad(d[lo:hi], in[lo:hi]) })
+		parallelSlices(d, in, vecmath.GeluGrad)
 		return out
 	}
 	return mapFloat(x, f)

@@ -44,3 +44,17 @@ func parallelFor(n int, body func(lo, hi int)) {
 	body(0, min(chunk, n))
 	wg.Wait()
 }
+
+// parallelSlices runs f over d and in (of one length) in chunks, as
+// parallelFor does, where f is a plain function (vecmath.Gelu): a
+// closure handed to parallelFor escapes (its goroutines run it), so a
+// caller that builds one allocates on every call, and nearly every loop
+// of a mesh step is small enough to run inline. Here the closure is made
+// only on the parallel path.
+func parallelSlices(d, in []float32, f func(d, in []float32)) {
+	if len(d) <= parallelGrain {
+		f(d, in)
+		return
+	}
+	parallelFor(len(d), func(lo, hi int) { f(d[lo:hi], in[lo:hi]) })
+}
