@@ -49,7 +49,8 @@ type DonatingLauncher interface {
 type donor struct {
 	maker  []plan.Kind
 	shared map[Buffer]bool
-	asked  []int // the donations asked of the backend, reused by every launch
+	spare  map[Buffer]bool // the set before shared, refilled by carried
+	asked  []int           // the donations asked of the backend, reused by every launch
 }
 
 func (w *Worker) donor() *donor {
@@ -144,7 +145,13 @@ func (x *execution) holdDonated(in *plan.Instr, out Buffer) {
 // caller holds them) and those it sent (a peer in this process may hold
 // the storage itself).
 func (d *donor) carried(x *execution, prog *plan.Program) {
-	shared := map[Buffer]bool{}
+	// filled while owned still reads the last execution's set, then
+	// swapped with it: two maps per worker, not one per step
+	shared := d.spare
+	if shared == nil {
+		shared = map[Buffer]bool{}
+	}
+	clear(shared)
 	output := func(b Buffer) bool {
 		return slices.ContainsFunc(prog.OutputSlots, func(s int) bool { return s >= 0 && x.slots[s] == b })
 	}
@@ -156,7 +163,7 @@ func (d *donor) carried(x *execution, prog *plan.Program) {
 			shared[b] = true
 		}
 	}
-	d.shared = shared
+	d.shared, d.spare = shared, d.shared
 }
 
 // count is how many holds b has.
