@@ -20,8 +20,8 @@ import (
 // has five such waits and lasts 50 µs on one device.
 //
 // When the process has no more ranks than processors (GOMAXPROCS), a
-// waiting rank instead polls for up to hotBudget, yielding once every
-// hotYield (see pollFor): it keeps its processor and its thread awake,
+// waiting rank instead polls for up to hotBudget, yielding once after
+// hotFirst and then every hotYield (see pollFor): it keeps its processor and its thread awake,
 // and sees the wait end within nanoseconds. Past the budget it sleeps as
 // before, so a peer that is late (a long kernel, a descheduled thread on
 // a shared machine) costs at most hotBudget of a core, during which any
@@ -44,17 +44,22 @@ func hotRanks(n int) bool { return n > 1 && n <= runtime.GOMAXPROCS(0) }
 
 // pollFor polls done until it says true (then true) or the budget has
 // passed (then false). The clock is read every 64 polls: a read costs
-// about 50 ns here, a poll of an atomic a few. Every hotYield it yields
-// once: the peer it waits for may be queued on this very processor (a
-// goroutine just started or woken goes to its starter's queue, and the
-// idle processor's thread takes microseconds to come and steal it), and
-// a poll that never yielded would keep it from running for the whole
-// budget. (Measured: the data-parallel MLP's all-reduces alone on two
-// ranks, bench/dp_test.go, took 2.3x the ideal at the median with a poll
-// that never yielded, against 1.1x sleeping at once.)
+// about 50 ns here, a poll of an atomic a few. It yields once after
+// hotFirst and then once every hotYield: the peer it waits for may be
+// queued on this very processor (a goroutine just started or woken goes
+// to its starter's queue, and the idle processor's thread takes
+// microseconds to come and steal it), or the machine's other load may
+// have left the process one core, so that both ranks take turns on one
+// processor; a poll that kept its processor would keep the peer from
+// running until its next yield. (Measured: the data-parallel MLP's
+// all-reduces alone on two ranks, bench/dp_test.go, took 2.3x the ideal
+// at the median with a poll that never yielded, against 1.1x sleeping at
+// once; the Megatron MLP step on [dp=1, tp=2] with one core busy with
+// another process took 105 µs at the median with the first yield after
+// 5 µs and 65 µs with it after 0.5 µs, as with GOMAXPROCS=1, bench/README.md.)
 func pollFor(budget time.Duration, done func() bool) bool {
 	start := time.Now()
-	yielded := time.Duration(0)
+	yielded := hotFirst - hotYield // the first yield comes after hotFirst
 	for k := 1; ; k++ {
 		if done() {
 			return true
@@ -73,5 +78,11 @@ func pollFor(budget time.Duration, done func() bool) bool {
 	}
 }
 
-// hotYield is how long a hot wait polls between two yields.
+// hotFirst is how long a hot wait polls before its first yield: a peer
+// that runs on another core usually arrives within it (a collective's
+// ranks arrive within a microsecond or two of each other in a balanced
+// step), and one that shares this processor runs after it.
+const hotFirst = 500 * time.Nanosecond
+
+// hotYield is how long a hot wait polls between two later yields.
 const hotYield = 5 * time.Microsecond
