@@ -152,6 +152,9 @@ type InProc struct {
 	// dev runs the collectives of groups that fit it on the device the
 	// ranks share (DrawResultsFrom)
 	dev DeviceCollectives
+	// park is what the rank's waits at its groups' barriers park with
+	// when the launcher runs it in a shift (shift.go)
+	park *parker
 }
 
 // NewInProc returns the n communicators of an in-process world.
@@ -160,7 +163,7 @@ func NewInProc(n int) []*InProc {
 	w.hot.Store(hotRanks(n))
 	out := make([]*InProc, n)
 	for r := range out {
-		out[r] = &InProc{T: t, rank: r, size: n, shared: w, held: map[*Tensor]*sharedResult{}}
+		out[r] = &InProc{T: t, rank: r, size: n, shared: w, held: map[*Tensor]*sharedResult{}, park: &parker{}}
 	}
 	return out
 }
@@ -188,7 +191,7 @@ func (c *InProc) NewGroup(_ context.Context, id int, members []int) (Group, erro
 	if idx < 0 {
 		return nil, fmt.Errorf("rank %d is not in group %v", c.rank, members)
 	}
-	shm := &shmMember{s: c.shared.group(id, members), sent: &c.T.sent[c.rank], pool: c.pool, held: c.held}
+	shm := &shmMember{s: c.shared.group(id, members), sent: &c.T.sent[c.rank], pool: c.pool, held: c.held, park: c.park}
 	if c.dev != nil && len(members) <= c.dev.MaxMembers() && c.shared.sameDevice(members) {
 		shm.dev = c.dev
 	}

@@ -121,7 +121,7 @@ func (g *Ring) devMeet(ctx context.Context, c call, x, out Buffer) error {
 	g.begin()
 	post := g.posted()
 	post.din[g.Rank], post.dout[g.Rank], post.sig[g.Rank], post.ddev[g.Rank] = x, out, c, g.shm.dev
-	if err := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm); err != nil {
+	if err := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm, g.shm.park); err != nil {
 		return err
 	}
 	for m, d := range post.ddev {
@@ -164,7 +164,7 @@ func (g *Ring) devFinish(ctx context.Context, start time.Time, out Buffer, err e
 	// none returns a result the group did not finish
 	post := g.posted()
 	post.derr[g.Rank] = err
-	perr := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm)
+	perr := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm, g.shm.park)
 	if perr == nil {
 		// (after a failed wait the peers may still be reading the
 		// postings; this member's next collective overwrites them)

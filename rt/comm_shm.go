@@ -110,6 +110,9 @@ type shmMember struct {
 	// dev, if set, runs the group's collectives on the device its
 	// members share (comm_dev.go)
 	dev DeviceCollectives
+	// park is the rank's parker (InProc.park): its waits park when the
+	// rank runs in a shift (shift.go)
+	park *parker
 }
 
 // SetTimeout makes each of this group's waits at a barrier fail with
@@ -176,7 +179,7 @@ const spins = 50
 // their timeout here instead of a context with a deadline per
 // collective; see Worker.exec).
 func (b *barrier) wait(ctx context.Context, timeout time.Duration) error {
-	return b.waitWith(ctx, timeout, nil)
+	return b.waitWith(ctx, timeout, nil, nil)
 }
 
 // alarm is a member's timer for its waits at a barrier, made on its
@@ -195,8 +198,10 @@ func (a *alarm) set(d time.Duration) <-chan time.Time {
 	return a.t.C
 }
 
-// waitWith is wait with the member's alarm (nil: a timer of its own).
-func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm) error {
+// waitWith is wait with the member's alarm (nil: a timer of its own)
+// and, when its rank runs in a shift (shift.go), the parker it parks
+// with instead of polling or sleeping.
+func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm, pk *parker) error {
 	b.mu.Lock()
 	b.count++
 	if b.count == b.n {
@@ -211,6 +216,10 @@ func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm)
 		return nil
 	}
 	gen := b.gen.Load()
+	if pk.parking() {
+		b.mu.Unlock()
+		return b.parkFor(ctx, gen, timeout, pk)
+	}
 	hot := b.hot != nil && b.hot.Load()
 	var ch chan struct{}
 	if !b.spin && !hot {
@@ -251,6 +260,12 @@ func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm)
 		err = ctxErr(ctx)
 	case <-expired:
 	}
+	return b.withdraw(gen, err)
+}
+
+// withdraw takes back a member's arrival in generation gen after its
+// wait ended with err, unless the generation completed meanwhile.
+func (b *barrier) withdraw(gen uint64, err error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gen.Load() != gen {
@@ -258,6 +273,32 @@ func (b *barrier) waitWith(ctx context.Context, timeout time.Duration, a *alarm)
 	}
 	b.count--
 	return err
+}
+
+// parkFor is a shift's rank's wait for generation gen to complete: it
+// parks until then, and each time its shift resumes it, checks ctx and,
+// if timeout is positive, how long it has waited.
+func (b *barrier) parkFor(ctx context.Context, gen uint64, timeout time.Duration, pk *parker) error {
+	pk.moves++
+	var since time.Time
+	if timeout > 0 {
+		since = time.Now()
+	}
+	for {
+		if b.gen.Load() != gen {
+			pk.moves++
+			return nil
+		}
+		if ctx.Err() != nil {
+			return b.withdraw(gen, ctxErr(ctx))
+		}
+		if timeout > 0 && time.Since(since) > timeout {
+			return b.withdraw(gen, ErrPeerTimeout)
+		}
+		if err := pk.park(); err != nil {
+			return b.withdraw(gen, err)
+		}
+	}
 }
 
 // sleeping is the channel the current generation's completion closes,
@@ -285,7 +326,7 @@ func (g *Ring) meet(ctx context.Context, c call, x, out *Tensor) error {
 	g.begin()
 	post := g.posted()
 	post.in[g.Rank], post.out[g.Rank], post.sig[g.Rank] = x, out, c
-	if err := s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm); err != nil {
+	if err := s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm, g.shm.park); err != nil {
 		return err
 	}
 	for m, d := range post.ddev {
@@ -312,7 +353,7 @@ func (g *Ring) agree(c call) error {
 // part waits at the second barrier, after which no member reads another's
 // buffers, and forgets what this member posted.
 func (g *Ring) part(ctx context.Context) error {
-	err := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm)
+	err := g.shm.s.bar.waitWith(ctx, g.shm.timeout, &g.shm.alarm, g.shm.park)
 	if err == nil {
 		// (after a failed wait the peers may still be reading the
 		// postings; this member's next collective overwrites them)

@@ -93,10 +93,11 @@ output y
 
 // Whether a launcher's ranks wait hot is decided at each execution, not
 // once when it is made: GOMAXPROCS may change in between (a program's
-// call, or the runtime following the container's CPU limit), and a
-// 4-rank launcher made with 4 processors must not poll once it has 2 (a
-// poller would hold a processor that the peer it waits for needs). Its
-// crew and its ranks' barriers follow, and its results stay the same.
+// call, or the runtime following the container's CPU limit). A 4-rank
+// launcher made with 4 processors runs its ranks in shifts once it has
+// fewer (shift.go): then its shifts, one per processor, wait for each
+// other hot, and with one processor (one shift) nothing does. Its crew
+// and its ranks' barriers follow, and its results stay the same.
 func TestHotFollowsGOMAXPROCS(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	p := compile(t, rowParallelMatmul(4))
@@ -111,8 +112,11 @@ func TestHotFollowsGOMAXPROCS(t *testing.T) {
 			want = res.Outputs[0]
 		}
 		require.Equal(t, want.Data, res.Outputs[0].Data, "GOMAXPROCS=%d", procs)
-		hot := procs >= 4
+		hot := procs > 1
 		require.Equal(t, hot, l.hot.Load(), "GOMAXPROCS=%d: the launcher", procs)
+		for _, pk := range l.parks {
+			require.Equal(t, procs < 4, pk.on, "GOMAXPROCS=%d: in shifts", procs)
+		}
 		for _, c := range l.crew {
 			require.Equal(t, hot, c.hot.Load(), "GOMAXPROCS=%d: its crew", procs)
 		}

@@ -27,13 +27,23 @@ type Local struct {
 	// the crew and the ranks' barriers, and decided again at each
 	// execution, as GOMAXPROCS may have changed since the last
 	hot *atomic.Bool
+	// shiftable: the plan's ranks block nowhere but at their groups'
+	// barriers, so that more ranks than processors run in shifts
+	// (shift.go); parks are the ranks' parkers, coros their coroutines
+	// (made at the first execution in shifts)
+	shiftable bool
+	parks     []*parker
+	coros     []*rankCoro
 }
 
 // NewLocal makes the workers of every rank of p.
 func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 	n := p.Mesh.Size()
 	comms := NewInProc(n)
-	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock, hot: &comms[0].shared.hot}
+	l := &Local{plan: p, Workers: make([]*Worker, n), stall: opts.stall, clock: opts.Clock, hot: &comms[0].shared.hot, parks: make([]*parker, n)}
+	for r, c := range comms {
+		l.parks[r] = c.park
+	}
 	budget := make([]int64, n) // 0: none
 	if opts.Backend == nil && n >= budgetRanks {
 		budget = p.Peaks()
@@ -67,7 +77,21 @@ func NewLocal(ctx context.Context, p *plan.Plan, opts Options) (*Local, error) {
 		}
 		l.Workers[r] = w
 	}
+	l.shiftable = opts.Backend == nil && opts.Backends == nil && l.clock == nil && !l.passesMessages()
 	return l, nil
+}
+
+// passesMessages says whether a rank's program sends or receives
+// point to point (a pipeline's stages), waits that do not park.
+func (l *Local) passesMessages() bool {
+	for _, w := range l.Workers {
+		for i := range w.Prog.Prog.Instrs {
+			if k := w.Prog.Prog.Instrs[i].Kind; k == plan.Send || k == plan.Recv {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // budgetRanks is the mesh size from which each rank's arena keeps only
@@ -88,17 +112,13 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 	if l.clock != nil {
 		l.clock.reset() // every rank finished the last execution
 	}
-	hot := hotRanks(n)
-	if l.hot.Load() != hot { // (written only on a change: every rank reads it)
-		l.hot.Store(hot)
-	}
+	hot, shifts := l.pace(n)
 	out := make([]*RankResult, n)
 	errs := make([]error, n)
 	start := time.Now()
-	var wg sync.WaitGroup
 	rank := func(r int) {
 		if l.stall != nil && l.stall(r) {
-			<-ctx.Done()
+			l.stalled(ctx, r)
 			errs[r] = ctx.Err()
 			return
 		}
@@ -114,31 +134,103 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 		}
 		out[r] = res
 	}
-	crew := l.hire()
-	var left atomic.Int32 // ranks 1..n-1 still running
-	left.Store(int32(n - 1))
-	wg.Add(n - 1)
-	for r := 1; r < n; r++ {
-		crew[r-1].give(func() {
-			// done before counted out: rank 0, seeing left at 0, then
-			// finds the wait group done rather than sleeping on it for
-			// the moment between the two
-			defer left.Add(-1)
-			defer wg.Done()
-			rank(r)
-		})
+	// the caller runs rank 0 (shift 0), the crew the others
+	var tasks []func()
+	if shifts > 0 {
+		work := l.inShifts(shifts, rank)
+		for s := range shifts {
+			tasks = append(tasks, func() { work.run(s) })
+		}
+	} else {
+		for r := range n {
+			tasks = append(tasks, func() { rank(r) })
+		}
 	}
-	rank(0)
-	if hot {
-		pollFor(hotBudget, func() bool { return left.Load() == 0 })
-	}
-	wg.Wait()
+	l.together(tasks, hot)
 	wall := time.Since(start)
 	err := firstError(errs)
 	if err != nil {
 		return nil, wall, err
 	}
 	return out, wall, nil
+}
+
+// pace decides how n ranks wait for each other in this execution: hot
+// (hotwait.go), and in how many shifts (0: a goroutine per rank;
+// shift.go) — with more ranks than processors, one per processor, each
+// of which then has a processor of its own.
+func (l *Local) pace(n int) (hot bool, shifts int) {
+	hot = hotRanks(n)
+	if procs := runtime.GOMAXPROCS(0); l.shiftable && n > procs {
+		hot, shifts = procs > 1, procs
+	}
+	if l.hot.Load() != hot { // (written only on a change: every rank reads it)
+		l.hot.Store(hot)
+	}
+	for _, pk := range l.parks {
+		pk.on = shifts > 0
+	}
+	return hot, shifts
+}
+
+// together runs tasks[0] on the caller's goroutine and the others on the
+// crew, and returns when all are done.
+func (l *Local) together(tasks []func(), hot bool) {
+	crew := l.hire()
+	var wg sync.WaitGroup
+	var left atomic.Int32 // tasks 1.. still running
+	left.Store(int32(len(tasks) - 1))
+	wg.Add(len(tasks) - 1)
+	for i, task := range tasks[1:] {
+		crew[i].give(func() {
+			// done before counted out: the caller, seeing left at 0,
+			// then finds the wait group done rather than sleeping on
+			// it for the moment between the two
+			defer left.Add(-1)
+			defer wg.Done()
+			task()
+		})
+	}
+	tasks[0]()
+	if hot {
+		pollFor(hotBudget, func() bool { return left.Load() == 0 })
+	}
+	wg.Wait()
+}
+
+// stalled is a stalled rank's execution (Options.stall, for tests: a
+// peer that never comes): it waits until ctx ends, parked if it runs in
+// a shift.
+func (l *Local) stalled(ctx context.Context, r int) {
+	pk := l.parks[r]
+	if !pk.parking() {
+		<-ctx.Done()
+		return
+	}
+	for ctx.Err() == nil && pk.park() == nil {
+	}
+}
+
+// inShifts hands the ranks' coroutines their jobs (rank(r)) for shifts
+// shifts.
+func (l *Local) inShifts(shifts int, rank func(r int)) *shiftWork {
+	if l.coros == nil {
+		l.coros = make([]*rankCoro, len(l.Workers))
+		for r := range l.coros {
+			l.coros[r] = newRankCoro(l.parks[r])
+		}
+		// the coroutines end with the launcher (none is running then)
+		runtime.AddCleanup(l, func(coros []*rankCoro) {
+			for _, c := range coros {
+				c.stop()
+			}
+		}, l.coros)
+	}
+	jobs := make([]func(), len(l.coros))
+	for r := range jobs {
+		jobs[r] = func() { rank(r) }
+	}
+	return newShiftWork(l.coros, jobs, shifts)
 }
 
 // hire returns the goroutines that run ranks 1..n-1, started on the first
