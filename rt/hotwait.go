@@ -2,6 +2,7 @@ package rt
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,8 +21,8 @@ import (
 // has five such waits and lasts 50 µs on one device.
 //
 // When the process has no more ranks than processors (GOMAXPROCS), a
-// waiting rank instead polls for up to hotBudget, yielding once after
-// hotFirst and then every hotYield (see pollFor): it keeps its processor and its thread awake,
+// waiting rank instead polls for up to hotBudget, yielding once every
+// hotYield, or first after hotFirst (see pollFor): it keeps its processor and its thread awake,
 // and sees the wait end within nanoseconds. Past the budget it sleeps as
 // before, so a peer that is late (a long kernel, a descheduled thread on
 // a shared machine) costs at most hotBudget of a core, during which any
@@ -44,22 +45,30 @@ func hotRanks(n int) bool { return n > 1 && n <= runtime.GOMAXPROCS(0) }
 
 // pollFor polls done until it says true (then true) or the budget has
 // passed (then false). The clock is read every 64 polls: a read costs
-// about 50 ns here, a poll of an atomic a few. It yields once after
-// hotFirst and then once every hotYield: the peer it waits for may be
-// queued on this very processor (a goroutine just started or woken goes
-// to its starter's queue, and the idle processor's thread takes
-// microseconds to come and steal it), or the machine's other load may
-// have left the process one core, so that both ranks take turns on one
-// processor; a poll that kept its processor would keep the peer from
-// running until its next yield. (Measured: the data-parallel MLP's
-// all-reduces alone on two ranks, bench/dp_test.go, took 2.3x the ideal
-// at the median with a poll that never yielded, against 1.1x sleeping at
-// once; the Megatron MLP step on [dp=1, tp=2] with one core busy with
-// another process took 105 µs at the median with the first yield after
-// 5 µs and 65 µs with it after 0.5 µs, as with GOMAXPROCS=1, bench/README.md.)
+// about 50 ns here, a poll of an atomic a few. It yields once every
+// hotYield: the peer it waits for may be queued on this very processor
+// (a goroutine just started or woken goes to its starter's queue, and
+// the idle processor's thread takes microseconds to come and steal it),
+// and a poll that never yielded would keep it from running for the
+// whole budget. (Measured: the data-parallel MLP's all-reduces alone on
+// two ranks, bench/dp_test.go, took 2.3x the ideal at the median with a
+// poll that never yielded, against 1.1x sleeping at once.)
+//
+// When the machine's other load leaves the process one core, both ranks
+// take turns on one processor, and each wait costs the peer up to
+// hotYield of its run: the Megatron MLP step on [dp=1, tp=2] took 105 µs
+// at the median with one core busy with another process, against 65 µs
+// yielding after 0.5 µs (as with GOMAXPROCS=1). On an idle machine that
+// early yield cost 5-10% of the step instead (a yield is a trip through
+// the scheduler's global queue). So the first yield comes after hotFirst
+// only while yields are found to let another goroutine run (yieldEarly).
 func pollFor(budget time.Duration, done func() bool) bool {
 	start := time.Now()
-	yielded := hotFirst - hotYield // the first yield comes after hotFirst
+	early := yieldEarly.Load()
+	yielded := time.Duration(0)
+	if early {
+		yielded = hotFirst - hotYield
+	}
 	for k := 1; ; k++ {
 		if done() {
 			return true
@@ -73,16 +82,39 @@ func pollFor(budget time.Duration, done func() bool) bool {
 		}
 		if now-yielded > hotYield {
 			runtime.Gosched()
-			yielded = now
+			yielded = time.Since(start)
+			learnYield(yielded-now, early)
+			early = false
 		}
 	}
 }
 
-// hotFirst is how long a hot wait polls before its first yield: a peer
-// that runs on another core usually arrives within it (a collective's
-// ranks arrive within a microsecond or two of each other in a balanced
-// step), and one that shares this processor runs after it.
+// yieldEarly says whether hot waits yield after hotFirst (pollFor): set
+// when a yield let another goroutine run (it took hotShared or more),
+// cleared when an early yield did not. One for the process: the other
+// load of the machine is the process's.
+var yieldEarly atomic.Bool
+
+// learnYield updates yieldEarly from a yield that took d, early or not.
+func learnYield(d time.Duration, early bool) {
+	switch {
+	case d >= hotShared && !early && !yieldEarly.Load():
+		yieldEarly.Store(true)
+	case d < hotShared && early && yieldEarly.Load():
+		yieldEarly.Store(false)
+	}
+}
+
+// hotShared is how long a yield takes when it let another goroutine run
+// on the processor: a trip through the scheduler alone takes a few
+// hundred nanoseconds.
+const hotShared = 2 * time.Microsecond
+
+// hotFirst is how long a hot wait polls before its first yield while
+// yieldEarly: a peer that runs on another core usually arrives within it
+// (a collective's ranks arrive within a microsecond or two of each other
+// in a balanced step), and one that shares this processor runs after it.
 const hotFirst = 500 * time.Nanosecond
 
-// hotYield is how long a hot wait polls between two later yields.
+// hotYield is how long a hot wait polls between two yields.
 const hotYield = 5 * time.Microsecond

@@ -31,8 +31,8 @@ import (
 // the ranks of one that lags, as when the machine's other load holds
 // the lagging shift's processor. When a whole round moves no rank (each
 // waits for a rank another shift is running), the shift polls the way
-// hot waits do (hotwait.go): it yields its processor after hotFirst,
-// then every hotYield, and after hotBudget it sleeps shiftNap between
+// hot waits do (hotwait.go): it yields its processor every hotYield (or
+// first after hotFirst), and after hotBudget it sleeps shiftNap between
 // rounds, so a long kernel on another shift costs little CPU here.
 //
 // A rank's coroutine is made once and kept with its grown stack; each
@@ -166,10 +166,11 @@ func (w *shiftWork) resume(c *rankCoro) bool {
 }
 
 // shiftIdle paces a shift whose ranks all wait for other shifts (see the
-// file comment).
+// file comment), yielding as pollFor does.
 type shiftIdle struct {
 	since   time.Time // the first fruitless round (zero: none)
 	yielded time.Duration
+	early   bool // the next yield is an early one (yieldEarly)
 }
 
 // shiftNap is how long a shift sleeps between two rounds once it has
@@ -180,7 +181,10 @@ func (s *shiftIdle) reset() { s.since = time.Time{} }
 
 func (s *shiftIdle) wait() {
 	if s.since.IsZero() {
-		s.since, s.yielded = time.Now(), hotFirst-hotYield
+		s.since, s.yielded, s.early = time.Now(), 0, yieldEarly.Load()
+		if s.early {
+			s.yielded = hotFirst - hotYield
+		}
 		return
 	}
 	now := time.Since(s.since)
@@ -189,6 +193,8 @@ func (s *shiftIdle) wait() {
 		time.Sleep(shiftNap)
 	case now-s.yielded > hotYield:
 		runtime.Gosched()
-		s.yielded = now
+		s.yielded = time.Since(s.since)
+		learnYield(s.yielded-now, s.early)
+		s.early = false
 	}
 }
