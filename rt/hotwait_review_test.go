@@ -129,3 +129,48 @@ func TestHotFollowsGOMAXPROCS(t *testing.T) {
 		}
 	}
 }
+
+// yieldEarly follows what yields are found to do: a yield that let
+// another goroutine run (it took hotShared or more) turns early yields
+// on, an early yield that did not turns them off, and nothing else
+// changes them.
+func TestYieldEarlyLearnsFromYields(t *testing.T) {
+	defer yieldEarly.Store(yieldEarly.Load())
+	for _, c := range []struct {
+		was, early bool
+		took       time.Duration
+		want       bool
+	}{
+		{false, false, hotShared, true},
+		{false, false, hotShared / 2, false},
+		{false, true, hotShared / 2, false},
+		{true, true, hotShared / 2, false},
+		{true, true, hotShared, true},
+		{true, false, hotShared / 2, true},
+	} {
+		yieldEarly.Store(c.was)
+		learnYield(c.took, c.early)
+		require.Equal(t, c.want, yieldEarly.Load(), "%+v", c)
+	}
+}
+
+// With one processor, a hot wait's peer runs only when the waiter
+// yields: its first yield lets the peer run, and the wait learns to
+// yield early from then on.
+func TestPollForLearnsThatItSharesAProcessor(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	defer yieldEarly.Store(yieldEarly.Load())
+	yieldEarly.Store(false)
+	// (a few tries: were the test's goroutine preempted before it polls,
+	// the peer would be done before the wait begins)
+	for try := 0; try < 5 && !yieldEarly.Load(); try++ {
+		var done atomic.Bool
+		go func() {
+			for t0 := time.Now(); time.Since(t0) < 4*hotShared; {
+			}
+			done.Store(true)
+		}()
+		require.True(t, pollFor(time.Second, done.Load))
+	}
+	require.True(t, yieldEarly.Load())
+}
