@@ -117,6 +117,16 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 	errs := make([]error, n)
 	start := time.Now()
 	rank := func(r int) {
+		// a bug that panics outside an instruction's kernel (which
+		// recovers its own, execution.exec) fails the rank: a rank in a
+		// shift would otherwise unwind through its shift, leaving the
+		// others waiting for it
+		defer func() {
+			if p := recover(); p != nil {
+				errs[r] = fmt.Errorf("rank %d: internal error: %v", r, p)
+				cancel()
+			}
+		}()
 		if l.stall != nil && l.stall(r) {
 			l.stalled(ctx, r)
 			errs[r] = ctx.Err()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,5 +160,29 @@ func TestShiftsMeetAtBarriers(t *testing.T) {
 	wg.Wait()
 	for r, n := range passed {
 		require.Equal(t, rounds, n, "rank %d", r)
+	}
+}
+
+// A rank that panics outside its kernels (here in the instruction hook)
+// fails the execution with an error, with a goroutine per rank and in
+// shifts, and the launcher runs again afterwards.
+func TestRankPanicFailsTheExecution(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	p := compile(t, rowParallelMatmul(4))
+	for _, procs := range []int{8, 2, 1} {
+		runtime.GOMAXPROCS(procs)
+		var armed atomic.Bool
+		armed.Store(true)
+		l, err := NewLocal(context.Background(), p.Exec, Options{Hook: func(rank, instr int) {
+			if rank == 1 && instr == 1 && armed.Load() {
+				panic("hook")
+			}
+		}})
+		require.NoError(t, err)
+		_, err = l.Run(context.Background(), nil)
+		require.ErrorContains(t, err, "rank 1: internal error: hook", "GOMAXPROCS=%d", procs)
+		armed.Store(false)
+		_, err = l.Run(context.Background(), nil)
+		require.NoError(t, err, "GOMAXPROCS=%d: the next execution", procs)
 	}
 }
