@@ -12,7 +12,7 @@
 #   DPStepSplit: each binary's "comm alone/ideal" and mesh/1 device (a
 #     run's medians; the benchmark's warm-up run of one round left out).
 #   bench/abmesh.sh OLD.test NEW.test [ROUNDS=5] [BENCH=TrainStep] [BENCHTIME=3x]
-# GOMAXPROCS and DP_MAX pass through.
+# GOMAXPROCS and DP_MAX pass through; BUSY=1 keeps a core busy (ab_lib.sh).
 set -euo pipefail
 old=$(realpath "$1") new=$(realpath "$2")
 rounds=${3:-5} bench=${4:-TrainStep} bt=${5:-3x}
