@@ -122,6 +122,7 @@ func (x *execution) holdDonated(in *plan.Instr, out Buffer) {
 		}
 		if a, ok := in.DonatedArg(k); ok && x.slots[a] == r {
 			x.slots[a], x.slots[s] = nil, r
+			x.size[s] = x.size[a]
 			if x.pipe != nil {
 				x.pipe.released(r)
 				x.pipe.made(in, r)
@@ -164,12 +165,4 @@ func (d *donor) carried(x *execution, prog *plan.Program) {
 		}
 	}
 	d.shared, d.spare = shared, d.shared
-}
-
-// count is how many holds b has.
-func (h holds) count(b Buffer) int32 {
-	if t, ok := b.(*Tensor); ok {
-		return h.tensors[t]
-	}
-	return h.other[b]
 }

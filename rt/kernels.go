@@ -32,6 +32,9 @@ type CPU struct {
 	// only a per-rank CPU (arena set) has one goroutine calling Launch.
 	call OpCall
 	args []*Tensor
+	// kernels caches the kernel table's entries by plan kernel
+	// (kernelFor); only a per-rank CPU has one goroutine using it
+	kernels ptrTable[plan.Kernel, kernelEntry]
 }
 
 // alloc is where kernel outputs come from: a nil pool allocates.
@@ -82,11 +85,41 @@ func (c *CPU) compute(call *OpCall) (*Tensor, error) {
 		// it for CPUKernelOps and any other caller
 		return c.matmul(call.pool, call.Args[0], call.Args[1], k.TransA, k.TransB)
 	}
-	k, ok := cpuKernels[call.Kernel.Op]
-	if !ok {
+	k := c.kernelFor(call.Kernel)
+	if k == nil {
 		return nil, fmt.Errorf("no CPU kernel for op %s", call.Kernel.Op)
 	}
 	return k(c, call)
+}
+
+// kernelFor is the table's kernel for k's op, nil if none. A rank's CPU
+// remembers it by the plan's kernel (one per instruction, the same every
+// step): hashing the op's name for the table was 3% of a Megatron MLP
+// mesh step. An entry is trusted only while the kernel still names the
+// op it was made for.
+func (c *CPU) kernelFor(k *plan.Kernel) cpuKernel {
+	if c.arena == nil { // a CPU shared between goroutines: no cache
+		return cpuKernels[k.Op]
+	}
+	if e, ok := c.kernels.get(k); ok && e.op == k.Op {
+		return e.f
+	}
+	if c.kernels.used >= kernelCacheMax {
+		c.kernels.clear() // a CPU used with plan after plan
+	}
+	f := cpuKernels[k.Op]
+	c.kernels.e[c.kernels.entry(k)].v = kernelEntry{op: k.Op, f: f}
+	return f
+}
+
+// kernelCacheMax bounds CPU.kernels: more instructions than the largest
+// shipped model's rank runs.
+const kernelCacheMax = 1 << 14
+
+// kernelEntry is what CPU.kernels keeps per plan kernel.
+type kernelEntry struct {
+	op string
+	f  cpuKernel
 }
 
 // cpuKernel computes one op on local blocks (half-precision operands
@@ -219,7 +252,7 @@ func init() {
 		return crossEntropy(call.pool, call.Args[0], call.Args[1], call.Kernel.ArgShapes[0][0])
 	}, "cross_entropy")
 	registerCPU(func(_ *CPU, call *OpCall) (*Tensor, error) {
-		return mse(call.Args[0], call.Args[1], numel(call.Kernel.ArgShapes[0]))
+		return mse(call.pool, call.Args[0], call.Args[1], numel(call.Kernel.ArgShapes[0]))
 	}, "mse")
 }
 
@@ -330,6 +363,23 @@ func binaryFn[T Float](op string) func(a, b T) T {
 	return func(a, b T) T { return a / b }
 }
 
+// scalarBinary is binaryFn(op)(a, b) without the function value.
+func scalarBinary[T Float](op string, a, b T) T {
+	switch op {
+	case "add":
+		return a + b
+	case "sub":
+		return a - b
+	case "mul":
+		return a * b
+	case "minimum":
+		return min(a, b)
+	case "maximum":
+		return max(a, b)
+	}
+	return a / b
+}
+
 // broadcastStrides gives the strides of an operand viewed with the output's
 // shape: 0 along broadcast dims.
 func broadcastStrides(in, out []int) []int {
@@ -347,6 +397,13 @@ func broadcastStrides(in, out []int) []int {
 func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y []T, ys []int) {
 	n := len(out)
 	if n == 0 {
+		return
+	}
+	if n == 1 && len(x) == 1 && len(y) == 1 {
+		// scalars (a learning rate, a norm, a clip factor) need none of
+		// the broadcasting below: minimum and maximum made a closure
+		// there (binaryFn), and every op sized its strides
+		out[0] = scalarBinary(op, x[0], y[0])
 		return
 	}
 	// the common shapes get loops with the arithmetic inline

@@ -378,7 +378,7 @@ func TestMSEF32InPlace(t *testing.T) {
 	for _, n := range []int{1, 7, 1000} {
 		for _, dt := range []ir.DType{ir.F32, ir.F64} {
 			a, b := randOperand(rng, dt, []int{n}), randOperand(rng, dt, []int{n})
-			got, err := mse(a, b, 3*n)
+			got, err := mse(nil, a, b, 3*n)
 			require.NoError(t, err)
 			x, y := a.Float64s(), b.Float64s()
 			s := 0.0

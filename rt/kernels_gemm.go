@@ -63,13 +63,13 @@ func (g *gemmOp) run32T(ad, bd, od []float32) {
 	if g.ta {
 		s := g.scratch32(g.m * g.k)
 		vecmath.Transpose(s, ad, g.k, g.m)
-		defer g.pool.putData(ir.F32, len(s), s, true)
+		defer putScratch(g.pool, s)
 		ad = s
 	}
 	if g.tb {
 		s := g.scratch32(g.k * g.n)
 		vecmath.Transpose(s, bd, g.n, g.k)
-		defer g.pool.putData(ir.F32, len(s), s, true)
+		defer putScratch(g.pool, s)
 		bd = s
 	}
 	g.bl.Sgemm(g.m, g.n, g.k, ad, g.k, bd, g.n, od, g.n)
@@ -94,10 +94,10 @@ func (g *gemmOp) run64T(ad, bd, od []float64) {
 
 // scratch32 is an f32 working buffer of n elements (contents unspecified)
 // from the pool's scratch lists, outside the plan's accounting as the
-// kernels' f64 scratch is; give it back with putData(..., true).
+// kernels' f64 scratch is; give it back with putScratch.
 func (g *gemmOp) scratch32(n int) []float32 {
-	if d := g.pool.takeScratch(ir.F32, n); d != nil {
-		return d.([]float32)
+	if s := takeScratch[float32](g.pool, n); s != nil {
+		return s
 	}
 	return make([]float32, n)
 }

@@ -508,7 +508,10 @@ func expFor(dt ir.DType) func(float64) float64 {
 	return exp64
 }
 
-func mse(a, b *Tensor, globalN int) (*Tensor, error) {
+// mse is the mean squared error of blocks a and b over globalN elements
+// in all, a scalar from pool p (a fresh one per step was an allocation
+// per rank).
+func mse(p *hostPool, a, b *Tensor, globalN int) (*Tensor, error) {
 	s := 0.0
 	if x, ok := a.Data.([]float32); ok && b.DType == ir.F32 {
 		// read in place: the float64 copies of both operands were 2 MB of
@@ -526,7 +529,7 @@ func mse(a, b *Tensor, globalN int) (*Tensor, error) {
 			s += d * d
 		}
 	}
-	out := NewTensor(a.DType, nil)
+	out := uninitialised(p, a.DType, nil)
 	setScalar(out, s/float64(globalN))
 	return out, nil
 }

@@ -178,12 +178,12 @@ func (c *CPU) adamFused(k *plan.Kernel, args []Buffer, out sbp.Block, n int, don
 	if err := AdamDonation(donate); err != nil {
 		return nil, err
 	}
-	ts, err := adamArgs(k, args, out)
-	if err != nil {
+	var ts [10]*Tensor // on the stack, as adamFused's results (two allocations a step per parameter)
+	if err := adamArgs(k, args, out, ts[:]); err != nil {
 		return nil, err
 	}
-	res := adamFused(c.alloc(), ts, out.Len, donate)
-	if res == nil {
+	res, ok := adamFused(c.alloc(), ts[:], out.Len, donate)
+	if !ok {
 		return nil, fmt.Errorf("adam_fused on %s: only f32 and f64 (lower fuses no other dtype)", k.DType)
 	}
 	return []Buffer{res[0], res[1], res[2]}, nil
@@ -205,21 +205,21 @@ func AdamDonation(donate []int) error {
 	return nil
 }
 
-// adamArgs are adam_fused's arguments as host tensors, checked: four
-// tensors of the result's block, six scalars, of the kernel's dtype.
-func adamArgs(k *plan.Kernel, args []Buffer, out sbp.Block) ([]*Tensor, error) {
-	ts := make([]*Tensor, len(args))
+// adamArgs puts adam_fused's arguments in ts (as long as args) as host
+// tensors, checked: four tensors of the result's block, six scalars, of
+// the kernel's dtype.
+func adamArgs(k *plan.Kernel, args []Buffer, out sbp.Block, ts []*Tensor) error {
 	for i, a := range args {
 		t, err := host(a)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if t.DType != k.DType || (i < 4 && t.Numel() != numel(out.Len)) || (i >= 4 && t.Numel() != 1) {
-			return nil, fmt.Errorf("adam_fused: argument %d is %s%v, the kernel's results %s%v", i+1, t.DType, t.Shape, k.DType, out.Len)
+			return fmt.Errorf("adam_fused: argument %d is %s%v, the kernel's results %s%v", i+1, t.DType, t.Shape, k.DType, out.Len)
 		}
 		ts[i] = t
 	}
-	return ts, nil
+	return nil
 }
 
 // adamFused computes p', m', v' from (p, m, v, g, β1, β2, step,
@@ -228,13 +228,13 @@ func adamArgs(k *plan.Kernel, args []Buffer, out sbp.Block) ([]*Tensor, error) {
 // same expressions as moment and adamUpdate, for f64). Result k is
 // written into argument donate[k] where donate (nil: none) says so
 // (plan.Instr.Donate: p' over p, m' over m, v' over v); both loops read
-// each element of p, m and v before writing it. Nil for another dtype.
-func adamFused(pool *hostPool, a []*Tensor, shape []int, donate []int) []*Tensor {
+// each element of p, m and v before writing it. Not ok for another
+// dtype.
+func adamFused(pool *hostPool, a []*Tensor, shape []int, donate []int) (out [3]*Tensor, ok bool) {
 	dt := a[0].DType
 	if dt != ir.F32 && dt != ir.F64 {
-		return nil // (before a donated argument is taken)
+		return out, false // (before a donated argument is taken)
 	}
-	out := make([]*Tensor, 3)
 	for k := range out {
 		if k < len(donate) && donate[k] >= 0 {
 			out[k] = a[donate[k]]
@@ -260,9 +260,9 @@ func adamFused(pool *hostPool, a []*Tensor, shape []int, donate []int) []*Tensor
 		f := func(i int) []float64 { return a[i].Data.([]float64) }
 		adamFusedLoop(d, out[1].Data.([]float64), out[2].Data.([]float64), f(0), f(1), f(2), f(3), f(4)[0], f(5)[0], [4]float64{f(6)[0], f(7)[0], f(8)[0], f(9)[0]})
 	default:
-		return nil
+		return out, false
 	}
-	return out
+	return out, true
 }
 
 // adamFusedLoop is moment (β1), moment squared (β2) and adamUpdate

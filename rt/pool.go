@@ -32,10 +32,20 @@ type hostPool struct {
 	// A list is held by pointer so that taking from it or adding to it
 	// is one map lookup, no map assignment (two per Launch and Free of
 	// a small matmul, issue 10 goal 5).
-	free    map[poolKey]*[]freed
-	scratch map[poolKey][]any // kernels' working copies (f64, putData)
-	held    int64             // bytes in free and scratch
-	limit   int64             // beyond this, freed buffers go to the collector
+	free map[poolKey]*[]freed
+	// lists caches free's entries, direct-mapped by key (listOf): a
+	// list, once made, stays in free for the pool's life, so an entry
+	// never goes stale, and a hit costs no hashing (free's lookups on
+	// every kernel's output and every free were 2% of a Megatron MLP
+	// mesh step)
+	lists [128]listEntry
+	// scratch holds kernels' working slices by key, each list a
+	// *[][]float32 or *[][]float64 (the key's dtype): typed, so giving a
+	// slice back boxes nothing (an f64 slice boxed as any was an
+	// allocation per kernel that used one)
+	scratch map[poolKey]any
+	held    int64 // bytes in free and scratch
+	limit   int64 // beyond this, freed buffers go to the collector
 	// budget, when set, bounds heldTensors plus out, the bytes of the
 	// tensors this pool has handed out (zeroed) and not had back: a
 	// rank's arena keeps a freed buffer only while what the rank uses and
@@ -72,6 +82,26 @@ func keyOf(dt ir.DType, n int, scratch bool) poolKey {
 	return poolKey(k)
 }
 
+// listEntry is one entry of hostPool.lists.
+type listEntry struct {
+	k poolKey
+	l *[]freed
+}
+
+// listOf is free's list for key k, nil if there is none yet. Under the
+// pool's lock.
+func (p *hostPool) listOf(k poolKey) *[]freed {
+	e := &p.lists[uint64(k)*0x9E3779B97F4A7C15>>(64-7)] // 128 entries
+	if e.l != nil && e.k == k {
+		return e.l
+	}
+	l := p.free[k]
+	if l != nil {
+		*e = listEntry{k, l}
+	}
+	return l
+}
+
 // poolMin is the smallest buffer worth recycling (smaller ones are cheap
 // to allocate and would crowd the lists).
 const poolMin = 4096
@@ -80,7 +110,7 @@ const poolMin = 4096
 const arenaLimit = 1 << 30
 
 func newHostPool(limit int64) *hostPool {
-	return &hostPool{free: map[poolKey]*[]freed{}, scratch: map[poolKey][]any{}, limit: limit, min: poolMin}
+	return &hostPool{free: map[poolKey]*[]freed{}, scratch: map[poolKey]any{}, limit: limit, min: poolMin}
 }
 
 // get returns a tensor of shape whose elements are unspecified: the caller
@@ -135,7 +165,7 @@ func (p *hostPool) take(dt ir.DType, n int, shape []int) *Tensor {
 	}
 	k := keyOf(dt, n, false)
 	p.lock() // unlocked by hand, not deferred: this is every kernel's output
-	list := p.free[k]
+	list := p.listOf(k)
 	if list == nil || len(*list) == 0 {
 		p.unlock()
 		return nil
@@ -158,24 +188,63 @@ func (p *hostPool) take(dt ir.DType, n int, shape []int) *Tensor {
 	return t
 }
 
-// takeScratch removes a kernel's freed working copy of n elements of dt,
-// or returns nil.
-func (p *hostPool) takeScratch(dt ir.DType, n int) any {
+// scalarDType is T's dtype.
+func scalarDType[T float32 | float64]() ir.DType {
+	var z T
+	if _, ok := any(z).(float32); ok {
+		return ir.F32
+	}
+	return ir.F64
+}
+
+// takeScratch removes a kernel's freed working slice of n elements of T
+// (contents unspecified), or returns nil.
+func takeScratch[T float32 | float64](p *hostPool, n int) []T {
 	if p == nil || n < p.min {
 		return nil
 	}
+	dt := scalarDType[T]()
+	p.lock()
+	defer p.unlock()
+	list, _ := p.scratch[keyOf(dt, n, true)].(*[][]T)
+	if list == nil || len(*list) == 0 {
+		return nil
+	}
+	l := *list
+	d := l[len(l)-1]
+	l[len(l)-1] = nil
+	*list = l[:len(l)-1]
+	p.held -= int64(n * dt.Size())
+	return d
+}
+
+// putScratch takes back a kernel's working slice s (from takeScratch, or
+// made when there was none).
+func putScratch[T float32 | float64](p *hostPool, s []T) {
+	n := len(s)
+	if p == nil || n < p.min {
+		return
+	}
+	dt := scalarDType[T]()
+	size := int64(n * dt.Size())
 	k := keyOf(dt, n, true)
 	p.lock()
 	defer p.unlock()
-	list := p.scratch[k]
-	if len(list) == 0 {
-		return nil
+	list, _ := p.scratch[k].(*[][]T)
+	if list == nil {
+		list = new([][]T)
+		p.scratch[k] = list
 	}
-	d := list[len(list)-1]
-	list[len(list)-1] = nil
-	p.scratch[k] = list[:len(list)-1]
-	p.held -= int64(n * dt.Size())
-	return d
+	for _, f := range *list {
+		if unsafe.SliceData(f) == unsafe.SliceData(s) {
+			return // already here: never hand one buffer out twice
+		}
+	}
+	if p.held+size > p.limit {
+		return
+	}
+	*list = append(*list, s)
+	p.held += size
 }
 
 // zeroed returns a zero-filled tensor of shape, reusing a freed buffer of
@@ -210,8 +279,7 @@ func (p *hostPool) handOut(n int64) {
 // working copy in float64: give it back with done once the kernel no
 // longer reads it. A nil pool allocates.
 func (p *hostPool) f64(n int) []float64 {
-	if d := p.takeScratch(ir.F64, n); d != nil {
-		s := d.([]float64)
+	if s := takeScratch[float64](p, n); s != nil {
 		clear(s)
 		return s
 	}
@@ -232,7 +300,7 @@ func (p *hostPool) float64s(t *Tensor) []float64 {
 func (p *hostPool) done(scratch ...[]float64) {
 	for _, s := range scratch {
 		if s != nil {
-			p.putData(ir.F64, len(s), s, true)
+			putScratch(p, s)
 		}
 	}
 }
@@ -261,32 +329,6 @@ func (p *hostPool) put(t *Tensor) {
 		return
 	}
 	p.keep(t)
-}
-
-// putData takes back storage d of n elements of dt: a kernel's scratch
-// (f64), or a tensor's storage without its header.
-func (p *hostPool) putData(dt ir.DType, n int, d any, scratch bool) {
-	if !scratch {
-		p.keep(&Tensor{DType: dt, Shape: []int{n}, Data: d})
-		return
-	}
-	if p == nil || n < p.min {
-		return
-	}
-	size := int64(n * dt.Size())
-	k := keyOf(dt, n, true)
-	p.lock()
-	defer p.unlock()
-	for _, f := range p.scratch[k] {
-		if dataPtr(f) == dataPtr(d) {
-			return // already here: never hand one buffer out twice
-		}
-	}
-	if p.held+size > p.limit {
-		return
-	}
-	p.scratch[k] = append(p.scratch[k], d)
-	p.held += size
 }
 
 // keep adds a freed tensor to its free list, within the limit and the
@@ -320,7 +362,7 @@ func (p *hostPool) unlock() {
 
 // keepLocked is keep's work under p.mu.
 func (p *hostPool) keepLocked(t *Tensor, k poolKey, at unsafe.Pointer, size int64) {
-	list := p.free[k]
+	list := p.listOf(k)
 	if list == nil {
 		list = new([]freed)
 		p.free[k] = list

@@ -90,7 +90,7 @@ func TestArenaBudgetBoundsWhatItKeeps(t *testing.T) {
 	require.Equal(t, int64(0), p.out)
 	s := p.f64(8192) // 64 KiB of scratch, four times the budget
 	p.done(s)
-	require.Len(t, p.scratch[keyOf(ir.F64, 8192, true)], 1)
+	require.Len(t, *p.scratch[keyOf(ir.F64, 8192, true)].(*[][]float64), 1)
 	// without a budget every freed tensor is kept
 	q := newArena(0)
 	x, y, z := q.zeroed(ir.F32, []int{4096}), q.zeroed(ir.F32, []int{4096}), q.zeroed(ir.F32, []int{4096})

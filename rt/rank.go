@@ -62,6 +62,14 @@ type Worker struct {
 	// spare is an earlier execution's timeline that its caller gave back
 	// (ReuseTimeline): the next execution records into it.
 	spare []Event
+	// loaded is, per source, this rank's block of a loaded file when it is
+	// a view of the file's storage (blockView), made by the first
+	// execution that materialised it: the same block every step, read
+	// only (no kernel writes an argument but a donated one, and a view
+	// is never donated), so later steps reuse it (its layout, header and
+	// storage slice were 8 allocations a rank per step of the Megatron
+	// MLP).
+	loaded []*Tensor
 }
 
 // ReuseTimeline gives the worker back the timeline (DeviceStats.Events) of
@@ -148,9 +156,11 @@ type execution struct {
 	feed  Feed
 	start time.Time
 	slots []Buffer
+	size  []int64 // per slot, its buffer's bytes as hold counted them
 	refs  holds    // slots (and sends in flight) holding each buffer: freed when none does
 	sent  []Buffer // buffers of buffered sends, held until Flush
 	args  []Buffer // the current instruction's arguments
+	off   []int    // a local step's offsets (localStep)
 	more  []Buffer // its further results (plan.Instr.Outs), in order
 	cur   int64
 	peak  int64
@@ -241,19 +251,31 @@ func (w *Worker) Run(ctx context.Context, feed Feed, start time.Time) (*RankResu
 	if x.pipe != nil {
 		res.Stats.Pipe = &PipeStats{Actions: x.pipe.spans, PeakLive: x.pipe.PeakLive, PeakBytes: x.pipe.PeakBytes, PeakKept: x.pipe.PeakKept, End: end}
 	}
-	held := func(s int) Buffer { // -1: another pipeline rank holds it
-		if s < 0 {
-			return nil
-		}
-		return x.slots[s]
+	// outputs and carry in one array, made at its length (appending
+	// to nil grew the carry four times a step on the Megatron MLP)
+	nOut, nCarry := len(prog.OutputSlots), len(prog.CarrySlots)
+	all := make([]Buffer, nOut+nCarry)
+	for i, s := range prog.OutputSlots {
+		all[i] = x.held(s)
 	}
-	for _, s := range prog.OutputSlots {
-		res.Outputs = append(res.Outputs, held(s))
+	for i, s := range prog.CarrySlots {
+		all[nOut+i] = x.held(s)
 	}
-	for _, s := range prog.CarrySlots {
-		res.Carry = append(res.Carry, held(s))
+	if nOut > 0 { // none: nil, as before
+		res.Outputs = all[:nOut:nOut]
+	}
+	if nCarry > 0 {
+		res.Carry = all[nOut:]
 	}
 	return res, nil
+}
+
+// held is slot s's buffer; nil for -1 (another pipeline rank holds it).
+func (x *execution) held(s int) Buffer {
+	if s < 0 {
+		return nil
+	}
+	return x.slots[s]
 }
 
 // step runs instruction i, which began at t0 (the previous one's end),
@@ -333,7 +355,8 @@ func (w *Worker) flush(ctx context.Context) error {
 func (w *Worker) reuse() *execution {
 	x := w.last
 	if x == nil {
-		x = &execution{slots: make([]Buffer, w.Prog.Prog.NumSlots()), refs: newHolds()}
+		n := w.Prog.Prog.NumSlots()
+		x = &execution{slots: make([]Buffer, n), size: make([]int64, n), refs: newHolds()}
 		w.last = x
 	}
 	clear(x.slots)
@@ -342,7 +365,7 @@ func (w *Worker) reuse() *execution {
 		w.inProc.forgetAll() // a failed execution's leftovers
 	}
 	clear(x.sent)
-	*x = execution{w: w, slots: x.slots, refs: x.refs, sent: x.sent[:0], args: x.args[:0]}
+	*x = execution{w: w, slots: x.slots, size: x.size, refs: x.refs, sent: x.sent[:0], args: x.args[:0], off: x.off}
 	return x
 }
 
@@ -366,12 +389,14 @@ func checkShapes(want []int, out Buffer, more []Buffer) error {
 func (x *execution) hold(in *plan.Instr, s int, out Buffer) {
 	x.slots[s] = out
 	x.refs.add(out)
+	n := out.Bytes()
+	x.size[s] = n // (release counts it out again without asking the buffer)
 	if in.Host {
-		x.hostCur += out.Bytes()
+		x.hostCur += n
 		x.hostPeak = max(x.hostPeak, x.hostCur)
 		return
 	}
-	x.cur += out.Bytes()
+	x.cur += n
 	x.peak = max(x.peak, x.cur)
 	if x.pipe != nil {
 		x.pipe.made(in, out)
@@ -384,11 +409,11 @@ func (x *execution) release(s int) {
 	b := x.slots[s]
 	x.slots[s] = nil
 	if x.w.onHost[s] {
-		x.hostCur -= b.Bytes()
+		x.hostCur -= x.size[s]
 		x.drop(b, x.w.Host)
 		return
 	}
-	x.cur -= b.Bytes()
+	x.cur -= x.size[s]
 	if x.pipe != nil {
 		x.pipe.released(b)
 	}
@@ -404,53 +429,6 @@ func (x *execution) drop(b Buffer, be Backend) {
 		}
 		be.Free(b)
 	}
-}
-
-// holds counts the slots (and sends in flight) holding each buffer. A
-// map keyed by the Buffer interface hashed and compared every key through
-// its dynamic type, 7-9% of a Megatron MLP mesh step; the CPU's buffers,
-// *Tensor, are counted in a map keyed by the pointer (the runtime's
-// 64-bit fast path), any other backend's in the general one.
-type holds struct {
-	tensors map[*Tensor]int32
-	other   map[Buffer]int32
-}
-
-func newHolds() holds {
-	return holds{tensors: map[*Tensor]int32{}, other: map[Buffer]int32{}}
-}
-
-func (h holds) add(b Buffer) {
-	if t, ok := b.(*Tensor); ok {
-		h.tensors[t]++
-		return
-	}
-	h.other[b]++
-}
-
-// drop gives up one hold on b and says whether none is left.
-func (h holds) drop(b Buffer) bool {
-	if t, ok := b.(*Tensor); ok {
-		return dropOne(h.tensors, t)
-	}
-	return dropOne(h.other, b)
-}
-
-// dropOne counts one hold of k less in m and says whether none is left
-// (k is then gone from m).
-func dropOne[K comparable](m map[K]int32, k K) bool {
-	n := m[k] - 1
-	if n != 0 {
-		m[k] = n
-		return false
-	}
-	delete(m, k)
-	return true
-}
-
-func (h holds) clear() {
-	clear(h.tensors)
-	clear(h.other)
 }
 
 // BackendOf is the backend of one tier: the host's (Host) or the device's.
@@ -554,7 +532,7 @@ func (x *execution) dispatch(ctx context.Context, in *plan.Instr, b *plan.Bound)
 		}
 		return be.Launch(ctx, in.Kernel, args, b.In, b.Out)
 	case plan.Local:
-		return localStep(be, in, b, args[0])
+		return localStep(be, in, b, args[0], &x.off)
 	case plan.Offload:
 		return copyBetween(w.Backend, w.Host, args[0])
 	case plan.Fetch:
@@ -633,11 +611,21 @@ func (x *execution) source(in *plan.Instr) (Buffer, error) {
 	if src.Role == "hyper" || src.Init == nil {
 		return nil, fmt.Errorf("no value fed for %s", in.Label)
 	}
+	be := x.w.BackendOf(in.Host)
+	if l := x.w.loaded; l != nil && l[in.Src] != nil {
+		return be.CopyIn(l[in.Src])
+	}
 	t, err := materialise(src, x.w.Plan.Mesh, x.w.Prog.Rank, x.w.Seed, x.w.files)
 	if err != nil {
 		return nil, err
 	}
-	return x.w.BackendOf(in.Host).CopyIn(t)
+	if t.view {
+		if x.w.loaded == nil {
+			x.w.loaded = make([]*Tensor, len(x.w.Plan.Sources))
+		}
+		x.w.loaded[in.Src] = t
+	}
+	return be.CopyIn(t)
 }
 
 // copyBetween copies a buffer of one tier into a new buffer of the other
@@ -698,9 +686,15 @@ func collectiveStep(ctx context.Context, g Group, in *plan.Instr, b *plan.Bound,
 // rank's block; making a value partial keeps it on one rank of the group
 // (sum over B), on every rank (max), or places each S block in the
 // identity of the reduction.
-func localStep(be Backend, in *plan.Instr, b *plan.Bound, x Buffer) (Buffer, error) {
+//
+// off is the execution's scratch for the offsets (a make per call was 8
+// allocations per Megatron MLP mesh step): the backends' Slice and Embed
+// read their offsets during the call only.
+func localStep(be Backend, in *plan.Instr, b *plan.Bound, x Buffer, scratch *[]int) (Buffer, error) {
 	st := in.Step
-	off := make([]int, len(in.Shape))
+	off := slices.Grow((*scratch)[:0], len(in.Shape))[:len(in.Shape)]
+	clear(off)
+	*scratch = off
 	switch st.Kind {
 	case sbp.LocalSlice:
 		for i := range off {
