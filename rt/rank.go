@@ -156,7 +156,7 @@ type execution struct {
 	feed  Feed
 	start time.Time
 	slots []Buffer
-	size  []int64 // per slot, its buffer's bytes as hold counted them
+	size  []int64  // per slot, its buffer's bytes as hold counted them
 	refs  holds    // slots (and sends in flight) holding each buffer: freed when none does
 	sent  []Buffer // buffers of buffered sends, held until Flush
 	args  []Buffer // the current instruction's arguments
