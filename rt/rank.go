@@ -311,7 +311,7 @@ func (x *execution) step(ctx context.Context, i int, t0 time.Duration) (time.Dur
 	if comm {
 		sent = w.Comm.BytesSent() - before
 	}
-	x.record(in, w.labels[i].event(t0, t1-t0, sent), out)
+	x.record(in, i, t0, t1-t0, sent, out)
 	if x.pipe != nil {
 		x.pipe.step(i, in, t0, t1)
 	}
