@@ -241,7 +241,8 @@ func init() {
 		x, at := call.Args[0], call.Kernel.Attrs
 		off := make([]int, len(x.Shape))
 		off[at.Axis] = at.Start
-		count := append([]int{}, x.Shape...)
+		var dims [8]int // on the stack: extract's result copies its shape
+		count := append(dims[:0], x.Shape...)
 		count[at.Axis] = at.End - at.Start
 		return extract(call.pool, x, off, count)
 	}), "slice")

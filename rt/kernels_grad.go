@@ -33,7 +33,8 @@ func init() {
 	registerCPU(pure(func(call *OpCall) *Tensor { return broadcastTo(call.Args[0], call.Out.Len) }), "broadcast_to")
 	registerCPU(pure(func(call *OpCall) *Tensor {
 		x, k := call.Args[0], call.Kernel
-		shape := append([]int{}, x.Shape...)
+		var dims [8]int // on the stack: zeroed copies the shape
+		shape := append(dims[:0], x.Shape...)
 		shape[k.Attrs.Axis] += k.Shape[k.Attrs.Axis] - k.ArgShapes[0][k.Attrs.Axis]
 		out := call.pool.zeroed(x.DType, shape) // zero outside the copied block
 		off := make([]int, len(shape))

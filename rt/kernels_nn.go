@@ -194,12 +194,13 @@ func sumSqDev4[T float32 | float64](x []T, mean float64) float64 {
 // the right partial.
 func reduce(p *hostPool, v *plan.Kernel, x *Tensor) *Tensor {
 	axis := v.Attrs.Axis
+	var dims [8]int // on the stack: the result's header copies its shape
 	var outShape []int
 	outer, n, inner := 1, x.Numel(), 1
 	globalN := numel(v.ArgShapes[0])
 	if axis >= 0 {
 		outer, n, inner = axisView(x.Shape, axis)
-		outShape = append(append([]int{}, x.Shape[:axis]...), x.Shape[axis+1:]...)
+		outShape = append(append(dims[:0], x.Shape[:axis]...), x.Shape[axis+1:]...)
 		globalN = v.ArgShapes[0][axis]
 	}
 	o := p.f64(outer * inner)

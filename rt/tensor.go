@@ -63,7 +63,10 @@ func numel(shape []int) int {
 func numelChecked(shape []int) int {
 	n, ok := size.Elements(shape)
 	if !ok {
-		panic(fmt.Sprintf("rt: shape %v has no valid element count", shape))
+		// formatted without handing shape to fmt, where it would escape:
+		// every caller's shape would then live on the heap (a shape built
+		// on a kernel's stack was an allocation per call)
+		panic("rt: shape " + ir.ShapeString(shape) + " has no valid element count")
 	}
 	return n
 }
