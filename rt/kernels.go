@@ -317,7 +317,10 @@ func floatsOf[R any](t *Tensor, f32 func([]float32) R, f64 func([]float64) R) R 
 
 func elementwise(p *hostPool, op string, x, y *Tensor) (*Tensor, error) {
 	var dims [8]int // the shape stays on the stack: uninitialised copies it
-	shape, ok := ops.BroadcastAppend(dims[:0], x.Shape, y.Shape)
+	shape, ok := x.Shape, true
+	if !sameShape(x.Shape, y.Shape) { // (most operands: nothing to broadcast)
+		shape, ok = ops.BroadcastAppend(dims[:0], x.Shape, y.Shape)
+	}
 	if !ok {
 		return nil, fmt.Errorf("local shapes %s and %s do not broadcast", ir.ShapeString(x.Shape), ir.ShapeString(y.Shape))
 	}
@@ -408,33 +411,7 @@ func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y [
 		return
 	}
 	// the common shapes get loops with the arithmetic inline
-	fast := func(xScalar, yScalar bool) bool {
-		switch op {
-		case "add", "sub", "mul", "div":
-		default:
-			return false
-		}
-		if n <= parallelGrain {
-			// one call, without the closure below: a closure handed to
-			// parallelFor escapes (its goroutines run it), so making
-			// one allocates, and nearly every loop of a mesh step is
-			// this small (a sixth of the bytes a Megatron MLP step
-			// allocated on [dp=1, tp=2])
-			fastBinary(op, out, x, y, xScalar, yScalar)
-			return true
-		}
-		parallelFor(n, func(lo, hi int) {
-			xs, ys := x, y
-			if !xScalar {
-				xs = x[lo:hi]
-			}
-			if !yScalar {
-				ys = y[lo:hi]
-			}
-			fastBinary(op, out[lo:hi], xs, ys, xScalar, yScalar)
-		})
-		return true
-	}
+	fast := func(xScalar, yScalar bool) bool { return binaryFast(op, out, x, y, xScalar, yScalar) }
 	switch {
 	case sameShape(xs, ys):
 		if fast(false, false) {
@@ -484,6 +461,39 @@ func binaryKernel[T Float](op string, out []T, shape []int, x []T, xs []int, y [
 			idx[k] = 0
 		}
 	}
+}
+
+// binaryFast runs add, sub, mul and div over out with the arithmetic
+// inline (fastBinary), in parallel chunks when out is large; x and y are
+// out's length or scalars. It reports false for other ops. A function of
+// its own rather than a closure of binaryKernel's: the closure's call
+// through its captured variables was a tenth of a small add's launch.
+func binaryFast[T Float](op string, out, x, y []T, xScalar, yScalar bool) bool {
+	switch op {
+	case "add", "sub", "mul", "div":
+	default:
+		return false
+	}
+	if len(out) <= parallelGrain {
+		// one call, without the closure below: a closure handed to
+		// parallelFor escapes (its goroutines run it), so making one
+		// allocates, and nearly every loop of a mesh step is this small
+		// (a sixth of the bytes a Megatron MLP step allocated on [dp=1,
+		// tp=2])
+		fastBinary(op, out, x, y, xScalar, yScalar)
+		return true
+	}
+	parallelFor(len(out), func(lo, hi int) {
+		xs, ys := x, y
+		if !xScalar {
+			xs = x[lo:hi]
+		}
+		if !yScalar {
+			ys = y[lo:hi]
+		}
+		fastBinary(op, out[lo:hi], xs, ys, xScalar, yScalar)
+	})
+	return true
 }
 
 // binaryOpByte names vecmath.Binary's ops (0: none of them).
