@@ -310,6 +310,16 @@ func transpose(p *hostPool, x *Tensor, perm []int) *Tensor {
 			return out
 		}
 	}
+	if outer, n1, n2, run, ok := swapsAdjacent(x.Shape, perm); ok {
+		switch d := out.Data.(type) {
+		case []float32:
+			swapRuns(d, x.Data.([]float32), outer, n1, n2, run)
+			return out
+		case []float64:
+			swapRuns(d, x.Data.([]float64), outer, n1, n2, run)
+			return out
+		}
+	}
 	switch d := out.Data.(type) {
 	case []float32:
 		permute(d, x.Data.([]float32), shape, src)
@@ -336,6 +346,53 @@ func swapsLastTwo(shape, perm []int) (m, n int, ok bool) {
 		}
 	}
 	return shape[r-2], shape[r-1], true
+}
+
+// swapsAdjacent reports whether perm swaps two adjacent dims k and k+1
+// of shape, neither of them the last, and keeps every other dim: x is
+// then outer [n1, n2] matrices whose elements are runs of run contiguous
+// elements (attention's [B, T, H, D] ↔ [B, H, T, D], perm 0 2 1 3).
+func swapsAdjacent(shape, perm []int) (outer, n1, n2, run int, ok bool) {
+	r, k := len(perm), -1
+	for i := 0; i < r; i++ {
+		switch {
+		case perm[i] == i:
+		case k < 0 && i+1 < r-1 && perm[i] == i+1 && perm[i+1] == i:
+			k = i
+			i++
+		default:
+			return 0, 0, 0, 0, false
+		}
+	}
+	if k < 0 {
+		return 0, 0, 0, 0, false
+	}
+	outer, run = 1, 1
+	for _, d := range shape[:k] {
+		outer *= d
+	}
+	for _, d := range shape[k+2:] {
+		run *= d
+	}
+	return outer, shape[k], shape[k+1], run, true
+}
+
+// swapRuns writes in's outer [n1, n2] matrices of runs (swapsAdjacent)
+// transposed into out, a run at a time in out's order: the general
+// permute's per-run index walk cost three times the copy on attention's
+// head transposes (8% of a tiny-GPT step).
+func swapRuns[T Num](out, in []T, outer, n1, n2, run int) {
+	o, size := 0, n1*n2*run
+	for b := 0; b < outer; b++ {
+		m := in[b*size : (b+1)*size]
+		for j := 0; j < n2; j++ {
+			for i := 0; i < n1; i++ {
+				s := (i*n2 + j) * run
+				copy(out[o:o+run], m[s:s+run])
+				o += run
+			}
+		}
+	}
 }
 
 // transposeBlocks transposes each [m, n] matrix of in (as many as fit)
