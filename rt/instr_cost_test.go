@@ -235,3 +235,51 @@ func walkPermute(shape, perm []int, vals []float64) []float64 {
 	}
 	return out
 }
+
+// Small loops make no closure: exp, tanh, sigmoid, log (through float64),
+// the unfused Adam ops and the f64 update on a rank's arena allocate
+// nothing once their output's buffer is back in the arena.
+func TestSmallLoopsAllocateNothing(t *testing.T) {
+	p := newArena(0)
+	vec := func(dt ir.DType, v float64) *Tensor {
+		x := NewTensor(dt, []int{64})
+		vals := make([]float64, 64)
+		for i := range vals {
+			vals[i] = v + float64(i)/64
+		}
+		storeFloat64s(x, vals)
+		return x
+	}
+	for _, op := range []string{"exp", "tanh", "sigmoid", "log", "gelu"} {
+		x := vec(ir.F32, 0.5)
+		p.put(unary(p, op, x))
+		require.Zero(t, testing.AllocsPerRun(50, func() { p.put(unary(p, op, x)) }), op)
+	}
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		m, g, v, w := vec(dt, 0.1), vec(dt, -0.2), vec(dt, 0.3), vec(dt, 1)
+		s := func(x float64) *Tensor { return scalarOf(dt, x) }
+		for _, c := range []struct {
+			op   string
+			args []*Tensor
+			f    func(*OpCall) *Tensor
+		}{
+			{"adam_moment", []*Tensor{m, g, s(0.9)}, adamMoment},
+			{"adam_moment2", []*Tensor{v, g, s(0.999)}, adamMoment},
+			{"adam_update", []*Tensor{w, m, v, s(0.01), s(0.99), s(1e-8), s(1)}, adamStep},
+		} {
+			call := &OpCall{Kernel: &plan.Kernel{Op: c.op, DType: dt}, Args: c.args, pool: p}
+			p.put(c.f(call))
+			require.Zero(t, testing.AllocsPerRun(50, func() { p.put(c.f(call)) }), "%s %s", c.op, dt)
+		}
+		fused := []*Tensor{w, m, v, g, s(0.9), s(0.999), s(0.01), s(0.99), s(1e-8), s(1)}
+		put := func(r [3]*Tensor) {
+			for _, x := range r {
+				p.put(x)
+			}
+		}
+		r, ok := adamFused(p, fused, []int{64}, nil)
+		require.True(t, ok)
+		put(r)
+		require.Zero(t, testing.AllocsPerRun(50, func() { r, _ := adamFused(p, fused, []int{64}, nil); put(r) }), "adam_fused %s", dt)
+	}
+}

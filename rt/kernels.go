@@ -646,15 +646,15 @@ func unary(p *hostPool, op string, x *Tensor) *Tensor {
 			case "tanh":
 				g = tanh32
 			}
-			parallelFor(len(in), func(lo, hi int) {
+			parallelWith(len(in), mapArgs[float32]{d, in, g}, func(a mapArgs[float32], lo, hi int) {
 				for i := lo; i < hi; i++ {
-					d[i] = g(in[i])
+					a.d[i] = a.f(a.in[i])
 				}
 			})
 		default:
-			parallelFor(len(in), func(lo, hi int) {
+			parallelWith(len(in), mapArgs[float64]{d, in, f}, func(a mapArgs[float64], lo, hi int) {
 				for i := lo; i < hi; i++ {
-					d[i] = float32(f(float64(in[i])))
+					a.d[i] = float32(a.f(float64(a.in[i])))
 				}
 			})
 		}
@@ -664,6 +664,13 @@ func unary(p *hostPool, op string, x *Tensor) *Tensor {
 		}
 	}
 	return out
+}
+
+// mapArgs is what unary's f32 loops read: out, in, and the function of
+// each element (in f32 or through float64).
+type mapArgs[T Float] struct {
+	d, in []float32
+	f     func(T) T
 }
 
 // uninitialised is zeroed without the zeroing, for a kernel that writes

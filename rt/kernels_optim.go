@@ -27,7 +27,9 @@ func adamMoment(call *OpCall) *Tensor {
 	switch d := out.Data.(type) {
 	case []float32: // eight lanes at a time (rt/vecmath), the same bits as moment
 		m, g, beta := a[0].Data.([]float32), a[1].Data.([]float32), a[2].Data.([]float32)[0]
-		parallelFor(len(d), func(lo, hi int) { vecmath.Moment(d[lo:hi], m[lo:hi], g[lo:hi], beta, sq) })
+		parallelWith(len(d), f32Slices{out: d, m: m, v: g, h: [4]float32{beta}, square: sq}, func(a f32Slices, lo, hi int) {
+			vecmath.Moment(a.out[lo:hi], a.m[lo:hi], a.v[lo:hi], a.h[0], a.square)
+		})
 	case []float64:
 		moment(d, a[0].Data.([]float64), a[1].Data.([]float64), a[2].Data.([]float64)[0], sq)
 	}
@@ -53,28 +55,58 @@ func adamStep(call *OpCall) *Tensor {
 // into one multiply-add (on arm64, and on amd64 with GOAMD64=v3), which
 // neither rt/vecmath's kernels nor the CUDA backend's (--fmad=false) do,
 // and the results would differ in the last bit.
+//
+// A small loop runs inline: the closure parallelFor's goroutines need is
+// made only on the parallel path (a closure in a generic function holds
+// its dictionary, and one handed to parallelFor escapes: an allocation
+// per call).
 func moment[T Float](out, m, g []T, beta T, square bool) {
+	if len(out) <= parallelGrain {
+		momentRun(out, m, g, beta, square)
+		return
+	}
+	parallelFor(len(out), func(lo, hi int) { momentRun(out[lo:hi], m[lo:hi], g[lo:hi], beta, square) })
+}
+
+func momentRun[T Float](out, m, g []T, beta T, square bool) {
 	w := 1 - beta
-	parallelFor(len(out), func(lo, hi int) {
-		if square {
-			for i := lo; i < hi; i++ {
-				out[i] = T(m[i]*beta) + T(g[i]*g[i]*w)
-			}
-			return
+	m, g = m[:len(out)], g[:len(out)]
+	if square {
+		for i := range out {
+			out[i] = T(m[i]*beta) + T(g[i]*g[i]*w)
 		}
-		for i := lo; i < hi; i++ {
-			out[i] = T(m[i]*beta) + T(g[i]*w)
-		}
-	})
+		return
+	}
+	for i := range out {
+		out[i] = T(m[i]*beta) + T(g[i]*w)
+	}
 }
 
 func adamUpdate[T Float](out, p, m, v []T, step, rootBC2, eps, decay T) {
+	if len(out) <= parallelGrain {
+		adamUpdateRun(out, p, m, v, step, rootBC2, eps, decay)
+		return
+	}
 	parallelFor(len(out), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			denom := T(math.Sqrt(float64(v[i])))/rootBC2 + eps
-			out[i] = T(p[i]*decay) - T(step*(m[i]/denom))
-		}
+		adamUpdateRun(out[lo:hi], p[lo:hi], m[lo:hi], v[lo:hi], step, rootBC2, eps, decay)
 	})
+}
+
+func adamUpdateRun[T Float](out, p, m, v []T, step, rootBC2, eps, decay T) {
+	p, m, v = p[:len(out)], m[:len(out)], v[:len(out)]
+	for i := range out {
+		denom := T(math.Sqrt(float64(v[i])))/rootBC2 + eps
+		out[i] = T(p[i]*decay) - T(step*(m[i]/denom))
+	}
+}
+
+// f32Slices is the slices and scalars an f32 optimizer loop reads
+// (parallelWith): out, p, m, v (or m, g for a moment) and step, root_bc2,
+// eps, decay (or β).
+type f32Slices struct {
+	out, p, m, v []float32
+	h            [4]float32
+	square       bool
 }
 
 // adamUpdate32 is adamUpdate for f32, the same arithmetic, eight lanes at
@@ -82,8 +114,8 @@ func adamUpdate[T Float](out, p, m, v []T, step, rootBC2, eps, decay T) {
 // per element on 1M parameters, its float64 square root not narrowed to
 // SQRTSS; a scalar f32 loop at 10 (issue 10).
 func adamUpdate32(out, p, m, v []float32, step, rootBC2, eps, decay float32) {
-	parallelFor(len(out), func(lo, hi int) {
-		vecmath.AdamUpdate(out[lo:hi], p[lo:hi], m[lo:hi], v[lo:hi], step, rootBC2, eps, decay)
+	parallelWith(len(out), f32Slices{out: out, p: p, m: m, v: v, h: [4]float32{step, rootBC2, eps, decay}}, func(a f32Slices, lo, hi int) {
+		vecmath.AdamUpdate(a.out[lo:hi], a.p[lo:hi], a.m[lo:hi], a.v[lo:hi], a.h[0], a.h[1], a.h[2], a.h[3])
 	})
 }
 
@@ -270,14 +302,22 @@ func adamFused(pool *hostPool, a []*Tensor, shape []int, donate []int) (out [3]*
 // as they round it. np, nm, nv may be p, m, v themselves (donation):
 // element i of each is read before it is written.
 func adamFusedLoop[T Float](np, nm, nv, p, m, v, g []T, b1, b2 T, hyper [4]T) {
+	if len(np) <= parallelGrain { // no closure (see moment)
+		adamFusedRun(np, nm, nv, p, m, v, g, b1, b2, hyper)
+		return
+	}
+	parallelFor(len(np), func(lo, hi int) {
+		adamFusedRun(np[lo:hi], nm[lo:hi], nv[lo:hi], p[lo:hi], m[lo:hi], v[lo:hi], g[lo:hi], b1, b2, hyper)
+	})
+}
+
+func adamFusedRun[T Float](np, nm, nv, p, m, v, g []T, b1, b2 T, hyper [4]T) {
 	w1, w2 := 1-b1, 1-b2
 	step, rootBC2, eps, decay := hyper[0], hyper[1], hyper[2], hyper[3]
-	parallelFor(len(np), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			nm[i] = T(m[i]*b1) + T(g[i]*w1)
-			nv[i] = T(v[i]*b2) + T(g[i]*g[i]*w2)
-			denom := T(math.Sqrt(float64(nv[i])))/rootBC2 + eps
-			np[i] = T(p[i]*decay) - T(step*(nm[i]/denom))
-		}
-	})
+	for i := range np {
+		nm[i] = T(m[i]*b1) + T(g[i]*w1)
+		nv[i] = T(v[i]*b2) + T(g[i]*g[i]*w2)
+		denom := T(math.Sqrt(float64(nv[i])))/rootBC2 + eps
+		np[i] = T(p[i]*decay) - T(step*(nm[i]/denom))
+	}
 }

@@ -58,3 +58,17 @@ func parallelSlices(d, in []float32, f func(d, in []float32)) {
 	}
 	parallelFor(len(d), func(lo, hi int) { f(d[lo:hi], in[lo:hi]) })
 }
+
+// parallelWith is parallelFor for a body that is a plain function of its
+// state a (the slices and scalars a closure would capture): as in
+// parallelSlices, the closure parallelFor's goroutines need is made only
+// on the parallel path, so a small loop allocates nothing (exp, tanh,
+// sigmoid, the unfused Adam ops and the f64 update each made one per
+// call).
+func parallelWith[A any](n int, a A, body func(a A, lo, hi int)) {
+	if n <= parallelGrain {
+		body(a, 0, n)
+		return
+	}
+	parallelFor(n, func(lo, hi int) { body(a, lo, hi) })
+}
