@@ -687,9 +687,9 @@ func collectiveStep(ctx context.Context, g Group, in *plan.Instr, b *plan.Bound,
 // (sum over B), on every rank (max), or places each S block in the
 // identity of the reduction.
 //
-// off is the execution's scratch for the offsets (a make per call was 8
-// allocations per Megatron MLP mesh step): the backends' Slice and Embed
-// read their offsets during the call only.
+// scratch is the execution's slice for the offsets (a make per call was
+// 8 allocations per Megatron MLP mesh step): the backends' Slice and
+// Embed read their offsets during the call only.
 func localStep(be Backend, in *plan.Instr, b *plan.Bound, x Buffer, scratch *[]int) (Buffer, error) {
 	st := in.Step
 	off := slices.Grow((*scratch)[:0], len(in.Shape))[:len(in.Shape)]
