@@ -14,9 +14,10 @@ import (
 // A map keyed by the Buffer interface hashed and compared every key
 // through its dynamic type, 7-9% of a Megatron MLP mesh step; a map keyed
 // by *Tensor still cost a hash and a group probe per hold and per free,
-// 5-6% of that step at GOMAXPROCS=1 (two per instruction). The CPU's
+// about 6% of that step at GOMAXPROCS=1 (two per instruction). The CPU's
 // buffers are now counted in tensorCounts, an open-addressing table of
-// the pointers themselves; any other backend's in a map.
+// the pointers themselves (about half that); any other backend's in a
+// map.
 type holds struct {
 	tensors tensorCounts
 	other   map[Buffer]int32
