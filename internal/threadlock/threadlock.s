@@ -1,0 +1,1 @@
+// (empty: lets threadlock.go declare Locked without a body)
