@@ -1,0 +1,55 @@
+package rt
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// coroutines counts the goroutines of the ranks' coroutines (shift.go):
+// suspended or running, their stacks show newRankCoro's function.
+func coroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "meshrun/rt.newRankCoro.func1(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// The ranks' coroutines outlive an execution in shifts (the next one
+// resumes them) but not the launcher: once it is collected its cleanup
+// stops them, whether its last execution ran in shifts or (GOMAXPROCS
+// raised meanwhile) with a goroutine per rank.
+func TestShiftCoroutinesEndWithTheLauncher(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	p := compile(t, rowParallelMatmul(4))
+	for _, last := range []int{2, 4} {
+		runtime.GC()
+		before := coroutines()
+		func() {
+			runtime.GOMAXPROCS(2)
+			l, err := NewLocal(context.Background(), p.Exec, Options{})
+			require.NoError(t, err)
+			_, err = l.Run(context.Background(), nil)
+			require.NoError(t, err)
+			runtime.GOMAXPROCS(last)
+			_, err = l.Run(context.Background(), nil)
+			require.NoError(t, err)
+			require.Equal(t, before+4, coroutines(), "a coroutine per rank, kept")
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for coroutines() > before && time.Now().Before(deadline) {
+			runtime.GC()
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Equal(t, before, coroutines(), "GOMAXPROCS=%d last: the coroutines end once the launcher is collected", last)
+	}
+}
+
