@@ -144,13 +144,21 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 		}
 		out[r] = res
 	}
-	// the caller runs rank 0 (shift 0), the crew the others
+	// the caller runs rank 0, the crew the others; in shifts the crew
+	// runs every shift and the caller only waits (sleeping: a poller
+	// would hold a processor a shift needs). A coroutine must be resumed
+	// in the thread-lock state it was made in (the runtime kills the
+	// process otherwise), and the caller's goroutine may be locked to its
+	// OS thread (runtime.LockOSThread): the launcher's own goroutines
+	// never are.
 	var tasks []func()
 	if shifts > 0 {
 		work := l.inShifts(shifts, rank)
+		tasks = append(tasks, func() {})
 		for s := range shifts {
 			tasks = append(tasks, func() { work.run(s) })
 		}
+		hot = false
 	} else {
 		for r := range n {
 			tasks = append(tasks, func() { rank(r) })
@@ -225,10 +233,17 @@ func (l *Local) stalled(ctx context.Context, r int) {
 // shifts.
 func (l *Local) inShifts(shifts int, rank func(r int)) *shiftWork {
 	if l.coros == nil {
+		// made on a goroutine of their own, never locked to a thread
+		// (see Exec), as the crew that resumes them
 		l.coros = make([]*rankCoro, len(l.Workers))
-		for r := range l.coros {
-			l.coros[r] = newRankCoro(l.parks[r])
-		}
+		made := make(chan struct{})
+		go func() {
+			defer close(made)
+			for r := range l.coros {
+				l.coros[r] = newRankCoro(l.parks[r])
+			}
+		}()
+		<-made
 		// the coroutines end with the launcher (none is running then)
 		runtime.AddCleanup(l, func(coros []*rankCoro) {
 			for _, c := range coros {

@@ -2,6 +2,8 @@ package rt
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -53,3 +55,34 @@ func TestShiftCoroutinesEndWithTheLauncher(t *testing.T) {
 	}
 }
 
+// A caller whose goroutine is locked to its OS thread (a program that
+// calls runtime.LockOSThread, as GUI and GPU code does) runs a launcher
+// in shifts like any other. The runtime kills the process when a
+// coroutine is resumed with a thread-lock state other than its
+// creator's, so the ranks' coroutines must be made and resumed only on
+// the launcher's own goroutines. Run in a child process: the failure is
+// a fatal error, not a panic.
+func TestShiftsFromALockedThread(t *testing.T) {
+	if os.Getenv("MESHRUN_SHIFT_LOCKED") == "1" {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+		p := compile(t, rowParallelMatmul(4))
+		want, err := Run(context.Background(), p, Options{})
+		require.NoError(t, err)
+		l, err := NewLocal(context.Background(), p.Exec, Options{})
+		require.NoError(t, err)
+		for _, procs := range []int{2, 1, 3, 2} {
+			runtime.GOMAXPROCS(procs)
+			res, err := l.Run(context.Background(), nil)
+			require.NoError(t, err)
+			require.True(t, l.parks[0].on, "GOMAXPROCS=%d: in shifts", procs)
+			require.Equal(t, want.Outputs[0].Data, res.Outputs[0].Data, "GOMAXPROCS=%d", procs)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShiftsFromALockedThread$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "MESHRUN_SHIFT_LOCKED=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
