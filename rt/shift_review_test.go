@@ -2,6 +2,7 @@ package rt
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -85,4 +86,45 @@ func TestShiftsFromALockedThread(t *testing.T) {
 	cmd.Env = append(os.Environ(), "MESHRUN_SHIFT_LOCKED=1")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
+}
+
+// A rank that fails (its feed) before a collective its peers already
+// wait at, parked in shifts, ends the execution with its error, not a
+// hang, in one shift, in two and in three (four ranks: uneven shares);
+// the launcher then runs again and computes what a goroutine per rank
+// does.
+func TestShiftsEndWhenARankFails(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	p := compile(t, rowParallelMatmul(4))
+	runtime.GOMAXPROCS(8)
+	want, err := Run(context.Background(), p, Options{})
+	require.NoError(t, err)
+	for _, procs := range []int{1, 2, 3} {
+		runtime.GOMAXPROCS(procs)
+		l, err := NewLocal(context.Background(), p.Exec, Options{})
+		require.NoError(t, err)
+		for _, bad := range []int{0, 2, 3} {
+			feed := func(r int) Feed {
+				return func(int) (Buffer, error) {
+					if r == bad {
+						return nil, errors.New("no batch")
+					}
+					return nil, nil
+				}
+			}
+			done := make(chan error, 1)
+			go func() { _, err := l.Run(context.Background(), feed); done <- err }()
+			select {
+			case err := <-done:
+				require.ErrorContains(t, err, "no batch", "GOMAXPROCS=%d, rank %d failing", procs, bad)
+				require.NotErrorIs(t, err, context.Canceled, "GOMAXPROCS=%d: the failure, not a peer's cancellation", procs)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("GOMAXPROCS=%d: rank %d failed and the execution in shifts never ended", procs, bad)
+			}
+			require.True(t, l.parks[0].on, "GOMAXPROCS=%d: in shifts", procs)
+			res, err := l.Run(context.Background(), nil)
+			require.NoError(t, err)
+			require.Equal(t, want.Outputs[0].Data, res.Outputs[0].Data, "GOMAXPROCS=%d", procs)
+		}
+	}
 }
