@@ -45,8 +45,9 @@ import (
 // point-to-point messages, no simulated clock, CPU backends).
 
 // parker is what a rank running as a coroutine of a shift parks with.
-// It is read and written only by the rank's coroutine and by the shift
-// that claimed the rank, while the coroutine is suspended.
+// The launcher sets on before an execution's ranks start (Local.pace);
+// the rest is read and written only by the rank's coroutine and by the
+// shift that claimed the rank, while the coroutine is suspended.
 type parker struct {
 	on    bool                // this execution runs the rank in a shift
 	yield func(struct{}) bool // the coroutine's: back to the shift
