@@ -3,10 +3,12 @@ package rt
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,5 +128,118 @@ func TestShiftsEndWhenARankFails(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want.Outputs[0].Data, res.Outputs[0].Data, "GOMAXPROCS=%d", procs)
 		}
+	}
+}
+
+// Seven ranks in three shifts (uneven shares: 3, 2 and 2 ranks), each
+// shift on a goroutine of its own, meet at barriers of three kinds in
+// an order that differs by rank: all seven; the even and the odd ranks;
+// and, each round, a random pair. Ranks spin for random lengths between
+// waits, so that shifts take up each other's ranks at every point of a
+// wait. Nobody passes a barrier before its members have all arrived,
+// and every rank finishes every round.
+func TestShiftsMeetAtMixedBarriers(t *testing.T) {
+	const ranks, shifts, rounds = 7, 3, 400
+	all := &barrier{n: ranks}
+	parity := []*barrier{{n: 4}, {n: 3}} // ranks 0, 2, 4, 6; ranks 1, 3, 5
+	pairs := make([][2]int, rounds)      // round k's pair
+	pairBar := make([]*barrier, rounds)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for k := range pairs {
+		a := rng.IntN(ranks)
+		b := (a + 1 + rng.IntN(ranks-1)) % ranks
+		pairs[k], pairBar[k] = [2]int{a, b}, &barrier{n: 2}
+	}
+	var mu sync.Mutex
+	arrivedAll := make([]int, rounds)
+	arrivedPar := make([][2]int, rounds)
+	parks := make([]*parker, ranks)
+	coros := make([]*rankCoro, ranks)
+	for r := range coros {
+		parks[r] = &parker{on: true}
+		coros[r] = newRankCoro(parks[r])
+	}
+	defer func() {
+		for _, c := range coros {
+			c.stop()
+		}
+	}()
+	wait := func(b *barrier, r int) bool {
+		if err := b.waitWith(context.Background(), time.Minute, nil, parks[r]); err != nil {
+			t.Errorf("rank %d: %v", r, err)
+			return false
+		}
+		return true
+	}
+	spin := func(seed uint64) {
+		for i := range seed % 2000 {
+			_ = i
+		}
+	}
+	finished := make([]int, ranks)
+	job := func(r int) func() {
+		return func() {
+			rs := rand.New(rand.NewPCG(uint64(r), 7))
+			for k := range rounds {
+				spin(rs.Uint64())
+				mu.Lock()
+				arrivedAll[k]++
+				mu.Unlock()
+				if !wait(all, r) {
+					return
+				}
+				mu.Lock()
+				if arrivedAll[k] != ranks {
+					t.Errorf("rank %d passed round %d's barrier of all with %d arrived", r, k, arrivedAll[k])
+				}
+				arrivedPar[k][r%2]++
+				mu.Unlock()
+				spin(rs.Uint64())
+				if !wait(parity[r%2], r) {
+					return
+				}
+				mu.Lock()
+				if want := []int{4, 3}[r%2]; arrivedPar[k][r%2] != want {
+					t.Errorf("rank %d passed round %d's parity barrier with %d arrived", r, k, arrivedPar[k][r%2])
+				}
+				mu.Unlock()
+				if p := pairs[k]; p[0] == r || p[1] == r {
+					spin(rs.Uint64())
+					if !wait(pairBar[k], r) {
+						return
+					}
+				}
+				finished[r]++
+			}
+		}
+	}
+	jobs := make([]func(), ranks)
+	for r := range jobs {
+		jobs[r] = job(r)
+	}
+	for range 3 { // the same coroutines, three executions
+		clear(finished)
+		clear(arrivedAll)
+		clear(arrivedPar)
+		work := newShiftWork(coros, jobs, shifts)
+		var wg sync.WaitGroup
+		for s := range shifts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				work.run(s)
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("the shifts never finished")
+		}
+		for r, n := range finished {
+			require.Equal(t, rounds, n, "rank %d", r)
+		}
+		require.Zero(t, work.live.Load())
 	}
 }
