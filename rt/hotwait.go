@@ -95,10 +95,12 @@ func pollFor(budget time.Duration, done func() bool) bool {
 // load of the machine is the process's.
 var yieldEarly atomic.Bool
 
-// learnYield updates yieldEarly from a yield that took d, early or not.
+// learnYield updates yieldEarly from a yield that took d, early or not
+// (an early one that let another goroutine run sets it too: another wait
+// may have cleared it since this one began).
 func learnYield(d time.Duration, early bool) {
 	switch {
-	case d >= hotShared && !early && !yieldEarly.Load():
+	case d >= hotShared && !yieldEarly.Load():
 		yieldEarly.Store(true)
 	case d < hotShared && early && yieldEarly.Load():
 		yieldEarly.Store(false)

@@ -144,6 +144,7 @@ func TestYieldEarlyLearnsFromYields(t *testing.T) {
 		{false, false, hotShared, true},
 		{false, false, hotShared / 2, false},
 		{false, true, hotShared / 2, false},
+		{false, true, hotShared, true},
 		{true, true, hotShared / 2, false},
 		{true, true, hotShared, true},
 		{true, false, hotShared / 2, true},
