@@ -21,7 +21,8 @@ type Local struct {
 	stall   func(rank int) bool
 	clock   *SimClock
 	// crew runs ranks 1..n-1 of every execution (rank 0 runs on the
-	// caller's goroutine); nil until the first execution.
+	// caller's goroutine), or in shifts every shift; nil until the
+	// first execution.
 	crew []*crewMember
 	// hot: the ranks wait for each other hot (hotwait.go); shared with
 	// the crew and the ranks' barriers, and decided again at each
