@@ -61,6 +61,7 @@ func TestLocalGoroutinesEndWithIt(t *testing.T) {
 				require.NoError(t, err)
 			}
 			require.Equal(t, before+n-1, serving(), "ranks 1..n-1 wait for the next execution")
+			runtime.KeepAlive(l) // else collectable, and its crew ended, before the count
 		}()
 		deadline := time.Now().Add(10 * time.Second)
 		for serving() > before && time.Now().Before(deadline) {

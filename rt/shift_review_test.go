@@ -48,6 +48,7 @@ func TestShiftCoroutinesEndWithTheLauncher(t *testing.T) {
 			_, err = l.Run(context.Background(), nil)
 			require.NoError(t, err)
 			require.Equal(t, before+4, coroutines(), "a coroutine per rank, kept")
+			runtime.KeepAlive(l) // else collectable, and its coroutines stopped, before the count
 		}()
 		deadline := time.Now().Add(10 * time.Second)
 		for coroutines() > before && time.Now().Before(deadline) {
