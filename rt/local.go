@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshrun/meshrun/internal/threadlock"
 	"github.com/meshrun/meshrun/plan"
 )
 
@@ -21,8 +22,8 @@ type Local struct {
 	stall   func(rank int) bool
 	clock   *SimClock
 	// crew runs ranks 1..n-1 of every execution (rank 0 runs on the
-	// caller's goroutine), or in shifts every shift; nil until the
-	// first execution.
+	// caller's goroutine), or shifts 1.. (all of them when the caller is
+	// locked to its thread); nil until the first execution.
 	crew []*crewMember
 	// hot: the ranks wait for each other hot (hotwait.go); shared with
 	// the crew and the ranks' barriers, and decided again at each
@@ -145,21 +146,23 @@ func (l *Local) Exec(ctx context.Context, feed func(rank int) Feed) ([]*RankResu
 		}
 		out[r] = res
 	}
-	// the caller runs rank 0, the crew the others; in shifts the crew
-	// runs every shift and the caller only waits (sleeping: a poller
-	// would hold a processor a shift needs). A coroutine must be resumed
-	// in the thread-lock state it was made in (the runtime kills the
-	// process otherwise), and the caller's goroutine may be locked to its
-	// OS thread (runtime.LockOSThread): the launcher's own goroutines
-	// never are.
+	// the caller runs rank 0 (shift 0), the crew the others. A coroutine
+	// must be resumed in the thread-lock state it was made in (the
+	// runtime kills the process otherwise): they are made unlocked
+	// (inShifts), and a caller locked to its OS thread
+	// (runtime.LockOSThread, a cgo callback) leaves every shift to the
+	// crew and only waits, sleeping (a poller would hold a processor a
+	// shift needs).
 	var tasks []func()
 	if shifts > 0 {
 		work := l.inShifts(shifts, rank)
-		tasks = append(tasks, func() {})
+		if threadlock.Locked() {
+			tasks = append(tasks, func() {})
+			hot = false
+		}
 		for s := range shifts {
 			tasks = append(tasks, func() { work.run(s) })
 		}
-		hot = false
 	} else {
 		for r := range n {
 			tasks = append(tasks, func() { rank(r) })
@@ -234,8 +237,8 @@ func (l *Local) stalled(ctx context.Context, r int) {
 // shifts.
 func (l *Local) inShifts(shifts int, rank func(r int)) *shiftWork {
 	if l.coros == nil {
-		// made on a goroutine of their own, never locked to a thread
-		// (see Exec), as the crew that resumes them
+		// made on a goroutine of their own, never locked to a thread,
+		// as the crew that resumes them (see Exec)
 		l.coros = make([]*rankCoro, len(l.Workers))
 		made := make(chan struct{})
 		go func() {

@@ -36,13 +36,14 @@ import (
 // rounds, so a long kernel on another shift costs little CPU here.
 //
 // A rank's coroutine is made once and kept with its grown stack; each
-// execution hands it a job. Coroutines are made and resumed only on the
-// launcher's own goroutines, never on the caller's: Go kills the process
-// when a coroutine is resumed in another thread-lock state than the one
-// it was made in, and a caller may have locked its goroutine to its OS
-// thread (runtime.LockOSThread). Only waits at barriers park: the launcher
-// uses shifts only for plans whose ranks block nowhere else (no
-// point-to-point messages, no simulated clock, CPU backends).
+// execution hands it a job. Coroutines are made on a goroutine of the
+// launcher's, never locked to its OS thread, and resumed only by
+// goroutines that are not locked either (a caller that is leaves shift 0
+// to the crew): Go kills the process when a coroutine is resumed in
+// another thread-lock state than the one it was made in. Only waits at
+// barriers park: the launcher uses shifts only for plans whose ranks
+// block nowhere else (no point-to-point messages, no simulated clock,
+// CPU backends).
 
 // parker is what a rank running as a coroutine of a shift parks with.
 // The launcher sets on before an execution's ranks start (Local.pace);

@@ -60,28 +60,40 @@ func TestShiftCoroutinesEndWithTheLauncher(t *testing.T) {
 }
 
 // A caller whose goroutine is locked to its OS thread (a program that
-// calls runtime.LockOSThread, as GUI and GPU code does) runs a launcher
-// in shifts like any other. The runtime kills the process when a
-// coroutine is resumed with a thread-lock state other than its
-// creator's, so the ranks' coroutines must be made and resumed only on
-// the launcher's own goroutines. Run in a child process: the failure is
-// a fatal error, not a panic.
+// calls runtime.LockOSThread, as GUI and GPU code does, or a cgo
+// callback) runs a launcher in shifts like any other, whether it was
+// locked at the launcher's first execution in shifts or only later, and
+// so does an unlocked caller after a locked one. The runtime kills the
+// process when a coroutine is resumed in a thread-lock state other than
+// its creator's. Run in a child process: that is a fatal error, not a
+// panic.
 func TestShiftsFromALockedThread(t *testing.T) {
 	if os.Getenv("MESHRUN_SHIFT_LOCKED") == "1" {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 		p := compile(t, rowParallelMatmul(4))
 		want, err := Run(context.Background(), p, Options{})
 		require.NoError(t, err)
-		l, err := NewLocal(context.Background(), p.Exec, Options{})
-		require.NoError(t, err)
-		for _, procs := range []int{2, 1, 3, 2} {
-			runtime.GOMAXPROCS(procs)
-			res, err := l.Run(context.Background(), nil)
+		for _, lockedFirst := range []bool{true, false} {
+			l, err := NewLocal(context.Background(), p.Exec, Options{})
 			require.NoError(t, err)
-			require.True(t, l.parks[0].on, "GOMAXPROCS=%d: in shifts", procs)
-			require.Equal(t, want.Outputs[0].Data, res.Outputs[0].Data, "GOMAXPROCS=%d", procs)
+			for i, procs := range []int{2, 1, 3, 2, 1, 2} {
+				locked := i%2 == 0 == lockedFirst
+				runtime.GOMAXPROCS(procs)
+				var res *Result
+				done := make(chan struct{})
+				go func() { // a goroutine of its own: locking the test's would outlive the case
+					defer close(done)
+					if locked {
+						runtime.LockOSThread()
+						defer runtime.UnlockOSThread()
+					}
+					res, err = l.Run(context.Background(), nil)
+				}()
+				<-done
+				require.NoError(t, err)
+				require.True(t, l.parks[0].on, "GOMAXPROCS=%d: in shifts", procs)
+				require.Equal(t, want.Outputs[0].Data, res.Outputs[0].Data, "GOMAXPROCS=%d, locked %v", procs, locked)
+			}
 		}
 		return
 	}
