@@ -28,6 +28,22 @@ func coroutines() int {
 	}
 }
 
+// settledCoroutines collects what earlier tests left until the count of
+// coroutines stops falling, and returns it (as settledServing).
+func settledCoroutines() int {
+	n := coroutines()
+	for range 100 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+		m := coroutines()
+		if m == n {
+			return n
+		}
+		n = m
+	}
+	return n
+}
+
 // The ranks' coroutines outlive an execution in shifts (the next one
 // resumes them) but not the launcher: once it is collected its cleanup
 // stops them, whether its last execution ran in shifts or (GOMAXPROCS
@@ -36,8 +52,7 @@ func TestShiftCoroutinesEndWithTheLauncher(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	p := compile(t, rowParallelMatmul(4))
 	for _, last := range []int{2, 4} {
-		runtime.GC()
-		before := coroutines()
+		before := settledCoroutines()
 		func() {
 			runtime.GOMAXPROCS(2)
 			l, err := NewLocal(context.Background(), p.Exec, Options{})
