@@ -58,7 +58,10 @@ type Options struct {
 	// others through host copies.
 	Backends []Backend
 	// Hook, if set, is called before every instruction a rank runs: the
-	// multi-process tests inject failures with it.
+	// multi-process tests inject failures with it. It must not wait for
+	// another rank: the local launcher may run several ranks on one
+	// goroutine (shifts, rt/shift.go), and only waits at collectives
+	// hand it over.
 	Hook func(rank, instr int)
 	// stall makes a device wait for cancellation before running (tests of
 	// the collective timeout).
