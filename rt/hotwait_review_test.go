@@ -79,16 +79,7 @@ output y
 	}
 	l, err = NewLocal(context.Background(), p.Exec, Options{stall: func(d int) bool { return d == 1 }})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	done := make(chan error, 1)
-	go func() { _, err := l.Run(ctx, nil); done <- err }()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a cancelled run never ended")
-	}
+	requireCancelEnds(t, l, "hot")
 }
 
 // Whether a launcher's ranks wait hot is decided at each execution, not

@@ -181,17 +181,7 @@ func TestShiftsMeetAtMixedBarriers(t *testing.T) {
 	var mu sync.Mutex
 	arrivedAll := make([]int, rounds)
 	arrivedPar := make([][2]int, rounds)
-	parks := make([]*parker, ranks)
-	coros := make([]*rankCoro, ranks)
-	for r := range coros {
-		parks[r] = &parker{on: true}
-		coros[r] = newRankCoro(parks[r])
-	}
-	defer func() {
-		for _, c := range coros {
-			c.stop()
-		}
-	}()
+	parks, coros := parkedCoros(t, ranks)
 	wait := func(b *barrier, r int) bool {
 		if err := b.waitWith(context.Background(), time.Minute, nil, parks[r]); err != nil {
 			t.Errorf("rank %d: %v", r, err)

@@ -3,6 +3,7 @@ package rt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -86,16 +87,7 @@ func TestShiftsTimeOutAndCancel(t *testing.T) {
 		}
 		l, err = NewLocal(context.Background(), p.Exec, Options{stall: func(d int) bool { return d == 3 }})
 		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(context.Background())
-		time.AfterFunc(30*time.Millisecond, cancel)
-		done := make(chan error, 1)
-		go func() { _, err := l.Run(ctx, nil); done <- err }()
-		select {
-		case err := <-done:
-			require.ErrorIs(t, err, context.Canceled, "GOMAXPROCS=%d", procs)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("GOMAXPROCS=%d: a cancelled run in shifts never ended", procs)
-		}
+		requireCancelEnds(t, l, fmt.Sprintf("GOMAXPROCS=%d, in shifts", procs))
 	}
 }
 
@@ -109,17 +101,7 @@ func TestShiftsMeetAtBarriers(t *testing.T) {
 	pairs := []*barrier{{n: 2}, {n: 2}} // ranks 0, 2; ranks 1, 3
 	arrived := make([]int, rounds)      // written under mu
 	var mu sync.Mutex
-	parks := make([]*parker, ranks)
-	coros := make([]*rankCoro, ranks)
-	for r := range coros {
-		parks[r] = &parker{on: true}
-		coros[r] = newRankCoro(parks[r])
-	}
-	defer func() {
-		for _, c := range coros {
-			c.stop()
-		}
-	}()
+	parks, coros := parkedCoros(t, ranks)
 	passed := make([]int, ranks)
 	job := func(r int) func() {
 		return func() {
@@ -184,5 +166,39 @@ func TestRankPanicFailsTheExecution(t *testing.T) {
 		armed.Store(false)
 		_, err = l.Run(context.Background(), nil)
 		require.NoError(t, err, "GOMAXPROCS=%d: the next execution", procs)
+	}
+}
+
+// parkedCoros makes n rank coroutines whose waits park, ended when the
+// test ends.
+func parkedCoros(t *testing.T, n int) ([]*parker, []*rankCoro) {
+	parks := make([]*parker, n)
+	coros := make([]*rankCoro, n)
+	for r := range coros {
+		parks[r] = &parker{on: true}
+		coros[r] = newRankCoro(parks[r])
+	}
+	t.Cleanup(func() {
+		for _, c := range coros {
+			c.stop()
+		}
+	})
+	return parks, coros
+}
+
+// requireCancelEnds runs l once with a context cancelled after 30 ms and
+// requires the run to end with context.Canceled within 10 s (a rank of
+// l's stalls until cancelled).
+func requireCancelEnds(t *testing.T, l *Local, what string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel)
+	done := make(chan error, 1)
+	go func() { _, err := l.Run(ctx, nil); done <- err }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled, what)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: a cancelled run never ended", what)
 	}
 }
