@@ -22,8 +22,9 @@ import (
 //
 // When the process has no more ranks than processors (GOMAXPROCS), a
 // waiting rank instead polls for up to hotBudget, yielding once every
-// hotYield, or first after hotFirst (see pollFor): it keeps its processor and its thread awake,
-// and sees the wait end within nanoseconds. Past the budget it sleeps as
+// hotYield, or first after hotFirst (see pollFor): it keeps its
+// processor and its thread awake, and sees the wait end within
+// nanoseconds. Past the budget it sleeps as
 // before, so a peer that is late (a long kernel, a descheduled thread on
 // a shared machine) costs at most hotBudget of a core, during which any
 // goroutine queued on that processor still runs at the next yield. With more ranks
@@ -91,8 +92,8 @@ func pollFor(budget time.Duration, done func() bool) bool {
 
 // yieldEarly says whether hot waits yield after hotFirst (pollFor): set
 // when a yield let another goroutine run (it took hotShared or more),
-// cleared when an early yield did not. One for the process: the other
-// load of the machine is the process's.
+// cleared when an early yield did not. One for the process: the
+// machine's other load bears on all its ranks alike.
 var yieldEarly atomic.Bool
 
 // learnYield updates yieldEarly from a yield that took d, early or not

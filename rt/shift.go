@@ -25,9 +25,9 @@ import (
 // next rank; resumed again later, a parked rank looks whether its wait
 // is over and parks again if not. A wait between ranks that one shift
 // runs is thus a few switches. Each shift visits the ranks in its own
-// order, its share first (rank r is shift r mod the number of shifts'),
-// then the others', and resumes each rank that no other shift is
-// running (a claim per resume): a shift whose share is ahead takes up
+// order, its own share first (rank r belongs to shift r mod the number
+// of shifts), then the other shifts' shares, and resumes each rank that
+// no other shift is running (a claim per resume): a shift whose share is ahead takes up
 // the ranks of one that lags, as when the machine's other load holds
 // the lagging shift's processor. When a whole round moves no rank (each
 // waits for a rank another shift is running), the shift polls the way
