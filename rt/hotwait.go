@@ -64,30 +64,49 @@ func hotRanks(n int) bool { return n > 1 && n <= runtime.GOMAXPROCS(0) }
 // the scheduler's global queue). So the first yield comes after hotFirst
 // only while yields are found to let another goroutine run (yieldEarly).
 func pollFor(budget time.Duration, done func() bool) bool {
-	start := time.Now()
-	early := yieldEarly.Load()
-	yielded := time.Duration(0)
-	if early {
-		yielded = hotFirst - hotYield
-	}
+	pc := startPacing()
 	for k := 1; ; k++ {
 		if done() {
 			return true
 		}
-		if k%64 != 0 {
-			continue
-		}
-		now := time.Since(start)
-		if now > budget {
+		if k%64 == 0 && !pc.pace(budget) {
 			return done()
 		}
-		if now-yielded > hotYield {
-			runtime.Gosched()
-			yielded = time.Since(start)
-			learnYield(yielded-now, early)
-			early = false
-		}
 	}
+}
+
+// pacing is the yielding of one hot wait (pollFor, and an idle shift's
+// rounds): once every hotYield, the first time after hotFirst while
+// yieldEarly.
+type pacing struct {
+	start   time.Time
+	yielded time.Duration // when, since start, it last yielded
+	early   bool          // the next yield is an early one
+}
+
+func startPacing() pacing {
+	pc := pacing{start: time.Now(), early: yieldEarly.Load()}
+	if pc.early {
+		pc.yielded = hotFirst - hotYield
+	}
+	return pc
+}
+
+// pace yields if it is time to, learning from the yield (learnYield),
+// and says whether the wait is still within budget (false: past it, and
+// nothing done).
+func (pc *pacing) pace(budget time.Duration) bool {
+	now := time.Since(pc.start)
+	if now > budget {
+		return false
+	}
+	if now-pc.yielded > hotYield {
+		runtime.Gosched()
+		pc.yielded = time.Since(pc.start)
+		learnYield(pc.yielded-now, pc.early)
+		pc.early = false
+	}
+	return true
 }
 
 // yieldEarly says whether hot waits yield after hotFirst (pollFor): set

@@ -3,7 +3,6 @@ package rt
 import (
 	"errors"
 	"iter"
-	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -174,33 +173,22 @@ func (w *shiftWork) resume(c *rankCoro) bool {
 // shiftIdle paces a shift whose ranks all wait for other shifts (see the
 // file comment), yielding as pollFor does.
 type shiftIdle struct {
-	since   time.Time // the first fruitless round (zero: none)
-	yielded time.Duration
-	early   bool // the next yield is an early one (yieldEarly)
+	idle bool // since a fruitless round
+	pc   pacing
 }
 
 // shiftNap is how long a shift sleeps between two rounds once it has
 // polled for hotBudget (the kernel's timers make it longer).
 const shiftNap = 20 * time.Microsecond
 
-func (s *shiftIdle) reset() { s.since = time.Time{} }
+func (s *shiftIdle) reset() { s.idle = false }
 
 func (s *shiftIdle) wait() {
-	if s.since.IsZero() {
-		s.since, s.yielded, s.early = time.Now(), 0, yieldEarly.Load()
-		if s.early {
-			s.yielded = hotFirst - hotYield
-		}
+	if !s.idle {
+		s.idle, s.pc = true, startPacing()
 		return
 	}
-	now := time.Since(s.since)
-	switch {
-	case now > hotBudget:
+	if !s.pc.pace(hotBudget) {
 		time.Sleep(shiftNap)
-	case now-s.yielded > hotYield:
-		runtime.Gosched()
-		s.yielded = time.Since(s.since)
-		learnYield(s.yielded-now, s.early)
-		s.early = false
 	}
 }
