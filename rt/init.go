@@ -89,10 +89,10 @@ func (c *npyCache) load(path string) (*Tensor, error) {
 // of a 256×512 f32 input was fresh memory, page faults and zeroing every
 // step (issue 10). Sharing is safe because no kernel writes into an
 // argument, except a donated one (plan.Instr.Donate), and the worker
-// never donates a view (donor.owned); each call makes its own header, so
-// the flags a rank sets on it (escape, lend) stay its own, and it is
-// marked a view, so no pool or arena ever takes the file's storage back
-// (hostPool.put).
+// never donates a view (donor.owned); each rank makes its own header
+// (and keeps it for later steps, Worker.loaded), so what a rank sets on
+// it stays its own, and it is marked a view, so no pool or arena ever
+// takes the file's storage back (hostPool.put).
 func blockView(full *Tensor, b sbp.Block) *Tensor {
 	r := len(b.Len)
 	d := r // dims d.. are whole

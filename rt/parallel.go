@@ -46,25 +46,26 @@ func parallelFor(n int, body func(lo, hi int)) {
 }
 
 // parallelSlices runs f over d and in (of one length) in chunks, as
-// parallelFor does, where f is a plain function (vecmath.Gelu): a
-// closure handed to parallelFor escapes (its goroutines run it), so a
-// caller that builds one allocates on every call, and nearly every loop
-// of a mesh step is small enough to run inline. Here the closure is made
-// only on the parallel path.
+// parallelFor does, where f is a plain function (vecmath.Gelu), through
+// parallelWith: a small loop makes no closure.
 func parallelSlices(d, in []float32, f func(d, in []float32)) {
-	if len(d) <= parallelGrain {
-		f(d, in)
-		return
-	}
-	parallelFor(len(d), func(lo, hi int) { f(d[lo:hi], in[lo:hi]) })
+	parallelWith(len(d), slicePair{d, in, f}, func(a slicePair, lo, hi int) { a.f(a.d[lo:hi], a.in[lo:hi]) })
+}
+
+// slicePair is parallelSlices' state.
+type slicePair struct {
+	d, in []float32
+	f     func(d, in []float32)
 }
 
 // parallelWith is parallelFor for a body that is a plain function of its
-// state a (the slices and scalars a closure would capture): as in
-// parallelSlices, the closure parallelFor's goroutines need is made only
-// on the parallel path, so a small loop allocates nothing (exp, tanh,
+// state a (the slices and scalars a closure would capture): a closure
+// handed to parallelFor escapes (its goroutines run it), so a caller that
+// builds one allocates on every call, and nearly every loop of a mesh
+// step is small enough to run inline; here the closure is made only on
+// the parallel path, so a small loop allocates nothing (gelu, exp, tanh,
 // sigmoid, the unfused Adam ops and the f64 update each made one per
-// call).
+// call). body must capture nothing, or it is that closure again.
 func parallelWith[A any](n int, a A, body func(a A, lo, hi int)) {
 	if n <= parallelGrain {
 		body(a, 0, n)
