@@ -42,7 +42,7 @@ import (
 // of 99 units with eight; the bounds leave about a hundred to lower.
 //
 // A candidate without a pipeline is extrapolated instead: the folded
-// programs keeping two and three of the run are priced exactly, and
+// programs keeping three and four of the run are priced exactly, and
 // every figure is taken as affine in the run's length (exact for sums of
 // identical units; the tests compare).
 //
@@ -53,8 +53,8 @@ import (
 type folded struct {
 	plan      *foldPlan
 	rows      int      // rows per step (set by Search from the analysis)
-	prog      *Program // the folded program keeping two of the run
-	three     *Program // keeping three (extrapolation), nil with several runs
+	prog      *Program // the folded program keeping three of the run
+	longer    *Program // keeping four (extrapolation), nil with several runs
 	mu        sync.Mutex
 	proxies   map[string]*proxyEntry
 	extrapols map[string]*proxyEntry
@@ -68,7 +68,7 @@ type proxyEntry struct {
 }
 
 func newFolded(p *Program) *folded {
-	fp := p.fold(2)
+	fp := p.fold(3)
 	if fp == nil {
 		return nil
 	}
@@ -78,9 +78,9 @@ func newFolded(p *Program) *folded {
 	}
 	f := &folded{plan: fp, prog: prog, proxies: map[string]*proxyEntry{}, extrapols: map[string]*proxyEntry{}}
 	if len(fp.Runs) == 1 {
-		if fp3 := p.fold(3); fp3 != nil {
-			if three, err := loadSource(p.Path, fp3.Source); err == nil {
-				f.three = three
+		if fp4 := p.fold(4); fp4 != nil {
+			if longer, err := loadSource(p.Path, fp4.Source); err == nil {
+				f.longer = longer
 			}
 		}
 	}
@@ -385,7 +385,7 @@ func (f *folded) compose(c *Candidate, opts Options, dataAxis string) (*Cost, er
 	if c.PP > 1 {
 		return f.composePipeline(c, opts, dataAxis)
 	}
-	if f.three == nil {
+	if f.longer == nil {
 		return nil, errNoCompose
 	}
 	return f.composeFlat(c, opts, dataAxis)

@@ -8,7 +8,7 @@ import (
 // folded programs by extrapolation (compose.go).
 
 // composeFlat prices a candidate without a pipeline from the folded
-// programs keeping two and three of the run: every figure affine in the
+// programs keeping three and four of the run: every figure affine in the
 // run's length.
 func (f *folded) composeFlat(c *Candidate, opts Options, dataAxis string) (*Cost, error) {
 	k := f.key(c, opts.Links, true)
@@ -54,7 +54,7 @@ func (f *folded) composeFlat(c *Candidate, opts Options, dataAxis string) (*Cost
 }
 
 // extrapolateLayers prices c without a pipeline from the folded programs
-// keeping two and three of the run, with micro micro-batches of c's size
+// keeping three and four of the run, with micro micro-batches of c's size
 // (the batch rewritten when micro is not c's), affine in the run's length.
 func (f *folded) extrapolateLayers(c *Candidate, micro int, opts Options, dataAxis string) (*Cost, error) {
 	pc := *c
@@ -68,19 +68,19 @@ func (f *folded) extrapolateLayers(c *Candidate, micro int, opts Options, dataAx
 		}
 		return price(lp, &pc, opts.Links, opts.Rate, dataAxis)
 	}
-	two, err := price(f.prog)
+	base, err := price(f.prog)
 	if err != nil {
 		return nil, err
 	}
-	three, err := price(f.three)
+	longer, err := price(f.longer)
 	if err != nil {
 		return nil, err
 	}
-	return extrapolate(two, three, float64(f.plan.Runs[0].Count-1)), nil
+	return extrapolate(base, longer, float64(f.plan.Runs[0].Count-1)), nil
 }
 
-// extrapolate is two + n·(three − two), figure by figure.
-func extrapolate(two, three *Cost, n float64) *Cost {
+// extrapolate is base + n·(longer − base), figure by figure.
+func extrapolate(base, longer *Cost, n float64) *Cost {
 	lin := func(a, b float64) float64 { return a + n*(b-a) }
 	lin64 := func(a, b int64) int64 { return a + int64(n)*(b-a) }
 	maps := func(a, b map[string]float64) map[string]float64 {
@@ -95,11 +95,11 @@ func extrapolate(two, three *Cost, n float64) *Cost {
 		}
 		return out
 	}
-	return &Cost{Step: lin(two.Step, three.Step), Compute: lin(two.Compute, three.Compute),
-		Comm: maps(two.Comm, three.Comm), Bytes: maps(two.Bytes, three.Bytes), ByAxis: maps(two.ByAxis, three.ByAxis),
-		ModelAxes: lin(two.ModelAxes, three.ModelAxes), Bubble: lin(two.Bubble, three.Bubble),
-		Peak: lin64(two.Peak, three.Peak), Params: lin64(two.Params, three.Params), Optimizer: lin64(two.Optimizer, three.Optimizer),
-		Gradients: lin64(two.Gradients, three.Gradients), Activations: lin64(two.Activations, three.Activations)}
+	return &Cost{Step: lin(base.Step, longer.Step), Compute: lin(base.Compute, longer.Compute),
+		Comm: maps(base.Comm, longer.Comm), Bytes: maps(base.Bytes, longer.Bytes), ByAxis: maps(base.ByAxis, longer.ByAxis),
+		ModelAxes: lin(base.ModelAxes, longer.ModelAxes), Bubble: lin(base.Bubble, longer.Bubble),
+		Peak: lin64(base.Peak, longer.Peak), Params: lin64(base.Params, longer.Params), Optimizer: lin64(base.Optimizer, longer.Optimizer),
+		Gradients: lin64(base.Gradients, longer.Gradients), Activations: lin64(base.Activations, longer.Activations)}
 }
 
 func (c *Cost) clone() *Cost {
@@ -117,30 +117,30 @@ func (c *Cost) clone() *Cost {
 
 // analyseFolded is analyse (search.go) of p, from the folded programs
 // when p folds with one run: the arithmetic and parameter bytes are
-// affine in the run's length, so two checks of a few units stand for
+// affine in the run's length, so base checks of a few units stand for
 // one of the whole program per micro-batch count.
 func analyseFolded(p *Program, s Space, f *folded) (*base, error) {
-	if f == nil || f.three == nil {
+	if f == nil || f.longer == nil {
 		return analyse(p, s)
 	}
-	two, err := analyse(f.prog, s)
+	base, err := analyse(f.prog, s)
 	if err != nil {
 		return nil, err
 	}
-	three, err := analyse(f.three, s)
+	longer, err := analyse(f.longer, s)
 	if err != nil {
 		return nil, err
 	}
 	n := float64(f.plan.Runs[0].Count - 1)
 	lin := func(a, b float64) float64 { return a + n*(b-a) }
-	out := *two
+	out := *base
 	out.flops = map[int]float64{}
-	for m, v := range two.flops {
-		if w, ok := three.flops[m]; ok {
+	for m, v := range base.flops {
+		if w, ok := longer.flops[m]; ok {
 			out.flops[m] = lin(v, w)
 		}
 	}
-	out.paramB, out.gradB = lin(two.paramB, three.paramB), lin(two.gradB, three.gradB)
-	out.grads = two.grads + int(n)*(three.grads-two.grads)
+	out.paramB, out.gradB = lin(base.paramB, longer.paramB), lin(base.gradB, longer.gradB)
+	out.grads = base.grads + int(n)*(longer.grads-base.grads)
 	return &out, nil
 }

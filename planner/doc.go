@@ -69,14 +69,14 @@
 // stage cut by the pipeline pass's own balance, each action the sum of
 // its units', the schedule simulated — and its memory by replaying its
 // units' memory profiles in its schedule's order. Candidates without a
-// pipeline are extrapolated from the folded programs with two and three
+// pipeline are extrapolated from the folded programs with three and four
 // repeats (every figure affine in the run's length). The branch and
 // bound then runs on composed steps (bounds compared with the tolerance
 // the tests establish), and the best composed candidates are priced
 // exactly, fastest first, until the top K fit and the next is further
 // than the tolerance above the K-th: what plan prints is always the
 // candidate's own lowering. Tests: every candidate of a six-layer GPT on
-// 16 devices composed within 2% of its exact step (1.2% at worst) and
+// 16 devices composed within 2% of its exact step (0.5% at worst) and
 // 25% of its exact peak; the search's answer equals the exhaustive exact
 // search's (search_composed.go).
 //

@@ -7,7 +7,7 @@ import (
 
 // Folding: a program whose train block repeats a statement (a GPT's
 // `x = block(x, Wq7, …)` for each layer) is priced from a copy that keeps
-// two of each run of repeats (fold.go), checked and lowered once per
+// three of each run of repeats (fold.go), checked and lowered once per
 // strategy class instead of once per candidate (compose.go).
 //
 // Two train-block statements repeat each other when their text is equal
@@ -16,10 +16,15 @@ import (
 // on parameters declared alike. A run is three or more consecutive such
 // statements no two of which read the same parameter, named or through
 // the function they call (tied weights are not repeats: see namesAny).
-// The fold keeps a run's first two (the first may see an input placed
-// differently from the rest: the embedding's output, not a block's) and
-// drops the others with the declarations of the parameters only they
-// use. A program with a for loop, `stage =` marks or no run is
+// The fold keeps a run's first, second and last, and drops the others
+// (which the second stands for) with the declarations of the parameters
+// only they use. The ends are kept because they may be placed otherwise
+// than the middle: the first sees the embedding's output, not a block's,
+// and the last feeds the head, whose backward may ask for its
+// activations in another placement (the GPT of the planner's tests on
+// [tp=2, pp=8] composed 4% high when the second stood for the last too).
+// A run is folded only when it has more than three statements. A
+// program with a for loop, `stage =` marks or no run is
 // not folded. (A loop's layers share stacked parameters, [L, …], which
 // live on the first stage that reads them: under a pipeline every
 // layer's gradient slice travels back to that stage, a cost that grows
@@ -41,16 +46,16 @@ type foldPlan struct {
 	// with the same computation; Units is the folded program's unit count.
 	Unit  []int
 	Units int
-	// Runs are the repeated units of the folded program (the second kept
-	// of each run) and how many original units each stands for.
+	// Runs are the repeated units of the folded program (the middle one
+	// kept of each run) and how many original units each stands for.
 	Runs []foldRun
 }
 
 type foldRun struct{ Unit, Count int }
 
-// fold builds the folded program, keeping keep ≥ 2 statements of each
-// run (pricing keeps 2; the extrapolation of a run also lowers keep = 3).
-// nil when the program does not fold.
+// fold builds the folded program, keeping keep ≥ 3 statements of each
+// run: its first keep-1 and its last (pricing keeps 3; the extrapolation
+// of a run also lowers keep = 4). nil when the program does not fold.
 func (p *Program) fold(keep int) *foldPlan {
 	if p.noFold || len(p.stmts) == 0 {
 		return nil
@@ -84,16 +89,20 @@ func (p *Program) fold(keep int) *foldPlan {
 			i = j
 			continue
 		}
+		// kept: the run's first keep-1 statements and its last; the
+		// dropped ones are the middle ones, like the last of the first
 		for k := range n {
 			switch {
-			case k < keep:
+			case k < keep-1:
 				fp.Unit = append(fp.Unit, unit+k)
-			default:
+			case k == n-1:
 				fp.Unit = append(fp.Unit, unit+keep-1)
+			default:
+				fp.Unit = append(fp.Unit, unit+keep-2)
 				drop[i+k] = true
 			}
 		}
-		fp.Runs = append(fp.Runs, foldRun{Unit: unit + keep - 1, Count: n - keep + 1})
+		fp.Runs = append(fp.Runs, foldRun{Unit: unit + keep - 2, Count: n - keep + 1})
 		unit += keep
 		i = j
 	}

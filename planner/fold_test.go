@@ -20,28 +20,31 @@ func loadText(t *testing.T, src string) *Program {
 	return p
 }
 
-// A run of repeated statements folds to two; parameters only the dropped
-// statements name go with them; the folded program checks; each unit
-// maps to the folded unit with its computation.
-func TestFoldKeepsTwoOfARun(t *testing.T) {
+// A run of repeated statements folds to three, its first, second and
+// last; parameters only the dropped statements name go with them; the
+// folded program checks; each unit maps to the folded unit with its
+// computation, the middle ones to the second.
+func TestFoldKeepsTheEndsAndOneMiddle(t *testing.T) {
 	p := writeGPT(t, 5, 4)
-	fp := p.fold(2)
+	fp := p.fold(3)
 	require.NotNil(t, fp)
 	// units: embedding, 5 blocks, loss
-	require.Equal(t, []int{0, 1, 2, 2, 2, 2, 3}, fp.Unit)
-	require.Equal(t, 4, fp.Units)
-	require.Equal(t, []foldRun{{Unit: 2, Count: 4}}, fp.Runs)
+	require.Equal(t, []int{0, 1, 2, 2, 2, 3, 4}, fp.Unit)
+	require.Equal(t, 5, fp.Units)
+	require.Equal(t, []foldRun{{Unit: 2, Count: 3}}, fp.Runs)
 	src := string(fp.Source)
-	for _, kept := range []string{"param Wq0 ", "param Wq1 ", "param wte ", "param Wout ", "x = block(x, g1,"} {
+	for _, kept := range []string{"param Wq0 ", "param Wq1 ", "param Wq4 ", "param wte ", "param Wout ", "x = block(x, g1,", "x = block(x, g4,"} {
 		require.Contains(t, src, kept)
 	}
-	for _, dropped := range []string{"param Wq2 ", "param W14 ", "x = block(x, g2,", "x = block(x, g4,"} {
+	for _, dropped := range []string{"param Wq2 ", "param W13 ", "x = block(x, g2,", "x = block(x, g3,"} {
 		require.NotContains(t, src, dropped)
 	}
 	_, err := lang.CheckSource(p.Path, fp.Source, lang.CheckOptions{})
 	require.NoError(t, err)
-	three := p.fold(3)
-	require.Equal(t, []int{0, 1, 2, 3, 3, 3, 4}, three.Unit)
+	four := p.fold(4)
+	require.Equal(t, []int{0, 1, 2, 3, 3, 4, 5}, four.Unit)
+	require.Equal(t, []foldRun{{Unit: 3, Count: 2}}, four.Runs)
+	require.Nil(t, writeGPT(t, 3, 4).fold(3), "a run of three keeps all three")
 }
 
 // Statements fold only when their parameters are declared alike, and
@@ -53,19 +56,21 @@ param a : f32[4, 4] {B} = normal(0, 0.1)
 param b : f32[4, 4] {B} = normal(0, 0.1)
 param c : f32[4, 4] {B} = normal(0, 0.1)
 param d : f32[4, 4] {B} = %s
+param e : f32[4, 4] {B} = normal(0, 0.1)
 train {
     h = x @ a
     h = h @ b
     h = h @ c
     h = h @ d
+    h = h @ e
     loss = mean(h * h)
     optimizer = sgd(lr=0.1)
 }
 `
-	require.NotNil(t, loadText(t, strings.Replace(base, "%s", "normal(0, 0.1)", 1)).fold(2))
-	require.Nil(t, loadText(t, strings.Replace(base, "%s", "zeros", 1)).fold(2), "d is initialised differently")
+	require.NotNil(t, loadText(t, strings.Replace(base, "%s", "normal(0, 0.1)", 1)).fold(3))
+	require.Nil(t, loadText(t, strings.Replace(base, "%s", "zeros", 1)).fold(3), "d is initialised differently")
 	marked := strings.Replace(strings.Replace(base, "%s", "normal(0, 0.1)", 1), "    h = h @ b\n", "    h = h @ b\n    stage = 1\n", 1)
-	require.Nil(t, loadText(t, marked).fold(2), "stage marks")
+	require.Nil(t, loadText(t, marked).fold(3), "stage marks")
 	looped := `mesh M = [dp=2]
 input x : f32[8, 4] {S(0)} = normal(0, 1)
 param a : f32[4, 4] {B} = normal(0, 0.1)
@@ -78,7 +83,7 @@ train {
     optimizer = sgd(lr=0.1)
 }
 `
-	require.Nil(t, loadText(t, looped).fold(2), "a for loop")
+	require.Nil(t, loadText(t, looped).fold(3), "a for loop")
 }
 
 // A parameter a dropped statement shares with a kept one stays declared.
@@ -89,17 +94,19 @@ param a : f32[4, 4] {B} = normal(0, 0.1)
 param b : f32[4, 4] {B} = normal(0, 0.1)
 param c : f32[4, 4] {B} = normal(0, 0.1)
 param d : f32[4, 4] {B} = normal(0, 0.1)
+param e : f32[4, 4] {B} = normal(0, 0.1)
 train {
     h = x @ a
     h = h @ b
     h = h @ c
     h = h @ d
+    h = h @ e
     loss = mean((h @ d) * h)
     optimizer = sgd(lr=0.1)
 }
 `
 	p := loadText(t, src)
-	fp := p.fold(2)
+	fp := p.fold(3)
 	require.NotNil(t, fp)
 	require.Contains(t, string(fp.Source), "param d ")
 	require.NotContains(t, string(fp.Source), "h = h @ d\n")
