@@ -127,15 +127,16 @@ train {
 
 // Megatron over [dp=2, tp=2] with tp on the slow link: tp's collectives
 // per step, by hand (a device's batch is 16 rows, outputs [16, 4] f32 =
-// 256 B): the forward's reduce-scatter 128 B, the backward's all-reduce
-// 256 B, two scalar all-reduces 4 B each: 392 B. With the links the other
+// 256 B): Megatron's layout, the forward's all-reduce of the row-parallel
+// product, 256 B (the loss and its gradient are then replicated over tp),
+// and the gradient norm's scalar, 4 B: 260 B. With the links the other
 // way round, or equal, there is nothing to say.
 func TestExplainNotesTensorParallelOverTheSlowLink(t *testing.T) {
 	src, err := os.ReadFile("../examples/train/megatron_dp_tp.mesh")
 	require.NoError(t, err)
 	n := notesOf(t, string(src), map[string]float64{"dp": 100, "tp": 12.5})
 	require.Len(t, n, 1)
-	require.Contains(t, n[0], "tp sends 392 B per device per step (1 reduce_scatter, 3 all_reduce) over its 12.5 GB/s link; dp (data parallel) has 100 GB/s")
+	require.Contains(t, n[0], "tp sends 260 B per device per step (2 all_reduce) over its 12.5 GB/s link; dp (data parallel) has 100 GB/s")
 	require.Empty(t, notesOf(t, string(src), map[string]float64{"dp": 12.5, "tp": 100}))
 	require.Empty(t, notesOf(t, string(src), nil))
 }

@@ -60,8 +60,9 @@ func descKey(b []byte, d *sbp.OpDesc) []byte {
 
 // choiceKey appends to the description's key (descKey) everything else
 // choose reads: the dtypes of the value and its arguments, the arguments'
-// current placements and, for a gradient, its forward value's placement.
-// Values with equal keys get equal choices.
+// current placements and the placements earlier consumers convert them
+// to, the placement v must end in (infer_ahead.go) and, for a gradient,
+// its forward value's placement. Values with equal keys get equal choices.
 func (p *Plan) choiceKey(b []byte, v *ir.Value) []byte {
 	nd := func(x sbp.NdSBP) {
 		b = binary.AppendUvarint(b, uint64(len(x)))
@@ -74,7 +75,12 @@ func (p *Plan) choiceKey(b []byte, v *ir.Value) []byte {
 	for _, a := range v.Args {
 		b = append(b, byte(a.Type.DType))
 		nd(p.placementOf(a))
+		b = binary.AppendUvarint(b, uint64(len(p.made[a.ID])))
+		for _, m := range p.made[a.ID] {
+			nd(m)
+		}
 	}
+	nd(p.dest[v.ID])
 	if pv := v.Primal; pv != nil && slices.Equal(pv.Type.Shape, v.Type.Shape) {
 		b = append(b, 1)
 		nd(p.placementOf(pv))
@@ -107,27 +113,20 @@ func (a sigScore) less(b sigScore) bool {
 
 func inferPlacements(p *Plan) error {
 	var errs lang.ErrorList
-	n := p.Mesh.NumAxes()
 	twins := findTwins(p.Graph)
+	p.made = make([][]sbp.NdSBP, len(p.Graph.Values))
+	p.dest = destinations(p)
 	for _, v := range p.Values {
 		switch {
 		case v.IsSource():
-			pl := v.Declared
-			if f, ok := p.Opts.Force[v.Name]; ok {
-				pl = f
-			}
-			if len(pl) != n {
-				pl = sbp.Broadcasts(n)
-			}
-			p.place(v, pl, nil)
+			p.place(v, p.sourcePlacement(v), nil)
 		case v.Op == "to":
-			p.place(v, v.Declared, &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1})
+			p.placeChosen(v, &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1})
 		case isLocalOp(v):
-			ch := p.localChoice(v)
-			p.place(v, ch.Sig.Out, ch)
+			p.placeChosen(v, p.localChoice(v))
 		default:
 			if c := p.twinChoice(twins, v); c != nil {
-				p.place(v, c.Sig.Out, c)
+				p.placeChosen(v, c)
 				continue
 			}
 			c, err := p.choose(v)
@@ -135,13 +134,33 @@ func inferPlacements(p *Plan) error {
 				errs = append(errs, &ir.Error{Pos: v.Pos, Msg: err.Error()})
 				continue
 			}
-			p.place(v, c.Sig.Out, c)
+			p.placeChosen(v, c)
 		}
 	}
 	if len(errs) > 0 {
 		return errs.Sort()
 	}
 	return nil
+}
+
+// sourcePlacement is a source value's placement: as declared, or as
+// Options.Force fixes it; replicated when neither names every mesh axis.
+func (p *Plan) sourcePlacement(v *ir.Value) sbp.NdSBP {
+	pl := v.Declared
+	if f, ok := p.Opts.Force[v.Name]; ok {
+		pl = f
+	}
+	if n := p.Mesh.NumAxes(); len(pl) != n {
+		pl = sbp.Broadcasts(n)
+	}
+	return pl
+}
+
+// placeChosen places v as ch chose and records the conversions ch asks of
+// v's arguments (infer_ahead.go).
+func (p *Plan) placeChosen(v *ir.Value, ch *Choice) {
+	p.noteConversions(v, ch)
+	p.place(v, ch.Sig.Out, ch)
 }
 
 // choose prices every valid nd signature of v and keeps the cheapest.
@@ -168,7 +187,7 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 	n := len(p.keyBuf)
 	p.keyBuf = p.choiceKey(p.keyBuf, v)
 	if c, ok := p.chosen[string(p.keyBuf)]; ok {
-		return &Choice{Sig: c.Sig, Time: c.Time, Candidates: c.Candidates}, nil
+		return &Choice{Sig: c.Sig, Time: c.Time, Candidates: c.Candidates, ahead: c.ahead}, nil
 	}
 	key := string(p.keyBuf)
 	sigs, err := p.ndSigs(rule, Desc(v), p.keyBuf[:n])
@@ -179,6 +198,7 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 	if err != nil {
 		return nil, err
 	}
+	best.ahead = p.looksAhead(v)
 	if p.chosen == nil {
 		p.chosen = map[string]Choice{}
 	}
@@ -195,11 +215,11 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 // gradient, its forward value's placement.
 func (p *Plan) twinChoice(twins twinOf, v *ir.Value) *Choice {
 	t := twins.twin(p.Graph, v)
-	if t == nil || t.Local || !sameDesc(v, t) {
+	if t == nil || t.Local || !sameDesc(v, t) || p.looksAhead(v) {
 		return nil
 	}
 	c := p.choiceOf(t)
-	if c == nil {
+	if c == nil || c.ahead {
 		return nil
 	}
 	for i, a := range v.Args {
@@ -235,7 +255,7 @@ func (p *Plan) cheapest(v *ir.Value, sigs []sbp.NdSig) (*Choice, error) {
 		sc := sigScore{}
 		for i, a := range v.Args {
 			cur := p.placementOf(a)
-			if cur.Equal(s.In[i]) {
+			if cur.Equal(s.In[i]) || p.converted(a, s.In[i]) {
 				continue
 			}
 			path, err := p.Planner.Plan(a.Type.Shape, a.Type.DType.Size(), cur, s.In[i])
@@ -265,6 +285,11 @@ func (p *Plan) cheapest(v *ir.Value, sigs []sbp.NdSig) (*Choice, error) {
 				if path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), s.Out, dual); err == nil {
 					sc.time += path.Time
 				}
+			}
+		}
+		if d := p.dest[v.ID]; d != nil && !d.Equal(s.Out) {
+			if path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), s.Out, d); err == nil {
+				sc.time += path.Time
 			}
 		}
 		if best == nil || sc.less(bestScore) {

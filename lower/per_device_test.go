@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/meshrun/meshrun/bench/gptsrc"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/sbp"
 	"github.com/stretchr/testify/require"
@@ -119,10 +120,10 @@ func TestCachedChoicesMatchFreshPricing(t *testing.T) {
 	require.NoError(t, err)
 	for name, p := range plans {
 		chosen := 0
-		for _, v := range p.Values {
+		replayInfer(p, func(v *ir.Value) {
 			ch := p.Choice[v]
 			if ch == nil || v.Op == "to" || isLocalOp(v) {
-				continue // not priced: declared, or a local function's
+				return // not priced: declared, or a local function's
 			}
 			chosen++
 			rule, ok := sbp.Lookup(v.Op)
@@ -134,7 +135,7 @@ func TestCachedChoicesMatchFreshPricing(t *testing.T) {
 			require.Equal(t, fresh.Sig, ch.Sig, "%s %s", name, v.Label())
 			require.Equal(t, fresh.Time, ch.Time, "%s %s", name, v.Label())
 			require.Equal(t, fresh.Candidates, ch.Candidates, "%s %s", name, v.Label())
-		}
+		})
 		if name == "gpt pipelined" {
 			require.Less(t, len(p.chosen), chosen/4, "the micro-batches' copies share choices")
 		}

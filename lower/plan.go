@@ -8,7 +8,10 @@
 //	infer   give every value a placement: sources and to() keep the declared
 //	        one; every op takes, among the nd signatures its rule allows, the
 //	        one whose input conversions cost least under the link model
-//	        (ties: fewer conversions, fewer partial outputs, more splitting)
+//	        (ties: fewer conversions, fewer partial outputs, more splitting);
+//	        a conversion an earlier consumer chose is free, and a value
+//	        headed for a placement (a gradient, an output, a carried value)
+//	        is charged the conversion there (infer_ahead.go)
 //	boxing  insert a conversion wherever an op's chosen input placement
 //	        differs from its argument's placement, and for output/to(); each
 //	        is a shortest path of single-axis steps (sbp.Planner) and
@@ -95,7 +98,12 @@ type Plan struct {
 	chosen map[string]Choice
 	keyBuf []byte
 	desc   sbp.OpDesc // choose's scratch description
-	Opts   Options
+	// made and dest are what infer knows beyond an op's arguments, by
+	// value ID (infer_ahead.go): the placements earlier consumers convert
+	// a value to, and the placement a value must end in.
+	made [][]sbp.NdSBP
+	dest []sbp.NdSBP
+	Opts Options
 
 	// Values are the graph's values that reach an output, in order (the
 	// check pass drops the rest unless Options.KeepDead).
@@ -138,6 +146,9 @@ type Choice struct {
 	Time       float64 // modelled seconds of the conversions it needs
 	Candidates int     // how many nd signatures were valid
 	ArgConv    []*Conversion
+	// ahead: the choice read more than its arguments' placements
+	// (looksAhead), so a micro-batch twin cannot simply copy it
+	ahead bool
 }
 
 // Conversion is one inserted boxing: Value converted along Path.

@@ -30,12 +30,12 @@ import (
 // all-reduced, 2(p−1)/p·mk (the notes' ring all-reduce, p | mk).
 func TestLocalBytes1DColumn(t *testing.T) {
 	const p, m, k, n = 3, 4, 6, 9
-	_, c := trainOnce(t, fmt.Sprintf("[t=%d]", p),
+	lp, c := trainOnce(t, fmt.Sprintf("[t=%d]", p),
 		"param X : f32[4, 6] = normal(0, 1)\nparam W : f32[6, 9] {t: S(1)} = normal(0, 0.3)\ninput T : f32[4, 9] = normal(0, 1)",
 		"mse(par.linear_col(X, W), T)")
 	requirePerRank(t, "forward", c.fwd, func(int) int64 { return 0 })
 	requirePerRank(t, "backward", c.bwd, func(int) int64 { return 2 * (p - 1) * m * k / p * f32 })
-	requireOnlyLoss(t, c)
+	requireOnlyLoss(t, lp, c)
 	costs := algo.GEMM{M: m, K: k, N: n, Elem: f32}.Costs(algo.Layout{Kind: algo.OneDColumn, Q: p}, nil)
 	requirePerRank(t, "forward vs algo", c.fwd, algoSent(costs, algo.Forward))
 	requirePerRank(t, "backward vs algo", c.bwd, algoSent(costs, algo.Backward))
@@ -44,12 +44,12 @@ func TestLocalBytes1DColumn(t *testing.T) {
 // 1D row: forward the partial Y all-reduced, 2(p−1)/p·mn; backward nothing.
 func TestLocalBytes1DRow(t *testing.T) {
 	const p, m, k, n = 2, 4, 6, 3
-	_, c := trainOnce(t, fmt.Sprintf("[t=%d]", p),
+	lp, c := trainOnce(t, fmt.Sprintf("[t=%d]", p),
 		"param X : f32[4, 6] {t: S(1)} = normal(0, 1)\nparam W : f32[6, 3] {t: S(0)} = normal(0, 0.3)\ninput T : f32[4, 3] = normal(0, 1)",
 		"mse(par.linear_row(X, W), T)")
 	requirePerRank(t, "forward", c.fwd, func(int) int64 { return 2 * (p - 1) * m * n / p * f32 })
 	requirePerRank(t, "backward", c.bwd, func(int) int64 { return 0 })
-	requireOnlyLoss(t, c)
+	requireOnlyLoss(t, lp, c)
 	costs := algo.GEMM{M: m, K: k, N: n, Elem: f32}.Costs(algo.Layout{Kind: algo.OneDRow, Q: p}, nil)
 	requirePerRank(t, "forward vs algo", c.fwd, algoSent(costs, algo.Forward))
 	requirePerRank(t, "backward vs algo", c.bwd, algoSent(costs, algo.Backward))
@@ -58,13 +58,13 @@ func TestLocalBytes1DRow(t *testing.T) {
 // Megatron's MLP: one all-reduce of [m, h] each way.
 func TestLocalBytesMegatronMLP(t *testing.T) {
 	const p, m, h, f = 2, 4, 6, 8
-	_, c := trainOnce(t, fmt.Sprintf("[t=%d]", p),
+	lp, c := trainOnce(t, fmt.Sprintf("[t=%d]", p),
 		"param X : f32[4, 6] = normal(0, 1)\nparam W1 : f32[6, 8] {t: S(1)} = normal(0, 0.3)\nparam W2 : f32[8, 6] {t: S(0)} = normal(0, 0.3)\ninput T : f32[4, 6] = normal(0, 1)",
 		"mse(par.mlp_1d(X, W1, W2), T)")
 	ar := int64(2 * (p - 1) * m * h / p * f32)
 	requirePerRank(t, "forward", c.fwd, func(int) int64 { return ar })
 	requirePerRank(t, "backward", c.bwd, func(int) int64 { return ar })
-	requireOnlyLoss(t, c)
+	requireOnlyLoss(t, lp, c)
 	for r := range p {
 		a := algo.MegatronMLP(m, h, f, f32, p, nil, r)
 		require.Equal(t, a.Sent(algo.Forward), c.fwd[r], "forward vs algo, rank %d", r)
@@ -86,7 +86,7 @@ func TestLocalBytesSUMMA(t *testing.T) {
 		t.Run(fmt.Sprintf("q=%d %dx%dx%d", s.q, s.m, s.k, s.n), func(t *testing.T) {
 			q, m, k, n := s.q, s.m, s.k, s.n
 			pl := "{r: S(0), c: S(1)}"
-			p, c := trainOnce(t, fmt.Sprintf("[r=%d, c=%d]", q, q),
+			lp, c := trainOnce(t, fmt.Sprintf("[r=%d, c=%d]", q, q),
 				fmt.Sprintf("param X : f32[%d, %d] %s = normal(0, 1)\nparam W : f32[%d, %d] %s = normal(0, 0.3)\ninput T : f32[%d, %d] = normal(0, 1)", m, k, pl, k, n, pl, m, n),
 				"mse(par.summa(X, W), T)")
 			// the blocks that move: mk/q² and kn/q² (padded: the largest)
@@ -103,9 +103,9 @@ func TestLocalBytesSUMMA(t *testing.T) {
 			requirePerRank(t, "forward, tree by tree", c.fwd, tree)
 			requirePerRank(t, "forward, (q−1)(mk+kn)/q²", c.fwd, func(int) int64 { return closed })
 			requirePerRank(t, "backward, (q−1)(mk+kn)/q²", c.bwd, func(int) int64 { return closed })
-			requireOnlyLoss(t, c)
+			requireOnlyLoss(t, lp, c)
 			// one broadcast costs its root ⌈lg q⌉ blocks: explain's figure
-			for _, w := range lower.Explain(p).Written {
+			for _, w := range lower.Explain(lp).Written {
 				if w.Kind == "broadcast" {
 					blk := xb
 					if w.Axis == "r" {
@@ -132,12 +132,12 @@ func TestLocalBytesTesseract(t *testing.T) {
 	for _, s := range tesseractSizes {
 		t.Run(fmt.Sprintf("d=%d q=%d %dx%dx%d", s.d, s.q, s.m, s.k, s.n), func(t *testing.T) {
 			d, q, m, k, n := s.d, s.q, s.m, s.k, s.n
-			c := trainTesseract(t, d, q, m, k, n)
+			lp, c := trainTesseract(t, d, q, m, k, n)
 			summa := int64((q - 1) * (cdiv(cdiv(m, d), q)*cdiv(k, q) + cdiv(k, q)*cdiv(n, q)) * f32)
 			requirePerRank(t, "forward, (q−1)(mk/d+kn)/q²", c.fwd, func(int) int64 { return summa })
 			requirePerRank(t, "backward reduces, (q−1)(mk/d+kn)/q²", c.bwdBy["reduce"], func(int) int64 { return summa })
 			require.ElementsMatch(t, []string{"reduce", "all_reduce"}, mapsKeys(c.bwdBy), "the backward's collectives")
-			requireOnlyLoss(t, c)
+			requireOnlyLoss(t, lp, c)
 			costs := algo.GEMM{M: m, K: k, N: n, Elem: f32, Padded: true}.Costs(algo.Layout{Kind: algo.TwoHalfD, Q: q, D: d}, nil)
 			requirePerRank(t, "forward vs algo", c.fwd, algoSent(costs, algo.Forward))
 		})
@@ -146,11 +146,10 @@ func TestLocalBytesTesseract(t *testing.T) {
 
 var tesseractSizes = []struct{ d, q, m, k, n int }{{2, 2, 8, 6, 4}, {3, 2, 12, 4, 6}, {2, 3, 12, 6, 6}, {2, 2, 9, 5, 7}}
 
-func trainTesseract(t *testing.T, d, q, m, k, n int) comms {
-	_, c := trainOnce(t, fmt.Sprintf("[d=%d, r=%d, c=%d]", d, q, q),
+func trainTesseract(t *testing.T, d, q, m, k, n int) (*lower.Plan, comms) {
+	return trainOnce(t, fmt.Sprintf("[d=%d, r=%d, c=%d]", d, q, q),
 		fmt.Sprintf("param X : f32[%d, %d] {d: S(0), r: S(0), c: S(1)} = normal(0, 1)\nparam W : f32[%d, %d] {r: S(0), c: S(1)} = normal(0, 0.3)\ninput T : f32[%d, %d] = normal(0, 1)", m, k, k, n, m, n),
 		"mse(par.tesseract(X, W), T)")
-	return c
 }
 
 func mapsKeys(m map[string][]int64) []string {
@@ -169,7 +168,7 @@ func TestLocalBytesTesseractSumsWOverDepthOnce(t *testing.T) {
 	for _, s := range tesseractSizes {
 		t.Run(fmt.Sprintf("d=%d q=%d %dx%dx%d", s.d, s.q, s.m, s.k, s.n), func(t *testing.T) {
 			d, q, m, k, n := s.d, s.q, s.m, s.k, s.n
-			c := trainTesseract(t, d, q, m, k, n)
+			_, c := trainTesseract(t, d, q, m, k, n)
 			depth := int64(2 * (d - 1) * cdiv(k, q) * cdiv(n, q) / d * f32) // d | the W block here
 			requirePerRank(t, "depth all-reduce of dW, 2(d−1)/d·kn/q²", c.bwdBy["all_reduce"], func(int) int64 { return depth })
 			costs := algo.GEMM{M: m, K: k, N: n, Elem: f32, Padded: true}.Costs(algo.Layout{Kind: algo.TwoHalfD, Q: q, D: d}, nil)
@@ -187,7 +186,7 @@ func TestLocalBytes3D(t *testing.T) {
 	for _, s := range []struct{ q, m, k, n int }{{2, 8, 8, 4}, {3, 9, 18, 6}, {2, 7, 8, 5}} {
 		t.Run(fmt.Sprintf("q=%d %dx%dx%d", s.q, s.m, s.k, s.n), func(t *testing.T) {
 			q, m, k, n := s.q, s.m, s.k, s.n
-			_, c := trainOnce(t, fmt.Sprintf("[i=%d, j=%d, l=%d]", q, q, q),
+			lp, c := trainOnce(t, fmt.Sprintf("[i=%d, j=%d, l=%d]", q, q, q),
 				fmt.Sprintf("param X : f32[%d, %d] {i: S(0), l: S(0), j: S(1)} = normal(0, 1)\nparam W : f32[%d, %d] {j: S(0), l: S(0), i: S(1)} = normal(0, 0.3)\ninput T : f32[%d, %d] = normal(0, 1)", m, k, k, n, m, n),
 				"mse(par.linear_3d(X, W, a=i, b=j, w=l), T)")
 			// q−1 blocks of each: mk/q³, kn/q³, mn/q³ (padded: the largest)
@@ -195,7 +194,7 @@ func TestLocalBytes3D(t *testing.T) {
 			each := int64((q - 1) * (rows*cdiv(k, q) + cdiv(k, q*q)*cdiv(n, q) + rows*cdiv(n, q)) * f32)
 			requirePerRank(t, "forward, (q−1)/q·(mk+kn+mn)/q²", c.fwd, func(int) int64 { return each })
 			requirePerRank(t, "backward, (q−1)/q·(mk+kn+mn)/q²", c.bwd, func(int) int64 { return each })
-			requireOnlyLoss(t, c)
+			requireOnlyLoss(t, lp, c)
 			costs := algo.GEMM{M: m, K: k, N: n, Elem: f32, Padded: true}.Costs(algo.Layout{Kind: algo.ThreeD, Q: q}, nil)
 			requirePerRank(t, "forward vs algo", c.fwd, algoSent(costs, algo.Forward))
 			requirePerRank(t, "backward vs algo", c.bwd, algoSent(costs, algo.Backward))
@@ -209,14 +208,14 @@ func TestLocalBytes3D(t *testing.T) {
 // runs on [x=j, y=i, z=l]: its rank at (x, y, z) is the runtime's (y, x, z).
 func TestLocalBytes3DTwoLayers(t *testing.T) {
 	const q, m, k, h, n = 2, 8, 8, 4, 8
-	_, c := trainOnce(t, "[i=2, j=2, l=2]",
+	lp, c := trainOnce(t, "[i=2, j=2, l=2]",
 		"param X : f32[8, 8] {i: S(0), l: S(0), j: S(1)} = normal(0, 1)\nparam W1 : f32[8, 4] {j: S(0), l: S(0), i: S(1)} = normal(0, 0.3)\n"+
 			"param W2 : f32[4, 8] {i: S(0), l: S(0), j: S(1)} = normal(0, 0.3)\ninput T : f32[8, 8] = normal(0, 1)",
 		"mse(par.linear_3d(tanh(par.linear_3d(X, W1, a=i, b=j, w=l)), W2, a=j, b=i, w=l), T)")
 	layers := int64((q-1)*(m*k+k*h+m*h)/(q*q*q)*f32 + (q-1)*(m*h+h*n+m*n)/(q*q*q)*f32)
 	requirePerRank(t, "forward, both layers", c.fwd, func(int) int64 { return layers })
 	requirePerRank(t, "backward, both layers", c.bwd, func(int) int64 { return layers })
-	requireOnlyLoss(t, c)
+	requireOnlyLoss(t, lp, c)
 	l := algo.Layout{Kind: algo.ThreeD, Q: q}
 	first := algo.GEMM{M: m, K: k, N: h, Elem: f32}.Costs(l, nil)
 	second := algo.GEMM{M: m, K: h, N: n, Elem: f32}.Costs(l, nil)
@@ -242,13 +241,13 @@ func TestLocalBytesRingAttention(t *testing.T) {
 		t.Run(fmt.Sprintf("n=%d causal=%d", s.n, s.causal), func(t *testing.T) {
 			n, b, l, h := s.n, s.b, s.l, s.h
 			shape := fmt.Sprintf("f32[%d, %d, %d]", b, l, h)
-			_, c := trainOnce(t, fmt.Sprintf("[s=%d]", n),
+			lp, c := trainOnce(t, fmt.Sprintf("[s=%d]", n),
 				fmt.Sprintf("param Q : %s {s: S(1)} = normal(0, 1)\nparam K : %s {s: S(1)} = normal(0, 1)\nparam V : %s {s: S(1)} = normal(0, 1)\ninput T : %s = normal(0, 1)", shape, shape, shape, shape),
 				fmt.Sprintf("mse(par.ring_attention(Q, K, V, 0.7, %d), T)", s.causal))
 			hops := int64(2 * (n - 1) * b * l / n * h * f32)
 			requirePerRank(t, "forward, 2(n−1)·B·L/n·H", c.fwd, func(int) int64 { return hops })
 			requirePerRank(t, "backward, 2(n−1)·B·L/n·H", c.bwd, func(int) int64 { return hops })
-			requireOnlyLoss(t, c)
+			requireOnlyLoss(t, lp, c)
 			a := algo.Attention{Batch: b, Seq: l, Heads: 1, Hidden: h, Elem: f32}
 			for r := range n {
 				cost := a.Ring(n, nil, r)
@@ -268,13 +267,13 @@ func TestLocalBytesUlysses(t *testing.T) {
 		t.Run(fmt.Sprintf("P=%d", s.p), func(t *testing.T) {
 			p, b, heads, l, hd := s.p, s.b, s.heads, s.l, s.hd
 			shape := fmt.Sprintf("f32[%d, %d, %d, %d]", b, heads, l, hd)
-			_, c := trainOnce(t, fmt.Sprintf("[s=%d]", p),
+			lp, c := trainOnce(t, fmt.Sprintf("[s=%d]", p),
 				fmt.Sprintf("param Q : %s {s: S(2)} = normal(0, 1)\nparam K : %s {s: S(2)} = normal(0, 1)\nparam V : %s {s: S(2)} = normal(0, 1)\ninput T : %s = normal(0, 1)\ninput mask : f32[%d, %d] = causal", shape, shape, shape, shape, l, l),
 				"mse(par.ulysses_attention(Q, K, V, mask, 0.7), T)")
 			a2a := int64(4 * (p - 1) * b * l * heads * hd / (p * p) * f32)
 			requirePerRank(t, "forward, 4(P−1)/P·B·L·H/P", c.fwd, func(int) int64 { return a2a })
 			requirePerRank(t, "backward, 4(P−1)/P·B·L·H/P", c.bwd, func(int) int64 { return a2a })
-			requireOnlyLoss(t, c)
+			requireOnlyLoss(t, lp, c)
 			a := algo.Attention{Batch: b, Seq: l, Heads: heads, Hidden: heads * hd, Elem: f32}
 			for r := range p {
 				cost, err := a.Ulysses(p, nil, r)
@@ -300,10 +299,11 @@ func TestLocalBytesBoundaryConversions(t *testing.T) {
 	closed := int64((q - 1) * (m*k + k*n) / (q * q) * f32)
 	requirePerRank(t, "forward", c.fwd, func(int) int64 { return closed })
 	requirePerRank(t, "backward", c.bwd, func(int) int64 { return closed })
+	loss := forLoss(p)
 	gathered := make([]int64, len(c.insertedBy))
 	for d, ins := range c.insertedBy {
 		for _, s := range ins {
-			if s.name == lossReduce {
+			if loss[s.name] != nil {
 				continue
 			}
 			require.Equal(t, "all_gather", strings.SplitN(s.name, "(", 2)[0], "device %d: %s", d, s.name)
@@ -314,7 +314,7 @@ func TestLocalBytesBoundaryConversions(t *testing.T) {
 	// explain lists them among the collectives the compiler inserted
 	var listed float64
 	for _, cr := range lower.Explain(p).Collectives {
-		if cr.Communicate && cr.Value != "train.loss" {
+		if cr.Communicate && loss[cr.Kind+"("+cr.Value+")"] == nil {
 			require.Equal(t, "all_gather", cr.Kind, "%s over %s", cr.Value, cr.Axis)
 			listed += cr.Bytes
 		}

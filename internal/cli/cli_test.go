@@ -226,8 +226,8 @@ func TestREPLScripted(t *testing.T) {
 		fmt.Sprintf("param W : f32[8, 8] {B, S(1)} = load(%q)", filepath.Join(dir, "W.npy")),
 		fmt.Sprintf("input x : f32[4, 8] {S(0), B} = load(%q)", filepath.Join(dir, "x.npy")),
 		"y = x @ W",
-		"z = to(y, {B, B})",
 		"sum(y, axis=1)",
+		"z = to(y, {B, B})",
 		"transpose(z)",
 		":layout y",
 		":layout s",
@@ -254,7 +254,7 @@ func TestREPLScripted(t *testing.T) {
 		"y : f32[4, 8] {S(0), S(1)}",
 		"local: [2, 4] on d0-3",
 		"inserted: all_gather of y over dp {S(0), S(1)} → {B, S(1)}",
-		"sum#4 : f32[4] {S(0), P}",
+		"sum#3 : f32[4] {S(0), P}",
 		"rows 0:2  d0        d1",
 		":layout: unknown name \"s\"",
 		"unknown function \"foo\"",
@@ -281,7 +281,7 @@ func TestREPLScripted(t *testing.T) {
 	require.Equal(t, row0, replValue(t, out, "y : "))
 	require.Equal(t, row0, replValue(t, out, "z : "), "to(y, {B, B}) gathers y unchanged")
 	require.Equal(t, row0, replValue(t, out, "q : "), "a statement over two lines")
-	require.Equal(t, "[2688 8064 13440 18816]", replValue(t, out, "sum#4 : "), "partial sums over tp added")
+	require.Equal(t, "[2688 8064 13440 18816]", replValue(t, out, "sum#3 : "), "partial sums over tp added")
 	require.Equal(t, "[140 364 588 812 196 548 … (32 values)]", replValue(t, out, "transpose#"))
 	require.Equal(t, "[0 2 4 6 8 10 … (32 values)]", replValue(t, out, "mul#"))
 }

@@ -18,7 +18,7 @@ func TestExplainPrintsNotes(t *testing.T) {
 
 	code, out, errs = meshrun(t, "", "explain", "--link", "dp=5:100,tp=5:12.5", "../../examples/train/megatron_dp_tp.mesh")
 	require.Equal(t, ExitOK, code, errs)
-	require.Contains(t, out, "  note: tensor parallelism over the slowest link: tp sends 392 B per device per step")
+	require.Contains(t, out, "  note: tensor parallelism over the slowest link: tp sends 260 B per device per step")
 	code, out, errs = meshrun(t, "", "explain", "--link", "dp=5:12.5,tp=5:100", "../../examples/train/megatron_dp_tp.mesh")
 	require.Equal(t, ExitOK, code, errs)
 	require.NotContains(t, out, "note:")

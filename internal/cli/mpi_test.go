@@ -635,7 +635,7 @@ func (e *mpiEnv) testWrongCount(t *testing.T) {
 }
 
 // The failure-injection program: instruction 3 of every rank is an
-// all-reduce over tp, groups {0,1} and {2,3}, for the output on line 11.
+// all-reduce over tp, groups {0,1} and {2,3}, for the to() on line 12.
 const faultMesh = "internal/cli/testdata/mpi/fault.mesh"
 
 // checkFaultProgram guards the instruction number the fault tests use.
@@ -866,7 +866,7 @@ func (e *mpiEnv) testStallTimeout(t *testing.T) {
 			code, gone, hung := e.end(t, r, 40*time.Second, l.name == openMPI.name)
 			o := r.out.String()
 			require.Contains(t, o, "rank 1: meshrun: test fault stall at instruction 3")
-			require.True(t, hasLineWith(o, "meshrun: run failed", "fault.mesh:11:1", "device 0 ", "all_reduce over tp", "timed out after 2s", "ranks [0 1]"),
+			require.True(t, hasLineWith(o, "meshrun: run failed", "fault.mesh:12:5", "device 0 ", "all_reduce over tp", "timed out after 2s", "ranks [0 1]"),
 				"want rank 0's timeout naming the all-reduce, its line and the group [0 1]:\n%s", o)
 			// 2 s timeout, then the abort: every rank gone well within 15 s
 			require.Less(t, gone.Sub(r.start), 15*time.Second, "the ranks outlived the timeout:\n%s", o)

@@ -1,0 +1,79 @@
+package lower
+
+import (
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/sbp"
+)
+
+// What inference knows beyond one op's arguments. Placements are chosen
+// op by op, each pricing the conversions its own arguments need; two
+// facts outside that view change the price:
+//
+//   - A conversion an earlier consumer chose is made once and shared
+//     (insertBoxing shares a value's conversions to one placement), so a
+//     later consumer asking for the same placement pays nothing. Without
+//     this, a partial value with several consumers is reduced once per
+//     consumer's choice: the first takes the cheapest reduction for
+//     itself, the next keeps the value partial to avoid paying again, and
+//     the partiality is reduced later, by another collective.
+//   - An output declared in a placement, and a training step's new value
+//     of a parameter or state, must end in a given placement (the output's,
+//     the source's): the op producing it prices that last conversion, as a
+//     gradient prices the one towards its forward value's splits.
+
+// noteConversions records the placements v's choice converts its
+// arguments to: conversions the boxing pass will share.
+func (p *Plan) noteConversions(v *ir.Value, ch *Choice) {
+	if v.Op == "to" && v.Attrs.Regather {
+		return // never shared (insertBoxing)
+	}
+	for i, a := range v.Args {
+		to := ch.Sig.In[i]
+		if p.placementOf(a).Equal(to) || p.converted(a, to) {
+			continue
+		}
+		p.made[a.ID] = append(p.made[a.ID], to)
+	}
+}
+
+// converted reports whether an earlier consumer converts a to placement to.
+func (p *Plan) converted(a *ir.Value, to sbp.NdSBP) bool {
+	for _, m := range p.made[a.ID] {
+		if m.Equal(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// destinations is, by value ID, the placement each output declared in
+// one and each carried value ends in; nil elsewhere.
+func destinations(p *Plan) []sbp.NdSBP {
+	dest := make([]sbp.NdSBP, len(p.Graph.Values))
+	for _, o := range p.Graph.Outputs {
+		if o.Placement != nil && len(o.Placement) == p.Mesh.NumAxes() {
+			dest[o.Value.ID] = o.Placement
+		}
+	}
+	if t := p.Graph.Train; t != nil {
+		for _, c := range t.Carry {
+			dest[c.Next.ID] = p.sourcePlacement(c.Source)
+		}
+	}
+	return dest
+}
+
+// looksAhead reports whether v's choice depends on more than its
+// arguments' placements: conversions of its arguments already made, or a
+// placement v must end in.
+func (p *Plan) looksAhead(v *ir.Value) bool {
+	if p.dest[v.ID] != nil {
+		return true
+	}
+	for _, a := range v.Args {
+		if len(p.made[a.ID]) > 0 {
+			return true
+		}
+	}
+	return false
+}

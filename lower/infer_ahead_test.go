@@ -1,0 +1,93 @@
+package lower
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/sbp"
+	"github.com/stretchr/testify/require"
+)
+
+// replayInfer walks p's values in infer's order with what infer knew
+// when it placed each (the conversions earlier values asked for), calling
+// at(v) before v's own are noted: a test can price v afresh as infer did.
+func replayInfer(p *Plan, at func(v *ir.Value)) {
+	p.made = make([][]sbp.NdSBP, len(p.Graph.Values))
+	for _, v := range p.Values {
+		at(v)
+		if ch := p.choiceOf(v); ch != nil {
+			p.noteConversions(v, ch)
+		}
+	}
+}
+
+// The training Megatron MLP gets Megatron's layout: over tp, one
+// all-reduce of the row-parallel product, which the loss and its
+// gradient then read replicated, and the gradient norm's scalar; nothing
+// else crosses tp (greedy pricing without shared conversions and the
+// loss's look-ahead reduce-scattered the product for the loss, kept the
+// loss's gradient partial and all-reduced it, and reduced the loss over
+// tp: four collectives).
+func TestMegatronTrainingReducesTheProductOnce(t *testing.T) {
+	p := compileExample(t, "train/megatron_dp_tp")
+	tp := p.Mesh.AxisIndex("tp")
+	var overTP []string
+	for _, c := range p.Convs {
+		for _, s := range c.Path.Steps {
+			if s.Kind.Communicates() && s.Axis == tp {
+				overTP = append(overTP, string(s.Kind)+" "+c.Value.Op)
+			}
+		}
+	}
+	require.Equal(t, []string{"all_reduce matmul", "all_reduce add"}, overTP)
+}
+
+// A partial value read by two ops is reduced once: gelu takes it
+// reduce-scattered (cheaper than an all-reduce), and the subtraction,
+// which could have kept it partial, reads the same reduced copy for free
+// and so gives a split value, not a partial one that would need a second
+// reduction.
+func TestSharedConversionIsFree(t *testing.T) {
+	p, err := lowerSource(`mesh M = [tp=2]
+input x : f32[16, 8] {S(1)} = normal(0, 1)
+input W : f32[8, 8] {S(0)} = normal(0, 1)
+input t : f32[16, 8] {B} = normal(0, 1)
+y = x @ W
+a = gelu(y)
+b = y - t
+output a {B}
+output b {B}
+`)
+	require.NoError(t, err)
+	b := p.Values[len(p.Values)-1]
+	require.Equal(t, "b", b.Name)
+	require.Equal(t, "{S(0)}", p.Placement[b].String())
+	var kinds []string
+	for _, s := range collectives(p) {
+		kinds = append(kinds, string(s.Kind))
+	}
+	require.Equal(t, []string{"reduce_scatter", "all_gather", "all_gather"}, kinds, "y reduced once; a and b gathered for their outputs")
+}
+
+// An output declared in a placement is priced where it is made: the sum
+// of v over its dim split on r would be partial over r (an all-reduce,
+// 2α) and split over c (a gather, α); gathering v over r first (α) leaves
+// only the gather over c. Undeclared, the sum stays where it lies.
+func TestOutputPlacementIsPricedWhereItIsMade(t *testing.T) {
+	const src = `mesh M = [r=2, c=2]
+input v : f32[8, 4] {S(0), S(1)} = normal(0, 1)
+s = sum(v, axis=0)
+output s%s
+`
+	p, err := lowerSource(fmt.Sprintf(src, " {B, B}"))
+	require.NoError(t, err)
+	for _, s := range collectives(p) {
+		require.Equal(t, sbp.AllGather, s.Kind)
+	}
+	require.Len(t, collectives(p), 2)
+	p, err = lowerSource(fmt.Sprintf(src, ""))
+	require.NoError(t, err)
+	require.Empty(t, collectives(p))
+	require.Equal(t, "{P, S(0)}", p.Placement[p.Values[len(p.Values)-1]].String())
+}
