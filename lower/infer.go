@@ -120,6 +120,7 @@ func inferPlacements(p *Plan) error {
 		switch {
 		case v.IsSource():
 			p.place(v, p.sourcePlacement(v), nil)
+			p.noteConversions(v, nil)
 		case v.Op == "to":
 			p.placeChosen(v, &Choice{Sig: sbp.NdSig{In: []sbp.NdSBP{v.Declared}, Out: v.Declared}, Candidates: 1})
 		case isLocalOp(v):
@@ -157,10 +158,10 @@ func (p *Plan) sourcePlacement(v *ir.Value) sbp.NdSBP {
 }
 
 // placeChosen places v as ch chose and records the conversions ch asks of
-// v's arguments (infer_ahead.go).
+// v's arguments and v's own to where it must end (infer_ahead.go).
 func (p *Plan) placeChosen(v *ir.Value, ch *Choice) {
-	p.noteConversions(v, ch)
 	p.place(v, ch.Sig.Out, ch)
+	p.noteConversions(v, ch)
 }
 
 // choose prices every valid nd signature of v and keeps the cheapest.

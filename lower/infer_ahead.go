@@ -21,17 +21,27 @@ import (
 //     the source's): the op producing it prices that last conversion, as a
 //     gradient prices the one towards its forward value's splits.
 
-// noteConversions records the placements v's choice converts its
-// arguments to: conversions the boxing pass will share.
+// noteConversions records, once v is placed, the conversions the boxing
+// pass will make and share: those v's choice (nil for a source) asks of
+// its arguments, and v's own to the placement it must end in (boxing
+// converts an output or a carried value there whoever else reads it, so
+// a consumer asking for that placement gets it for nothing).
 func (p *Plan) noteConversions(v *ir.Value, ch *Choice) {
-	if v.Op == "to" && v.Attrs.Regather {
-		return // never shared (insertBoxing)
+	if d := p.dest[v.ID]; d != nil {
+		p.noteMade(v, d)
+	}
+	if ch == nil || v.Op == "to" && v.Attrs.Regather {
+		return // a source; or ZeRO-3's gather, never shared (insertBoxing)
 	}
 	for i, a := range v.Args {
-		to := ch.Sig.In[i]
-		if p.placementOf(a).Equal(to) || p.converted(a, to) {
-			continue
-		}
+		p.noteMade(a, ch.Sig.In[i])
+	}
+}
+
+// noteMade records that a is converted to placement to, unless a is
+// already there or the conversion is already recorded.
+func (p *Plan) noteMade(a *ir.Value, to sbp.NdSBP) {
+	if !p.placementOf(a).Equal(to) && !p.converted(a, to) {
 		p.made[a.ID] = append(p.made[a.ID], to)
 	}
 }

@@ -16,9 +16,7 @@ func replayInfer(p *Plan, at func(v *ir.Value)) {
 	p.made = make([][]sbp.NdSBP, len(p.Graph.Values))
 	for _, v := range p.Values {
 		at(v)
-		if ch := p.choiceOf(v); ch != nil {
-			p.noteConversions(v, ch)
-		}
+		p.noteConversions(v, p.choiceOf(v))
 	}
 }
 
@@ -90,4 +88,30 @@ output s%s
 	require.NoError(t, err)
 	require.Empty(t, collectives(p))
 	require.Equal(t, "{P, S(0)}", p.Placement[p.Values[len(p.Values)-1]].String())
+}
+
+// The conversion of an output to its declared placement is made whoever
+// else reads the value, and boxing shares it: a consumer asking for the
+// same placement gets it for nothing. Here y (partial over tp) is
+// all-reduced for its output; gelu reads that replicated copy (its own
+// output then reaches {S(0)} by a local slice) rather than paying a
+// reduce-scatter of its own: one collective, not two.
+func TestOutputConversionIsShared(t *testing.T) {
+	p, err := lowerSource(`mesh M = [tp=2]
+input x : f32[16, 1024] {S(1)} = normal(0, 1)
+input W : f32[1024, 8] {S(0)} = normal(0, 1)
+y = x @ W
+z = gelu(y)
+output y {B}
+output z {S(0)}
+`)
+	require.NoError(t, err)
+	var kinds []string
+	for _, s := range collectives(p) {
+		kinds = append(kinds, string(s.Kind))
+	}
+	require.Equal(t, []string{"all_reduce"}, kinds)
+	z := p.Values[len(p.Values)-1]
+	require.Equal(t, "z", z.Name)
+	require.Equal(t, "{B}", p.Placement[z].String())
 }
