@@ -84,6 +84,7 @@ func (p *Plan) choiceKey(b []byte, v *ir.Value) []byte {
 	if pv := v.Primal; pv != nil && slices.Equal(pv.Type.Shape, v.Type.Shape) {
 		b = append(b, 1)
 		nd(p.placementOf(pv))
+		b = binary.AppendUvarint(b, uint64(p.gradShare(pv)))
 	} else {
 		b = append(b, 0)
 	}
@@ -116,6 +117,7 @@ func inferPlacements(p *Plan) error {
 	twins := findTwins(p.Graph)
 	p.made = make([][]sbp.NdSBP, len(p.Graph.Values))
 	p.dest = destinations(p)
+	p.perStep = gradParts(p.Graph)
 	for _, v := range p.Values {
 		switch {
 		case v.IsSource():
@@ -237,7 +239,7 @@ func (p *Plan) twinChoice(twins twinOf, v *ir.Value) *Choice {
 	}
 	dv, okv := dual(v)
 	dt, okt := dual(t)
-	if okv != okt || !dv.Equal(dt) {
+	if okv != okt || !dv.Equal(dt) || okv && p.gradShare(v.Primal) != p.gradShare(t.Primal) {
 		return nil
 	}
 	return &Choice{Sig: c.Sig, Time: c.Time, Candidates: c.Candidates}
@@ -280,11 +282,13 @@ func (p *Plan) cheapest(v *ir.Value, sigs []sbp.NdSig) (*Choice, error) {
 		}
 		// A gradient looks ahead to where it is headed: its forward value's
 		// splits (a replicated value's gradient may stay partial). Price
-		// the conversion there as if a consumer asked for it.
+		// the conversion there as if a consumer asked for it; a parameter's
+		// gradient, summed over the step's micro-batches and converted
+		// once, is charged its share (gradShare).
 		if pv := v.Primal; pv != nil && slices.Equal(pv.Type.Shape, v.Type.Shape) {
 			if dual := dualOf(p.Placement[pv], s.Out); !dual.Equal(s.Out) {
 				if path, err := p.Planner.Plan(v.Type.Shape, v.Type.DType.Size(), s.Out, dual); err == nil {
-					sc.time += path.Time
+					sc.time += path.Time / float64(p.gradShare(pv))
 				}
 			}
 		}

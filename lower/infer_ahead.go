@@ -16,6 +16,12 @@ import (
 //     consumer's choice: the first takes the cheapest reduction for
 //     itself, the next keeps the value partial to avoid paying again, and
 //     the partiality is reduced later, by another collective.
+//   - A parameter's gradient under gradient accumulation (accumulate,
+//     a pipeline's micro-batches) is the sum of one contribution per
+//     micro-batch, converted to the parameter's splits once per step:
+//     each contribution is charged its share of that conversion, not all
+//     of it (else a contribution pays a collective per micro-batch to
+//     avoid one per step).
 //   - An output declared in a placement, and a training step's new value
 //     of a parameter or state, must end in a given placement (the output's,
 //     the source's): the op producing it prices that last conversion, as a
@@ -86,4 +92,34 @@ func (p *Plan) looksAhead(v *ir.Value) bool {
 		}
 	}
 	return false
+}
+
+// gradParts is, by value ID, how many micro-batches' gradients of each
+// parameter (or its half-precision view) a training step sums before it
+// converts the sum (ir.Train.Accumulate); nil without accumulation, and
+// under ZeRO-2 and 3, which reduce each micro-batch's gradient into its
+// shard in the backward (ir.Train.Reduced).
+func gradParts(g *ir.Graph) []int {
+	t := g.Train
+	if t == nil || t.Accumulate < 2 || t.Zero >= 2 {
+		return nil
+	}
+	out := make([]int, len(g.Values))
+	for _, w := range t.Params {
+		out[w.ID] = t.Accumulate
+		if view := t.Views[w]; view != nil {
+			out[view.ID] = t.Accumulate
+		}
+	}
+	return out
+}
+
+// gradShare is how many gradient contributions share the conversion of a
+// gradient of pv towards pv's splits: the micro-batches summed
+// (gradParts), else 1.
+func (p *Plan) gradShare(pv *ir.Value) int {
+	if pv.ID < len(p.perStep) && p.perStep[pv.ID] > 1 {
+		return p.perStep[pv.ID]
+	}
+	return 1
 }

@@ -98,12 +98,15 @@ type Plan struct {
 	chosen map[string]Choice
 	keyBuf []byte
 	desc   sbp.OpDesc // choose's scratch description
-	// made and dest are what infer knows beyond an op's arguments, by
-	// value ID (infer_ahead.go): the placements earlier consumers convert
-	// a value to, and the placement a value must end in.
-	made [][]sbp.NdSBP
-	dest []sbp.NdSBP
-	Opts Options
+	// made, dest and perStep are what infer knows beyond an op's
+	// arguments, by value ID (infer_ahead.go): the placements earlier
+	// consumers convert a value to, the placement a value must end in,
+	// and how many micro-batches' gradients of a value are summed before
+	// they are converted (0: none).
+	made    [][]sbp.NdSBP
+	dest    []sbp.NdSBP
+	perStep []int
+	Opts    Options
 
 	// Values are the graph's values that reach an output, in order (the
 	// check pass drops the rest unless Options.KeepDead).
