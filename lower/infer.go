@@ -214,8 +214,10 @@ func (p *Plan) choose(v *ir.Value) (*Choice, error) {
 // otherwise. choose's result is a function of the key — the cache holds,
 // per key, the result first computed for it — and the twin was placed by
 // choose, so choose(v) would return the twin's choice. The key is the op
-// description and dtypes (sameDesc), the arguments' placements and, for a
-// gradient, its forward value's placement.
+// description and dtypes (sameDesc), the arguments' placements, the
+// conversions already made of them and the placement the value must end
+// in (neither of the pair may have any: looksAhead, Choice.ahead) and,
+// for a gradient, its forward value's placement and share (gradShare).
 func (p *Plan) twinChoice(twins twinOf, v *ir.Value) *Choice {
 	t := twins.twin(p.Graph, v)
 	if t == nil || t.Local || !sameDesc(v, t) || p.looksAhead(v) {

@@ -9,9 +9,11 @@
 //	        one; every op takes, among the nd signatures its rule allows, the
 //	        one whose input conversions cost least under the link model
 //	        (ties: fewer conversions, fewer partial outputs, more splitting);
-//	        a conversion an earlier consumer chose is free, and a value
-//	        headed for a placement (a gradient, an output, a carried value)
-//	        is charged the conversion there (infer_ahead.go)
+//	        a conversion boxing makes anyway (an earlier consumer's, an
+//	        output's) is free, and a value headed for a placement (a
+//	        gradient, an output, a carried value) is charged the conversion
+//	        there, a micro-batch's gradient of a parameter its share of the
+//	        step's (infer_ahead.go)
 //	boxing  insert a conversion wherever an op's chosen input placement
 //	        differs from its argument's placement, and for output/to(); each
 //	        is a shortest path of single-axis steps (sbp.Planner) and
