@@ -154,19 +154,40 @@ func requirePerRank(t *testing.T, what string, got []int64, want func(r int) int
 const lossReduce = "all_reduce(train.loss)"
 
 // forLoss names, as the runtime's events do (kind(value)), the
-// conversions explain lists as the loss's: at the loss's statement or for
-// the loss output. The loss is reduced either as a partial scalar or by
-// gathering what it is computed from, whichever the cost model prices
-// lower (lower/infer_ahead.go): on these small shapes often the gather.
+// conversions explain lists as the loss's: for an op of the loss's
+// statement or for the loss output. The loss is reduced either as a
+// partial scalar or by gathering what it is computed from, whichever the
+// cost model prices lower (lower/infer_ahead.go): on these small shapes
+// often the gather. A conversion into a local function called on that
+// line (cause to_local) is the model's, not the loss's.
 func forLoss(p *lower.Plan) map[string][]lower.CollectiveReport {
 	out := map[string][]lower.CollectiveReport{}
 	for _, cr := range lower.Explain(p).Collectives {
-		if cr.Cause == "output loss" || strings.HasPrefix(cr.Source, "loss =") {
+		if cr.Cause == "output loss" || strings.HasPrefix(cr.Source, "loss =") && cr.Cause != "to_local" {
 			name := cr.Kind + "(" + cr.Value + ")"
 			out[name] = append(out[name], cr)
 		}
 	}
 	return out
+}
+
+// forLoss leaves out what the loss's line converts for the model: here X,
+// split over t, gathered into par.linear_col (which takes it replicated)
+// on the loss's line, is the model's conversion, not the loss's; the
+// gather of the function's output for mse is the loss's.
+func TestForLossLeavesTheModelsConversions(t *testing.T) {
+	p := compileLocal(t, "mesh M = [t=3]\nuse par\nparam X : f32[6, 6] {t: S(0)} = normal(0, 1)\nparam W : f32[6, 9] {t: S(1)} = normal(0, 0.3)\n"+
+		"input T : f32[6, 9] = normal(0, 1)\ntrain {\n    loss = mse(par.linear_col(X, W), T)\n    optimizer = sgd(lr=0.1)\n    steps = 1\n}\n")
+	var gathers []string
+	for _, cr := range lower.Explain(p).Collectives {
+		if cr.Kind == "all_gather" {
+			gathers = append(gathers, cr.Value+" for "+cr.Cause)
+		}
+	}
+	require.ElementsMatch(t, []string{"X for to_local", "from_local#7 for mse"}, gathers, "the program's gathers")
+	loss := forLoss(p)
+	require.NotContains(t, loss, "all_gather(X)")
+	require.Contains(t, loss, "all_gather(from_local#7)")
 }
 
 // requireOnlyLoss checks that the only communication the compiler inserted
