@@ -38,7 +38,7 @@ import (
 // links, micro-batch size, ZeRO stage, offload, checkpointing and
 // placements (pipeline size, position and schedule aside): for the
 // 96-layer GPT of bench/gptgen on 4096 devices, 366 keys stand for 3724
-// candidates, each a five-unit program with three micro-batches instead
+// candidates, each a six-unit program with three micro-batches instead
 // of 99 units with eight; the bounds leave about a hundred to lower.
 //
 // A candidate without a pipeline is extrapolated instead: the folded

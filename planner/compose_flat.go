@@ -117,13 +117,13 @@ func (c *Cost) clone() *Cost {
 
 // analyseFolded is analyse (search.go) of p, from the folded programs
 // when p folds with one run: the arithmetic and parameter bytes are
-// affine in the run's length, so base checks of a few units stand for
+// affine in the run's length, so checks of two short programs stand for
 // one of the whole program per micro-batch count.
 func analyseFolded(p *Program, s Space, f *folded) (*base, error) {
 	if f == nil || f.longer == nil {
 		return analyse(p, s)
 	}
-	base, err := analyse(f.prog, s)
+	short, err := analyse(f.prog, s)
 	if err != nil {
 		return nil, err
 	}
@@ -133,14 +133,14 @@ func analyseFolded(p *Program, s Space, f *folded) (*base, error) {
 	}
 	n := float64(f.plan.Runs[0].Count - 1)
 	lin := func(a, b float64) float64 { return a + n*(b-a) }
-	out := *base
+	out := *short
 	out.flops = map[int]float64{}
-	for m, v := range base.flops {
+	for m, v := range short.flops {
 		if w, ok := longer.flops[m]; ok {
 			out.flops[m] = lin(v, w)
 		}
 	}
-	out.paramB, out.gradB = lin(base.paramB, longer.paramB), lin(base.gradB, longer.gradB)
-	out.grads = base.grads + int(n)*(longer.grads-base.grads)
+	out.paramB, out.gradB = lin(short.paramB, longer.paramB), lin(short.gradB, longer.gradB)
+	out.grads = short.grads + int(n)*(longer.grads-short.grads)
 	return &out, nil
 }

@@ -76,7 +76,7 @@
 // exactly, fastest first, until the top K fit and the next is further
 // than the tolerance above the K-th: what plan prints is always the
 // candidate's own lowering. Tests: every candidate of a six-layer GPT on
-// 16 devices composed within 2% of its exact step (0.5% at worst) and
+// 16 devices composed within 2% of its exact step (1.0% at worst) and
 // 25% of its exact peak; the search's answer equals the exhaustive exact
 // search's (search_composed.go).
 //
