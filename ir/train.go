@@ -21,6 +21,11 @@ type Train struct {
 	// Views are the half-precision copies of the params the forward uses
 	// (precision = bf16 | f16); gradients are taken with respect to them.
 	Views map[*Value]*Value
+	// Seen is, per float param, the value the block's forward reads: the
+	// param, its view or (ZeRO with mixed precision or offload, ZeRO-3)
+	// the gather of its split storage; the micro-batches' gradients are
+	// taken with respect to it and summed.
+	Seen map[*Value]*Value
 	// Reduced marks gradients already reduced into their storage placement
 	// during the backward (ZeRO-2 and 3).
 	Reduced map[*Value]bool

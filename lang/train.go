@@ -144,6 +144,7 @@ func (c *Checker) paramViews(tr *Train) map[*Value]*Value {
 		}
 		seenBy[v] = seen
 	}
+	tr.Seen = seenBy
 	return seenBy
 }
 

@@ -110,6 +110,13 @@ func gradParts(g *ir.Graph) []int {
 		if view := t.Views[w]; view != nil {
 			out[view.ID] = t.Accumulate
 		}
+		// what the forward reads, which the gradients are taken with
+		// respect to: under offload with ZeRO, the gather of the fetched
+		// shard (without it an offloaded step chose otherwise than the
+		// same step kept on the device, and summed in another order)
+		if seen := t.Seen[w]; seen != nil {
+			out[seen.ID] = t.Accumulate
+		}
 	}
 	return out
 }
