@@ -62,7 +62,8 @@ func descKey(b []byte, d *sbp.OpDesc) []byte {
 // choose reads: the dtypes of the value and its arguments, the arguments'
 // current placements and the placements earlier consumers convert them
 // to, the placement v must end in (infer_ahead.go) and, for a gradient,
-// its forward value's placement. Values with equal keys get equal choices.
+// its forward value's placement and how many micro-batches share its
+// conversion (gradShare). Values with equal keys get equal choices.
 func (p *Plan) choiceKey(b []byte, v *ir.Value) []byte {
 	nd := func(x sbp.NdSBP) {
 		b = binary.AppendUvarint(b, uint64(len(x)))

@@ -6,7 +6,7 @@ import (
 )
 
 // What inference knows beyond one op's arguments. Placements are chosen
-// op by op, each pricing the conversions its own arguments need; two
+// op by op, each pricing the conversions its own arguments need; three
 // facts outside that view change the price:
 //
 //   - A conversion an earlier consumer chose is made once and shared
@@ -94,11 +94,15 @@ func (p *Plan) looksAhead(v *ir.Value) bool {
 	return false
 }
 
-// gradParts is, by value ID, how many micro-batches' gradients of each
-// parameter (or its half-precision view) a training step sums before it
-// converts the sum (ir.Train.Accumulate); nil without accumulation, and
-// under ZeRO-2 and 3, which reduce each micro-batch's gradient into its
-// shard in the backward (ir.Train.Reduced).
+// gradParts is, by value ID, how many micro-batches' gradients a
+// training step sums before it converts the sum (ir.Train.Accumulate):
+// those taken with respect to what the forward reads of each parameter
+// (ir.Train.Seen: the parameter, its half-precision copy, or under
+// offload or ZeRO the gather of its shard). What the sum then goes
+// through (a cast back to f32, a conversion to the shard) runs once a
+// step and is charged in full. nil without accumulation, and under ZeRO-2
+// and 3, which reduce each micro-batch's gradient into its shard in the
+// backward (ir.Train.Reduced).
 func gradParts(g *ir.Graph) []int {
 	t := g.Train
 	if t == nil || t.Accumulate < 2 || t.Zero >= 2 {
@@ -106,14 +110,6 @@ func gradParts(g *ir.Graph) []int {
 	}
 	out := make([]int, len(g.Values))
 	for _, w := range t.Params {
-		out[w.ID] = t.Accumulate
-		if view := t.Views[w]; view != nil {
-			out[view.ID] = t.Accumulate
-		}
-		// what the forward reads, which the gradients are taken with
-		// respect to: under offload with ZeRO, the gather of the fetched
-		// shard (without it an offloaded step chose otherwise than the
-		// same step kept on the device, and summed in another order)
 		if seen := t.Seen[w]; seen != nil {
 			out[seen.ID] = t.Accumulate
 		}
