@@ -68,7 +68,7 @@ func (f *folded) extrapolateLayers(c *Candidate, micro int, opts Options, dataAx
 		}
 		return price(lp, &pc, opts.Links, opts.Rate, dataAxis)
 	}
-	base, err := price(f.prog)
+	short, err := price(f.prog)
 	if err != nil {
 		return nil, err
 	}
@@ -76,11 +76,11 @@ func (f *folded) extrapolateLayers(c *Candidate, micro int, opts Options, dataAx
 	if err != nil {
 		return nil, err
 	}
-	return extrapolate(base, longer, float64(f.plan.Runs[0].Count-1)), nil
+	return extrapolate(short, longer, float64(f.plan.Runs[0].Count-1)), nil
 }
 
-// extrapolate is base + n·(longer − base), figure by figure.
-func extrapolate(base, longer *Cost, n float64) *Cost {
+// extrapolate is short + n·(longer − short), figure by figure.
+func extrapolate(short, longer *Cost, n float64) *Cost {
 	lin := func(a, b float64) float64 { return a + n*(b-a) }
 	lin64 := func(a, b int64) int64 { return a + int64(n)*(b-a) }
 	maps := func(a, b map[string]float64) map[string]float64 {
@@ -95,11 +95,11 @@ func extrapolate(base, longer *Cost, n float64) *Cost {
 		}
 		return out
 	}
-	return &Cost{Step: lin(base.Step, longer.Step), Compute: lin(base.Compute, longer.Compute),
-		Comm: maps(base.Comm, longer.Comm), Bytes: maps(base.Bytes, longer.Bytes), ByAxis: maps(base.ByAxis, longer.ByAxis),
-		ModelAxes: lin(base.ModelAxes, longer.ModelAxes), Bubble: lin(base.Bubble, longer.Bubble),
-		Peak: lin64(base.Peak, longer.Peak), Params: lin64(base.Params, longer.Params), Optimizer: lin64(base.Optimizer, longer.Optimizer),
-		Gradients: lin64(base.Gradients, longer.Gradients), Activations: lin64(base.Activations, longer.Activations)}
+	return &Cost{Step: lin(short.Step, longer.Step), Compute: lin(short.Compute, longer.Compute),
+		Comm: maps(short.Comm, longer.Comm), Bytes: maps(short.Bytes, longer.Bytes), ByAxis: maps(short.ByAxis, longer.ByAxis),
+		ModelAxes: lin(short.ModelAxes, longer.ModelAxes), Bubble: lin(short.Bubble, longer.Bubble),
+		Peak: lin64(short.Peak, longer.Peak), Params: lin64(short.Params, longer.Params), Optimizer: lin64(short.Optimizer, longer.Optimizer),
+		Gradients: lin64(short.Gradients, longer.Gradients), Activations: lin64(short.Activations, longer.Activations)}
 }
 
 func (c *Cost) clone() *Cost {
