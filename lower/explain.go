@@ -176,11 +176,12 @@ func Explain(p *Plan) *Report {
 	if steps > 0 { // nil without any: the JSON says null, as before
 		r.Collectives = make([]CollectiveReport, 0, steps) // one allocation, not one per doubling
 	}
+	uneven := map[string]float64{} // stepBytes's memory
 	for _, c := range p.Convs {
 		for _, st := range c.Path.Steps {
 			cr := CollectiveReport{Index: len(r.Collectives) + 1, Kind: string(st.Kind), Axis: m.Axes[st.Axis].Name, GroupSize: m.Axes[st.Axis].Size,
 				Value: memo.label(c.Value), From: memo.placement(st.From), To: memo.placement(st.To), Communicate: st.Kind.Communicates(),
-				Bytes: st.Bytes, TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: memo.where(c.Pos), Line: c.Pos.Line, CalledFrom: memo.callSites(c.Calls),
+				Bytes: stepBytes(m, c.Value, st, uneven), TimeUs: st.Time * 1e6, Formula: Formula(st.Kind), Cause: c.Cause, Where: memo.where(c.Pos), Line: c.Pos.Line, CalledFrom: memo.callSites(c.Calls),
 				Source: lines.line(c.Pos.Filename, c.Pos.Line)}
 			r.Collectives = append(r.Collectives, cr)
 			if cr.Communicate {
@@ -189,7 +190,7 @@ func Explain(p *Plan) *Report {
 				r.Totals.LocalSteps++
 			}
 			r.Totals.ByKind[cr.Kind]++
-			r.Totals.Bytes += st.Bytes
+			r.Totals.Bytes += cr.Bytes
 			r.Totals.TimeUs += st.Time * 1e6
 		}
 	}
