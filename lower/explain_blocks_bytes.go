@@ -51,7 +51,7 @@ func (t *tracker) bytesSent(v *ir.Value, d int) int64 {
 		for i, a := range axes {
 			if n := p(i); n > 1 {
 				r := int64(c[a])
-				elems += 2*L - chunk(L, n, r) - chunk(L, n, (r+1)%n)
+				elems += ringAllReduceSends(L, n, r)
 			}
 		}
 	}

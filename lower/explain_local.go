@@ -88,8 +88,13 @@ func ringAllReduceBytes(n, p int) float64 {
 	var most int64
 	for r := range int64(p) {
 		if p > 1 {
-			most = max(most, 2*int64(n)-chunk(int64(n), int64(p), r)-chunk(int64(n), int64(p), (r+1)%int64(p)))
+			most = max(most, ringAllReduceSends(int64(n), int64(p), r))
 		}
 	}
 	return float64(most)
+}
+
+// ringAllReduceSends is the elements member r sends in that all-reduce.
+func ringAllReduceSends(n, p, r int64) int64 {
+	return 2*n - chunk(n, p, r) - chunk(n, p, (r+1)%p)
 }

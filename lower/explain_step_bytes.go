@@ -40,13 +40,8 @@ func stepBytes(m *mesh.Mesh, v *ir.Value, st sbp.Step, seen map[string]float64) 
 	if st.Kind == sbp.AllReduce {
 		// every device holds n elements: the ring's chunks are alike in
 		// every group, and uneven when p does not divide n
-		p := int64(m.Axes[st.Axis].Size)
-		n := int64(sbp.LocalNumel(m, shape, st.From, make([]int, m.NumAxes())))
-		var most int64
-		for r := range p {
-			most = max(most, 2*n-chunk(n, p, r)-chunk(n, p, (r+1)%p))
-		}
-		return float64(most * int64(elem))
+		n := sbp.LocalNumel(m, shape, st.From, make([]int, m.NumAxes()))
+		return ringAllReduceBytes(n, m.Axes[st.Axis].Size) * float64(elem)
 	}
 	return st.Bytes
 }
@@ -125,8 +120,7 @@ func groupStepBytes(m *mesh.Mesh, shape []int, st sbp.Step, members []int) int64
 				elems += ls[mod(r-k-1, p)] * others(in, st.To[st.Axis].Dim)
 			}
 		case sbp.AllReduce: // both phases over balanced chunks of the block
-			n, q := others(in, -1), int64(p)
-			elems = 2*n - chunk(n, q, int64(r)) - chunk(n, q, int64((r+1)%p))
+			elems = ringAllReduceSends(others(in, -1), int64(p), int64(r))
 		case sbp.AllToAll: // every piece but its own
 			dim := st.To[st.Axis].Dim
 			elems = (int64(in[dim]) - ls[r]) * others(in, dim)
