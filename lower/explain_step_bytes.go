@@ -68,8 +68,7 @@ func busiestStep(m *mesh.Mesh, shape []int, elem int, st sbp.Step) int64 {
 	var most int64
 	for d := range m.Size() {
 		if m.Coord(d)[st.Axis] == 0 { // one pass per group, from its first member
-			members, _ := groupAlong(m, st.Axis, d)
-			most = max(most, groupStepBytes(m, shape, st, members)*int64(elem))
+			most = max(most, groupStepBytes(m, shape, st, groupAlong(m, st.Axis, d))*int64(elem))
 		}
 	}
 	return most
@@ -149,16 +148,15 @@ func evenLayout(m *mesh.Mesh, shape []int, pl sbp.NdSBP) bool {
 }
 
 // groupAlong lists the devices that differ from d only along axis a, in
-// that axis's order, and d's index among them.
-func groupAlong(m *mesh.Mesh, a, d int) ([]int, int) {
+// that axis's order.
+func groupAlong(m *mesh.Mesh, a, d int) []int {
 	c := m.Coord(d)
-	r := c[a]
 	out := make([]int, m.Axes[a].Size)
 	for i := range out {
 		c[a] = i
 		out[i] = m.Device(c)
 	}
-	return out, r
+	return out
 }
 
 func mod(a, n int) int { return ((a % n) + n) % n }
