@@ -11,30 +11,34 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// serving counts the goroutines in serve: the local launchers' rank
-// goroutines. (A stack trace does not print the channel that would tell
-// one launcher's from another's.)
-func serving() int {
+// goroutinesIn counts the goroutines whose stacks show frame (a
+// function's name and its opening parenthesis).
+func goroutinesIn(frame string) int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "meshrun/rt.(*crewMember).serve(")
+			return strings.Count(string(buf[:n]), frame)
 		}
 		buf = make([]byte, 2*len(buf))
 	}
 }
 
-// settledServing collects what earlier tests left (no test here runs in
-// parallel) until the count of serve goroutines stops falling, and
-// returns it: counting all goroutines made this test flaky, as other
-// tests' goroutines ended meanwhile.
-func settledServing() int {
-	n := serving()
+// serving counts the goroutines in serve: the local launchers' rank
+// goroutines. (A stack trace does not print the channel that would tell
+// one launcher's from another's.)
+func serving() int { return goroutinesIn("meshrun/rt.(*crewMember).serve(") }
+
+// settled collects what earlier tests left (no test here runs in
+// parallel) until count stops falling, and returns it: counting all
+// goroutines made these tests flaky, as other tests' goroutines ended
+// meanwhile.
+func settled(count func() int) int {
+	n := count()
 	for range 100 {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
-		m := serving()
+		m := count()
 		if m == n {
 			return n
 		}
@@ -51,7 +55,7 @@ func TestLocalGoroutinesEndWithIt(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	for _, n := range []int{2, 4} {
 		p := compile(t, rowParallelMatmul(n))
-		before := settledServing()
+		before := settled(serving)
 		func() {
 			l, err := NewLocal(context.Background(), p.Exec, Options{})
 			require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,32 +16,7 @@ import (
 
 // coroutines counts the goroutines of the ranks' coroutines (shift.go):
 // suspended or running, their stacks show newRankCoro's function.
-func coroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "meshrun/rt.newRankCoro.func1(")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
-
-// settledCoroutines collects what earlier tests left until the count of
-// coroutines stops falling, and returns it (as settledServing).
-func settledCoroutines() int {
-	n := coroutines()
-	for range 100 {
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-		m := coroutines()
-		if m == n {
-			return n
-		}
-		n = m
-	}
-	return n
-}
+func coroutines() int { return goroutinesIn("meshrun/rt.newRankCoro.func1(") }
 
 // The ranks' coroutines outlive an execution in shifts (the next one
 // resumes them) but not the launcher: once it is collected its cleanup
@@ -52,7 +26,7 @@ func TestShiftCoroutinesEndWithTheLauncher(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	p := compile(t, rowParallelMatmul(4))
 	for _, last := range []int{2, 4} {
-		before := settledCoroutines()
+		before := settled(coroutines)
 		func() {
 			runtime.GOMAXPROCS(2)
 			l, err := NewLocal(context.Background(), p.Exec, Options{})
