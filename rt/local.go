@@ -32,10 +32,12 @@ type Local struct {
 	// shiftable: the plan's ranks block nowhere but at their groups'
 	// barriers, so that more ranks than processors run in shifts
 	// (shift.go); parks are the ranks' parkers, coros their coroutines
-	// (made at the first execution in shifts)
+	// (made at the first execution in shifts), orders the shifts' visits
+	// of them (shiftOrders)
 	shiftable bool
 	parks     []*parker
 	coros     []*rankCoro
+	orders    [][]*rankCoro
 }
 
 // NewLocal makes the workers of every rank of p.
@@ -259,7 +261,10 @@ func (l *Local) inShifts(shifts int, rank func(r int)) *shiftWork {
 	for r := range jobs {
 		jobs[r] = func() { rank(r) }
 	}
-	return newShiftWork(l.coros, jobs, shifts)
+	if len(l.orders) != shifts {
+		l.orders = shiftOrders(l.coros, shifts)
+	}
+	return startShifts(l.coros, jobs, l.orders)
 }
 
 // hire returns the goroutines that run ranks 1..n-1, started on the first

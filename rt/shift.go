@@ -109,21 +109,35 @@ type shiftWork struct {
 	live   atomic.Int32
 }
 
-// newShiftWork hands each rank its job, and orders the ranks for each of
-// shifts shifts: shift s visits its own ranks (r mod shifts = s) first,
-// then those of shift s+1, and so on round.
+// newShiftWork hands each rank its job and orders the ranks for each of
+// shifts shifts (shiftOrders).
 func newShiftWork(ranks []*rankCoro, jobs []func(), shifts int) *shiftWork {
-	w := &shiftWork{orders: make([][]*rankCoro, shifts)}
+	return startShifts(ranks, jobs, shiftOrders(ranks, shifts))
+}
+
+// shiftOrders is the order each of shifts shifts visits the ranks in:
+// shift s its own ranks (r mod shifts = s) first, then those of shift
+// s+1, and so on round. A launcher keeps them from one execution to the
+// next (they change only with the number of shifts).
+func shiftOrders(ranks []*rankCoro, shifts int) [][]*rankCoro {
+	orders := make([][]*rankCoro, shifts)
+	for s := range shifts {
+		orders[s] = make([]*rankCoro, 0, len(ranks))
+		for k := range shifts {
+			for r := (s + k) % shifts; r < len(ranks); r += shifts {
+				orders[s] = append(orders[s], ranks[r])
+			}
+		}
+	}
+	return orders
+}
+
+// startShifts hands each rank its job, to run in orders.
+func startShifts(ranks []*rankCoro, jobs []func(), orders [][]*rankCoro) *shiftWork {
+	w := &shiftWork{orders: orders}
 	for i, c := range ranks {
 		c.job = jobs[i]
 		c.done.Store(false)
-	}
-	for s := range shifts {
-		for k := range shifts {
-			for r := (s + k) % shifts; r < len(ranks); r += shifts {
-				w.orders[s] = append(w.orders[s], ranks[r])
-			}
-		}
 	}
 	w.live.Store(int32(len(ranks)))
 	return w

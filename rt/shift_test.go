@@ -43,7 +43,8 @@ func TestShiftsTrainLikeGoroutines(t *testing.T) {
 }
 
 // A launcher with more ranks than processors runs them in shifts, one
-// per processor, and with as many processors as ranks as goroutines; a
+// per processor (the orders it keeps made again when their number
+// changes), and with as many processors as ranks as goroutines; a
 // pipelined plan, whose ranks wait for messages, never in shifts.
 func TestShiftsOnlyWhereRanksOutnumberProcessors(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
@@ -57,6 +58,13 @@ func TestShiftsOnlyWhereRanksOutnumberProcessors(t *testing.T) {
 		require.NoError(t, err)
 		for r, pk := range l.parks {
 			require.Equal(t, procs < 4, pk.on, "GOMAXPROCS=%d: rank %d in a shift", procs, r)
+		}
+		if procs < 4 { // the kept orders follow the number of shifts
+			require.Len(t, l.orders, procs, "GOMAXPROCS=%d", procs)
+			for s, o := range l.orders {
+				require.ElementsMatch(t, l.coros, o, "GOMAXPROCS=%d: shift %d visits every rank once", procs, s)
+				require.Same(t, l.coros[s], o[0], "GOMAXPROCS=%d: shift %d visits its own share first", procs, s)
+			}
 		}
 	}
 	require.Len(t, l.coros, 4, "each rank's coroutine, made at the first execution in shifts")
