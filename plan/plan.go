@@ -193,6 +193,10 @@ type Instr struct {
 	// Act is, in a pipelined plan, the schedule action the instruction
 	// belongs to (nil: before or after the schedule's actions).
 	Act *pipeline.Action
+	// Joins says that this all-reduce runs in one launch with the
+	// instruction before it (a bucket, bucket.go): DDP's gradient
+	// buckets, XLA's all-reduce combiner.
+	Joins bool
 }
 
 // Written calls f with each slot the instruction writes: Out, then Outs
@@ -344,6 +348,9 @@ func (prog *Program) Dump() string {
 		fmt.Fprintf(&b, "%s(%s) %s%s %s", in.Name(), strings.Join(args, ", "), in.DType, ir.ShapeString(in.Shape), in.Placement)
 		if in.Host {
 			b.WriteString(" host")
+		}
+		if in.Joins {
+			b.WriteString(" joins")
 		}
 		switch in.Kind {
 		case Collective:

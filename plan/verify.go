@@ -69,6 +69,9 @@ func (p *Plan) wellFormed(prog *Program) error {
 		if err := p.kindFields(in); err != nil {
 			return bad("%v", err)
 		}
+		if err := checkJoin(prog, i); err != nil {
+			return bad("%v", err)
+		}
 		for _, a := range in.Args {
 			if !slot(a) {
 				return bad("reads slot %d of %d", a, n)
