@@ -29,6 +29,8 @@ type Report struct {
 	Memory   []MemoryReport     `json:"memory"`
 	Totals   TotalsReport       `json:"totals"`
 	Pipeline *PipelineReport    `json:"pipeline,omitempty"`
+	// Buckets are the all-reduces launched together (explain_bucket.go).
+	Buckets []BucketReport `json:"buckets,omitempty"`
 	// Notes warn where a combination multiplies communication.
 	Notes []string `json:"notes,omitempty"`
 	// training: the program has a train block (the text report then
@@ -195,6 +197,7 @@ func Explain(p *Plan) *Report {
 		}
 	}
 	explainWritten(p, r, lines)
+	explainBuckets(p, r)
 	for _, o := range p.Outputs {
 		r.Outputs = append(r.Outputs, OutputReport{Name: o.Output.Name, Placement: o.Placement.String(), Shape: o.Output.Value.Type.Shape})
 	}
@@ -614,6 +617,7 @@ func (r *Report) write(b textSink, grow func(int)) {
 		fmt.Fprintf(b, "  note: %s\n", n)
 	}
 	writeWritten(b, r.Written)
+	writeBuckets(b, r.Buckets)
 	if r.training && len(r.Memory) > 0 {
 		b.WriteString("\nmemory per device in a training step\n")
 		tw := newTable("devices", "parameters", "optimizer states", "gradients (reduced)", "activations and other", "peak")

@@ -30,6 +30,8 @@
 //	pipeline  with a pipeline axis: give every value a stage and each
 //	        pipeline rank its program (its stages' work in the schedule's
 //	        order, send/recv between stages; see pipeline.go)
+//	bucket  launch independent all-reduces over one group together, up
+//	        to a cap of bytes (DDP's gradient buckets; bucket.go)
 //	memory  simulate each rank's allocations: per-device peak bytes; a
 //	        peak over Options.Memory is an error at the value whose
 //	        allocation first crosses it
@@ -73,6 +75,11 @@ type Options struct {
 	// NoFuseAdam skips the Adam fusion alone (the fused-versus-unfused
 	// Adam tests; NoFuse skips it too).
 	NoFuseAdam bool
+	// NoBucket launches every all-reduce on its own (bucket.go; the
+	// bucketed-versus-alone tests). BucketBytes caps a bucket's bytes per
+	// device (0: DefaultBucketBytes).
+	NoBucket    bool
+	BucketBytes int64
 	// Memory is the budget of bytes a device may hold at once; a plan
 	// whose peak (memory pass) exceeds it fails to lower. 0: no budget.
 	Memory int64
@@ -197,6 +204,7 @@ var Passes = []Pass{
 	{Name: "tier", Run: assignTiers, Requires: []string{"spmd"}},
 	{Name: "pipeline", Run: buildPipeline, Requires: []string{"spmd"}},
 	{Name: "fuseadam", Run: fuseAdams, Requires: []string{"spmd"}},
+	{Name: "bucket", Run: bucketAllReduces, Requires: []string{"spmd"}},
 	{Name: "memory", Run: simulateMemory, Requires: []string{"spmd"}},
 }
 

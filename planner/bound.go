@@ -27,9 +27,10 @@ func meshDefault() mesh.Link { return mesh.DefaultLink }
 //     parameter the program does not split over that axis is reduced over
 //     it, each by a conversion of its own; a device holds at least an even
 //     share of those bytes, G·D/N. Plain data parallelism all-reduces
-//     each (2(D−1) latencies, 2(D−1)/D of the bytes), ZeRO reduce-scatters
-//     it and all-gathers the parameter (the same again); a pipeline rank
-//     reduces its stages' share of the count. Compute and that reduction
+//     them (2(D−1)/D of the bytes, and 2(D−1) latencies at least once:
+//     the all-reduces share buckets), ZeRO reduce-scatters each and
+//     all-gathers the parameter (the same again); a pipeline rank reduces
+//     its stages' share. Compute and that reduction
 //     add up on the busiest device.
 //   - memory: a device holds at least an even share of the parameters,
 //     over the devices outside the data axis (all N with zero = 3); with
@@ -75,7 +76,9 @@ func (b *base) reduce(c *Candidate, opts Options) float64 {
 	d := float64(c.Sizes[b.dataAxis])
 	link, _ := opts.Links.Axis(c.fullSizes(), b.dataAxisFull(c))
 	grads := b.gradB * d / float64(opts.Devices)
-	count := float64(b.grads) / float64(c.PP)
+	// the all-reduces of plain data parallelism share buckets (lower's
+	// bucket pass), which pay the latency once: one latency at least
+	count := min(1, float64(b.grads)/float64(c.PP))
 	return count*2*(d-1)*link.Alpha + 2*(d-1)/d*grads*link.Beta
 }
 

@@ -157,7 +157,7 @@ func walkTail(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string, 
 				r.compute += t
 			}
 		case plan.Collective:
-			t = in.Step.Time
+			t = in.Step.Time - lower.BucketSaving(p, in) // a bucket pays one latency
 			name := p.Exec.Mesh.Axes[in.Step.Axis].Name
 			for _, r := range into {
 				r.addComm(string(in.Step.Kind), t, in.Step.Bytes)

@@ -1,0 +1,121 @@
+package lower
+
+// Explain's buckets: the all-reduces the bucket pass launches together
+// (bucket.go), each with the collectives table's rows it holds, its bytes
+// and its modelled time. A bucket pays the link's latency once: its time
+// is its members' times less 2(p−1)α for every member after the first,
+// and the step's modelled total falls by that much.
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/meshrun/meshrun/plan"
+)
+
+// BucketReport is one bucket of one program.
+type BucketReport struct {
+	Program   int      `json:"program"`
+	Axis      string   `json:"axis"`
+	GroupSize int      `json:"group_size"`
+	Rows      []int    `json:"collectives"` // the members' rows (CollectiveReport.Index; 0: a written collective's)
+	Values    []string `json:"values"`
+	Bytes     float64  `json:"bytes_per_device"`
+	TimeUs    float64  `json:"time_us"`
+	SavedUs   float64  `json:"saved_us"`
+}
+
+// BucketSaving is the modelled time an all-reduce that joins a bucket
+// saves: the latency terms of its own launch, 2(p−1)α.
+func BucketSaving(p *Plan, in *plan.Instr) float64 {
+	if !in.Joins {
+		return 0
+	}
+	a := in.Step.Axis // of the plan's mesh, which has the pipeline axis
+	n := float64(p.Exec.Mesh.Axes[a].Size)
+	if p.Pipe != nil && a > p.Pipe.Axis {
+		a-- // the link model's axes are the stage mesh's
+	}
+	return 2 * (n - 1) * p.Planner.Topo.Link(a).Alpha
+}
+
+// explainBuckets lists every program's buckets and takes their savings
+// off the modelled total.
+func explainBuckets(p *Plan, r *Report) {
+	rows := map[string][]int{} // a row's key → its indices in r.Collectives, in order
+	for i := range r.Collectives {
+		c := &r.Collectives[i]
+		if c.Kind == "all_reduce" {
+			k := bucketRowKey(c.Value, c.Axis, c.From, c.To)
+			rows[k] = append(rows[k], i)
+		}
+	}
+	written := map[string][]int{} // the same for the written collectives
+	for i := range r.Written {
+		if c := &r.Written[i]; c.Kind == "all_reduce" {
+			k := bucketRowKey(c.Value, c.Axis, c.From, c.To)
+			written[k] = append(written[k], i)
+		}
+	}
+	for pi, prog := range p.Exec.Programs {
+		used := map[string]int{}
+		for i := 0; i < len(prog.Instrs); {
+			n := prog.BucketAt(i)
+			if n < 2 {
+				i++
+				continue
+			}
+			first := &prog.Instrs[i]
+			ax := p.Exec.Mesh.Axes[first.Step.Axis]
+			br := BucketReport{Program: pi, Axis: ax.Name, GroupSize: ax.Size}
+			for k := i; k < i+n; k++ {
+				in := &prog.Instrs[k]
+				key := bucketRowKey(in.Label, ax.Name, in.Step.From.String(), in.Step.To.String())
+				row := 0
+				if rs := rows[key]; used[key] < len(rs) {
+					c := &r.Collectives[rs[used[key]]]
+					row, br.Bytes = c.Index, br.Bytes+c.Bytes
+					used[key]++
+				} else if ws := written[key]; used[key]-len(rs) < len(ws) {
+					br.Bytes += r.Written[ws[used[key]-len(rs)]].Bytes
+					used[key]++
+				}
+				br.Rows = append(br.Rows, row)
+				br.Values = append(br.Values, in.Label)
+				br.TimeUs += in.Step.Time * 1e6
+				br.SavedUs += BucketSaving(p, in) * 1e6
+			}
+			br.TimeUs -= br.SavedUs
+			r.Totals.TimeUs -= br.SavedUs
+			r.Buckets = append(r.Buckets, br)
+			i += n
+		}
+	}
+}
+
+func bucketRowKey(value, axis, from, to string) string {
+	return value + "\x00" + axis + "\x00" + from + "\x00" + to
+}
+
+// writeBuckets is the text report's bucket section.
+func writeBuckets(b textSink, bs []BucketReport) {
+	if len(bs) == 0 {
+		return
+	}
+	b.WriteString("\nall-reduces launched together (buckets: one latency each, up to " + HumanBytes(DefaultBucketBytes) + " a device)\n")
+	t := newTable("program", "axis", "members", "collectives", "bytes/device", "time", "saved")
+	for _, br := range bs {
+		var ids []string
+		for _, r := range br.Rows {
+			if r > 0 {
+				ids = append(ids, "#"+strconv.Itoa(r))
+			}
+		}
+		if len(ids) < len(br.Rows) {
+			ids = append(ids, strconv.Itoa(len(br.Rows)-len(ids))+" written")
+		}
+		t.row(strconv.Itoa(br.Program), br.Axis, strconv.Itoa(len(br.Rows)), strings.Join(ids, " "), HumanBytes(br.Bytes),
+			strconv.FormatFloat(br.TimeUs, 'f', 2, 64)+" us", strconv.FormatFloat(br.SavedUs, 'f', 2, 64)+" us")
+	}
+	t.writeTo(b)
+}
