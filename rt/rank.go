@@ -162,8 +162,10 @@ type execution struct {
 	args  []Buffer // the current instruction's arguments
 	off   []int    // a local step's offsets (localStep)
 	more  []Buffer // its further results (plan.Instr.Outs), in order
-	cur   int64
-	peak  int64
+	// bucket is the all-reduce bucket being run (bucket.go)
+	bucket launched
+	cur    int64
+	peak   int64
 	// the host tier's bytes held and peak, and the bytes copied each way
 	hostCur, hostPeak int64
 	toHost, toDevice  int64
@@ -297,7 +299,14 @@ func (x *execution) step(ctx context.Context, i int, t0 time.Duration) (time.Dur
 	if comm {
 		before = w.Comm.BytesSent()
 	}
-	out, err := x.timed(ctx, in, b)
+	var out Buffer
+	var err error
+	if x.inBucket(i, b) { // bucket.go: the part's own bytes
+		out, sent, err = x.bucketStep(ctx, i)
+		comm = false
+	} else {
+		out, err = x.timed(ctx, in, b)
+	}
 	if err == nil && out != nil {
 		err = checkShapes(b.Out.Len, out, x.more)
 	}

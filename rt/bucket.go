@@ -1,0 +1,209 @@
+package rt
+
+// Buckets at run time (plan/bucket.go): the first member of a bucket runs
+// every member's all-reduce in one launch, and the later members take
+// their results from it; each member still holds its result and frees
+// its slots at its own instruction, and its event carries the bytes its
+// part sent, so the timeline and the byte counts read as if the members
+// had run one by one.
+//
+// On the in-process launcher a run of members whose inputs are small
+// together is one staged collective (comm_shm_small.go): each member
+// copies every part into its staging buffer, the group meets once, and
+// each member reduces every part, chunk by chunk in the ring's order, so
+// that every result is bitwise the one the part's own all-reduce gives.
+// Elsewhere (message passing, device collectives, a part too big for the
+// staged path) the parts run one after another.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/meshrun/meshrun/plan"
+)
+
+// shmBucketBytes bounds a staged bucket's bytes times the group size: the
+// one-barrier path's bound (shmSmallBytes) is what one collective's
+// redundant reduction is worth against one barrier; a bucket saves a
+// barrier per part, so it may read more.
+const shmBucketBytes = 8 * shmSmallBytes
+
+// launched is the bucket a rank is in: its members' results and the
+// bytes each part sent, handed to the later members in order.
+type launched struct {
+	outs []Buffer
+	sent []int64
+	next int
+}
+
+// inBucket says whether instruction i runs as a member of a bucket: not
+// under a simulated clock or a device stopwatch, which time each
+// collective on its own, and not in a group of one (the identity).
+func (x *execution) inBucket(i int, b *plan.Bound) bool {
+	prog := x.w.Prog.Prog
+	in := &prog.Instrs[i]
+	if in.Kind != plan.Collective || x.clk != nil || x.w.watch != nil || len(b.Members) < 2 {
+		return false
+	}
+	return in.Joins || (i+1 < len(prog.Instrs) && prog.Instrs[i+1].Joins)
+}
+
+// bucketStep runs member i of a bucket: the first launches them all; a
+// later one takes its result. It returns the bytes the member's part sent.
+func (x *execution) bucketStep(ctx context.Context, i int) (out Buffer, sent int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error: %v", r)
+		}
+	}()
+	prog := x.w.Prog.Prog
+	in := &prog.Instrs[i]
+	if in.Joins {
+		l := &x.bucket
+		if l.next >= len(l.outs) {
+			return nil, 0, fmt.Errorf("internal error: %s joins a bucket that launched %d all-reduces", in.Name(), len(l.outs))
+		}
+		out, sent := l.outs[l.next], l.sent[l.next]
+		l.outs[l.next] = nil
+		l.next++
+		return out, sent, nil
+	}
+	n := prog.BucketAt(i)
+	xs := make([]Buffer, n)
+	for k := range xs {
+		xs[k] = x.slots[prog.Instrs[i+k].Args[0]]
+	}
+	cctx, cancel := context.WithTimeout(ctx, x.w.Timeout)
+	defer cancel()
+	outs, parts, err := allReduceBucket(cctx, x.w.Groups[in.Group], xs, reduceOp(in.Step), x.w.Comm.BytesSent)
+	if err != nil {
+		return nil, 0, err
+	}
+	x.bucket = launched{outs: outs, sent: parts, next: 1}
+	return outs[0], parts[0], nil
+}
+
+// allReduceBucket all-reduces every buffer of xs over g: a shared-memory
+// ring stages runs of small parts together; any other part or group runs
+// its own all-reduce. sent is each part's bytes (sentSoFar counts the
+// rank's).
+func allReduceBucket(ctx context.Context, g Group, xs []Buffer, op ReduceOp, sentSoFar func() int64) ([]Buffer, []int64, error) {
+	outs, sent := make([]Buffer, len(xs)), make([]int64, len(xs))
+	ring, _ := g.(*Ring)
+	for k := 0; k < len(xs); {
+		if ring != nil {
+			if n := ring.stagedRun(xs[k:]); n > 1 {
+				if err := ring.stagedAllReduce(ctx, xs[k:k+n], op, outs[k:k+n], sent[k:k+n]); err != nil {
+					return nil, nil, err
+				}
+				k += n
+				continue
+			}
+		}
+		before := sentSoFar()
+		out, err := g.AllReduce(ctx, xs[k], op)
+		if err != nil {
+			return nil, nil, err
+		}
+		outs[k], sent[k] = out, sentSoFar()-before
+		k++
+	}
+	return outs, sent, nil
+}
+
+// stagedRun is how many of xs, from the first, one staged all-reduce
+// takes: host tensors of one dtype on a shared-memory ring whose bytes
+// times the group's size stay within shmBucketBytes. Every member counts
+// from the same declared sizes, so all take the same runs.
+func (g *Ring) stagedRun(xs []Buffer) int {
+	if g.shm == nil || g.onDevice() {
+		return 0
+	}
+	var total int64
+	for k, b := range xs {
+		t, ok := b.(*Tensor)
+		if !ok || t.DType != xs[0].(*Tensor).DType {
+			return k
+		}
+		total += t.Bytes()
+		if total*int64(g.Size()) > shmBucketBytes {
+			return k
+		}
+	}
+	return len(xs)
+}
+
+// stagedAllReduce all-reduces the tensors of xs (stagedRun's run) in one
+// meeting: each member stages them back to back, and reduces each part's
+// chunks in the ring's order for that part, into outs.
+func (g *Ring) stagedAllReduce(ctx context.Context, xs []Buffer, op ReduceOp, outs []Buffer, sent []int64) error {
+	start := g.began()
+	p := g.Size()
+	parts := make([]*Tensor, len(xs))
+	total := 0
+	for k, b := range xs {
+		parts[k] = b.(*Tensor)
+		total += parts[k].Numel()
+	}
+	if err := g.meet(ctx, call{kind: "all_reduce bucket", arg: int(op), small: true}, g.stageAll(parts, total), nil); err != nil {
+		return err
+	}
+	if err := g.sameInputs("all_reduce bucket", func(shape []int) bool { return numel(shape) == total }); err != nil {
+		return err
+	}
+	off := 0
+	for k, t := range parts {
+		n := t.Numel()
+		out := g.result(t.DType, t.Shape)
+		lens := balanced(n, p)
+		lo := 0
+		for c, l := range lens {
+			span := rows{count: 1, len: l, src: off + lo, srcStride: total, dst: lo, dstStride: n}
+			if err := g.reduceRowsFrom(out, span, op, c+1); err != nil {
+				return err
+			}
+			lo += l
+		}
+		before := len(g.shm.steps)
+		sz := int64(t.DType.Size())
+		chunk := func(i int) int64 { return int64(lens[i]) * sz }
+		g.reduceScatterSteps(chunk, isHalf(t.DType) && op == OpSum)
+		g.allGatherSteps(chunk)
+		for _, s := range g.shm.steps[before:] {
+			sent[k] += s.bytes
+		}
+		outs[k] = out
+		off += n
+	}
+	_, err := g.done(start, nil)
+	return err
+}
+
+// stageAll copies parts, back to back, into this member's staging buffer
+// of the collective it is about to meet in (stage, for several tensors),
+// and returns the flat tensor to post.
+func (g *Ring) stageAll(parts []*Tensor, total int) *Tensor {
+	g.begin() // as meet will find it
+	st := &g.posted().stage[g.Rank]
+	if *st == nil {
+		*st = &staging{}
+	}
+	s := *st
+	dt := parts[0].DType
+	if s.back == nil || s.dt != dt || lenOf(s.back) < total {
+		s.back, s.dt, s.views = NewTensor(dt, []int{total}).Data, dt, map[int]any{}
+	}
+	v, ok := s.views[total]
+	if !ok {
+		v = prefix(s.back, total)
+		s.views[total] = v
+	}
+	s.t.DType, s.t.Shape, s.t.Data = dt, append(s.t.Shape[:0], total), v
+	off := 0
+	for _, t := range parts {
+		n := t.Numel()
+		copyRows(&s.t, t, rows{count: 1, len: n, dst: off})
+		off += n
+	}
+	return &s.t
+}
