@@ -29,12 +29,15 @@ func TestPlanWritesARunnableProgram(t *testing.T) {
 	require.Contains(t, stdout, "trained steps 1 to")
 }
 
-// On the tiny GPT the best strategy adds a pipeline axis and rewrites the
+// On the tiny GPT over fast pairs and slow links between them the best
+// strategy adds a pipeline axis across the slow level and rewrites the
 // train block's settings and checkpoint marks; the file still checks
-// (trains on the mesh and on one device, every step compared).
+// (trains on the mesh and on one device, every step compared). (On
+// uniform links plain data parallelism wins since its gradients share
+// one bucket.)
 func TestPlanWritesAPipelinedGPT(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "gpt.mesh")
-	code, stdout, stderr := meshrun(t, "", "plan", "../../examples/train/gpt/gpt.mesh", "--devices", "4", "--top", "1", "-o", out)
+	code, stdout, stderr := meshrun(t, "", "plan", "../../examples/train/gpt/gpt.mesh", "--devices", "4", "--links", "2:1:300,*:20:10", "--top", "1", "-o", out)
 	require.Equal(t, ExitOK, code, stderr)
 	src, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -83,10 +86,12 @@ func TestPlanBadFlags(t *testing.T) {
 }
 
 // --placements rewrites the declared placements it improves, and the
-// file it writes checks against one device.
+// file it writes checks against one device (on links where tensor
+// parallelism within fast pairs wins, so that there are placements over
+// tp to improve).
 func TestPlanPlacementsWritesACheckedProgram(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "refined.mesh")
-	code, stdout, stderr := meshrun(t, "", "plan", "../../planner/testdata/badmlp.mesh", "--devices", "4", "--top", "1", "--no-pipeline", "--placements", "-o", out)
+	code, stdout, stderr := meshrun(t, "", "plan", "../../planner/testdata/badmlp.mesh", "--devices", "4", "--links", "2:1:300,*:20:10", "--top", "1", "--no-pipeline", "--placements", "-o", out)
 	require.Equal(t, ExitOK, code, stderr)
 	require.Contains(t, stdout, "W1 {B, S(0)} → {B, S(1)}")
 	src, err := os.ReadFile(out)
