@@ -11,8 +11,9 @@ package lower
 // group, dtype and reduction unless that would pass the byte cap or the
 // all-reduce depends on the bucket: on one of its members, or on a bucket
 // that does (the buckets a value depends on are tracked through every
-// instruction, and a bucket depends on what any member depends on, so
-// joining never makes a cycle). Otherwise it opens a new bucket. The
+// instruction, an instruction that writes over an argument depending on
+// that argument's other readers, and a bucket depends on what any member
+// depends on, so joining never makes a cycle). Otherwise it opens a new bucket. The
 // program is then ordered again, a topological order that keeps the
 // original one wherever it can: each bucket runs where its last member's
 // argument is ready, and what reads a member's result moves after the
@@ -268,19 +269,30 @@ func formBuckets(ex *plan.Plan, prog *plan.Program, internal []bool, limit int64
 	f := &former{}
 	open := map[bucketKey]int32{}
 	shared := false
+	readers := donatedReaders(prog, start)
 	for i := start; i < n; i++ {
 		in := &prog.Instrs[i]
 		var d []int32
-		for _, a := range in.Args {
-			j := prod[a]
-			if int(j) < start {
-				continue
-			}
+		after := func(j int) { // i runs after j: on j's bucket and on what j depends on
 			if b := of[j]; b >= 0 {
 				d = addBucket(d, b)
 			}
 			for _, b := range deps[j] {
 				d = addBucket(d, b)
+			}
+		}
+		for _, a := range in.Args {
+			if j := prod[a]; int(j) >= start {
+				after(int(j))
+			}
+		}
+		for _, arg := range in.Donate { // and after the other readers of what it overwrites (bucketOrder)
+			if arg >= 0 {
+				for _, r := range readers[in.Args[arg]] {
+					if r < i {
+						after(r)
+					}
+				}
 			}
 		}
 		d = f.live(d)
@@ -414,22 +426,7 @@ func bucketOrder(prog *plan.Program, start int, prod []int32, buckets []*bucket,
 			indeg[to]++
 		}
 	}
-	readers := map[int][]int{} // donated slot → its readers from start on
-	for i := start; i < n; i++ {
-		in := &prog.Instrs[i]
-		for _, arg := range in.Donate {
-			if arg >= 0 {
-				readers[in.Args[arg]] = nil
-			}
-		}
-	}
-	for i := start; i < n; i++ {
-		for _, a := range prog.Instrs[i].Args {
-			if rs, ok := readers[a]; ok {
-				readers[a] = append(rs, i)
-			}
-		}
-	}
+	readers := donatedReaders(prog, start)
 	for i := start; i < n; i++ {
 		in := &prog.Instrs[i]
 		for _, a := range in.Args {
@@ -469,6 +466,29 @@ func bucketOrder(prog *plan.Program, start int, prod []int32, buckets []*bucket,
 		}
 	}
 	return order
+}
+
+// donatedReaders maps each slot that an instruction from start on writes
+// a result over (plan.Instr.Donate) to its readers from start on, in
+// order: the donor must run after all the others.
+func donatedReaders(prog *plan.Program, start int) map[int][]int {
+	readers := map[int][]int{}
+	for i := start; i < len(prog.Instrs); i++ {
+		in := &prog.Instrs[i]
+		for _, arg := range in.Donate {
+			if arg >= 0 {
+				readers[in.Args[arg]] = nil
+			}
+		}
+	}
+	for i := start; i < len(prog.Instrs); i++ {
+		for _, a := range prog.Instrs[i].Args {
+			if rs, ok := readers[a]; ok {
+				readers[a] = append(rs, i)
+			}
+		}
+	}
+	return readers
 }
 
 // indexHeap is a min-heap of instruction indices.
