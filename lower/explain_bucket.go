@@ -7,10 +7,12 @@ package lower
 // and the step's modelled total falls by that much.
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
 )
 
 // BucketReport is one bucket of one program.
@@ -40,7 +42,10 @@ func BucketSaving(p *Plan, in *plan.Instr) float64 {
 }
 
 // explainBuckets lists every program's buckets and takes their savings
-// off the modelled total.
+// off the modelled total. A member's row is found by its value, axis and
+// placements (a written all-reduce's, whose row names shapes, by its
+// value and axis); its bytes and time are its row's, as the totals count
+// them (a written collective's instruction carries no modelled time).
 func explainBuckets(p *Plan, r *Report) {
 	rows := map[string][]int{} // a row's key → its indices in r.Collectives, in order
 	for i := range r.Collectives {
@@ -50,15 +55,22 @@ func explainBuckets(p *Plan, r *Report) {
 			rows[k] = append(rows[k], i)
 		}
 	}
-	written := map[string][]int{} // the same for the written collectives
+	written := map[string][]int{} // the same for the written collectives, by value and axis
 	for i := range r.Written {
 		if c := &r.Written[i]; c.Kind == "all_reduce" {
-			k := bucketRowKey(c.Value, c.Axis, c.From, c.To)
+			k := bucketRowKey(c.Value, c.Axis, "", "")
 			written[k] = append(written[k], i)
 		}
 	}
 	for pi, prog := range p.Exec.Programs {
 		used := map[string]int{}
+		claim := func(rs []int, key string) int { // the next unclaimed of rs, or -1
+			if used[key] < len(rs) {
+				used[key]++
+				return rs[used[key]-1]
+			}
+			return -1
+		}
 		for i := 0; i < len(prog.Instrs); {
 			n := prog.BucketAt(i)
 			if n < 2 {
@@ -70,19 +82,20 @@ func explainBuckets(p *Plan, r *Report) {
 			br := BucketReport{Program: pi, Axis: ax.Name, GroupSize: ax.Size}
 			for k := i; k < i+n; k++ {
 				in := &prog.Instrs[k]
-				key := bucketRowKey(in.Label, ax.Name, in.Step.From.String(), in.Step.To.String())
-				row := 0
-				if rs := rows[key]; used[key] < len(rs) {
-					c := &r.Collectives[rs[used[key]]]
-					row, br.Bytes = c.Index, br.Bytes+c.Bytes
-					used[key]++
-				} else if ws := written[key]; used[key]-len(rs) < len(ws) {
-					br.Bytes += r.Written[ws[used[key]-len(rs)]].Bytes
-					used[key]++
+				from, to := stagePlacement(p, in.Step.From), stagePlacement(p, in.Step.To)
+				row, t := 0, in.Step.Time*1e6
+				key := bucketRowKey(in.Label, ax.Name, from, to)
+				wkey := bucketRowKey(in.Label, ax.Name, "", "")
+				if x := claim(rows[key], key); x >= 0 {
+					c := &r.Collectives[x]
+					row, br.Bytes, t = c.Index, br.Bytes+c.Bytes, c.TimeUs
+				} else if x := claim(written[wkey], wkey); x >= 0 {
+					c := &r.Written[x]
+					br.Bytes, t = br.Bytes+c.Bytes, c.TimeUs
 				}
 				br.Rows = append(br.Rows, row)
 				br.Values = append(br.Values, in.Label)
-				br.TimeUs += in.Step.Time * 1e6
+				br.TimeUs += t
 				br.SavedUs += BucketSaving(p, in) * 1e6
 			}
 			br.TimeUs -= br.SavedUs
@@ -91,6 +104,16 @@ func explainBuckets(p *Plan, r *Report) {
 			i += n
 		}
 	}
+}
+
+// stagePlacement is an instruction's placement as the collectives table
+// writes it: over the stage mesh, without the pipeline axis's entry, in a
+// pipelined plan (whose instructions' placements span the whole mesh).
+func stagePlacement(p *Plan, pl sbp.NdSBP) string {
+	if p.Pipe != nil && len(pl) == p.Exec.Mesh.NumAxes() {
+		pl = slices.Delete(slices.Clone(pl), p.Pipe.Axis, p.Pipe.Axis+1)
+	}
+	return pl.String()
 }
 
 func bucketRowKey(value, axis, from, to string) string {
