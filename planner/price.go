@@ -157,7 +157,9 @@ func walkTail(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string, 
 				r.compute += t
 			}
 		case plan.Collective:
-			t = in.Step.Time - lower.BucketSaving(p, in) // a bucket pays one latency
+			// a bucket pays one latency; a written all-reduce's step has
+			// no modelled time, so there is none to save
+			t = in.Step.Time - min(in.Step.Time, lower.BucketSaving(p, in))
 			name := p.Exec.Mesh.Axes[in.Step.Axis].Name
 			for _, r := range into {
 				r.addComm(string(in.Step.Kind), t, in.Step.Bytes)
