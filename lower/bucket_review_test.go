@@ -1,0 +1,170 @@
+package lower
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/mesh"
+	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
+	"github.com/stretchr/testify/require"
+)
+
+// wholeFrees is each instruction's Free list as freeAfterLastUse makes it
+// over the whole program, on a copy.
+func wholeFrees(prog *plan.Program) [][]int {
+	c := &plan.Program{Instrs: slices.Clone(prog.Instrs), SlotType: prog.SlotType, OutputSlots: prog.OutputSlots, CarrySlots: prog.CarrySlots}
+	for i := range c.Instrs {
+		c.Instrs[i].Free = nil
+	}
+	freeAfterLastUse(c)
+	out := make([][]int, len(c.Instrs))
+	for i := range c.Instrs {
+		out[i] = slices.Sorted(slices.Values(c.Instrs[i].Free))
+	}
+	return out
+}
+
+func freesOf(prog *plan.Program) [][]int {
+	out := make([][]int, len(prog.Instrs))
+	for i := range prog.Instrs {
+		out[i] = slices.Sorted(slices.Values(prog.Instrs[i].Free))
+	}
+	return out
+}
+
+// The bucket pass recomputes only the moved tail's frees
+// (freeTailAfterLastUse): on every example, wherever freeAfterLastUse
+// over the whole program gives the frees without buckets, it gives the
+// frees with them too.
+func TestBucketTailFreesAreWholeProgramFrees(t *testing.T) {
+	checked, bucketed := 0, 0
+	for _, name := range examples(t) {
+		g, _, err := lang.CheckFile(filepath.Join("..", "examples", name+".mesh"), lang.CheckOptions{})
+		require.NoError(t, err)
+		alone, err := Lower(g, Options{Verify: true, NoBucket: true})
+		require.NoError(t, err)
+		p, err := Lower(g, Options{Verify: true})
+		require.NoError(t, err)
+		for pi, prog := range p.Exec.Programs {
+			if !slices.EqualFunc(freesOf(alone.Exec.Programs[pi]), wholeFrees(alone.Exec.Programs[pi]), slices.Equal) {
+				t.Logf("%s program %d: another pass frees otherwise; not compared", name, pi)
+				continue
+			}
+			checked++
+			want := wholeFrees(prog)
+			got := freesOf(prog)
+			for i := range want {
+				require.Equal(t, want[i], got[i], "%s program %d instruction %d (%s)", name, pi, i, prog.Instrs[i].Name())
+			}
+			for _, in := range prog.Instrs {
+				if in.Joins {
+					bucketed++
+					break
+				}
+			}
+		}
+	}
+	require.Positive(t, bucketed, "some compared program has a bucket")
+	t.Logf("%d programs compared, %d with buckets", checked, bucketed)
+}
+
+// Every bucket member of every example maps to an explain row of its own:
+// an all-reduce of its value over its axis, no row claimed twice, and the
+// bucket's bytes and time are its rows' (a written all-reduce's row
+// included); a bucket's time is never negative.
+func TestBucketRowsAreTheirMembers(t *testing.T) {
+	for _, name := range examples(t) {
+		p := compileExample(t, name)
+		r := Explain(p)
+		claimed := map[string]bool{}
+		for bi, b := range r.Buckets {
+			what := fmt.Sprintf("%s bucket %d %v", name, bi, b.Values)
+			require.GreaterOrEqual(t, b.TimeUs, 0.0, what)
+			bytes, time := 0.0, 0.0
+			for k, row := range b.Rows {
+				var c *CollectiveReport
+				if row > 0 {
+					c = &r.Collectives[row-1]
+				} else {
+					c = writtenRow(r, b.Values[k], b.Axis)
+				}
+				require.NotNil(t, c, "%s member %s: no row", what, b.Values[k])
+				require.Equal(t, "all_reduce", c.Kind, what)
+				require.Equal(t, b.Values[k], c.Value, what)
+				require.Equal(t, b.Axis, c.Axis, what)
+				key := fmt.Sprintf("%d/%d/%s", b.Program, row, c.Value)
+				if row > 0 {
+					key = fmt.Sprintf("%d/row%d", b.Program, row)
+				}
+				require.False(t, claimed[key], "%s: row %s claimed twice", what, key)
+				claimed[key] = true
+				bytes += c.Bytes
+				time += c.TimeUs
+			}
+			require.InDelta(t, bytes, b.Bytes, 1e-9, "%s: bytes", what)
+			require.InDelta(t, time-b.SavedUs, b.TimeUs, 1e-6, "%s: time", what)
+		}
+	}
+}
+
+// writtenRow is the written collectives' all-reduce row of value over axis.
+func writtenRow(r *Report, value, axis string) *CollectiveReport {
+	for i := range r.Written {
+		if c := &r.Written[i]; c.Kind == "all_reduce" && c.Value == value && c.Axis == axis {
+			return c
+		}
+	}
+	return nil
+}
+
+// donationProgram is a program whose second all-reduce reads what a
+// donating instruction (a fused Adam update, the one kernel that runs in
+// place) wrote over the first all-reduce's argument: the first must run
+// before the donor, which overwrites its argument, and the second after
+// it, so the two cannot share a launch.
+//
+//	s0 = x; s1 = y
+//	s2 = all_reduce(s0)
+//	s3, s4, s5 = adam_fused(s0, s1, s1, s1), s3 written over s0
+//	s6 = all_reduce(s3)
+func donationProgram() (*plan.Plan, *plan.Program) {
+	m := mesh.New("M", mesh.Axis{Name: "dp", Size: 2})
+	p, b := sbp.NdSBP{sbp.P}, sbp.Broadcasts(1)
+	shape := []int{4}
+	ar := func(arg, out int) plan.Instr {
+		return plan.Instr{Kind: plan.Collective, Label: fmt.Sprintf("all_reduce#%d", out), Step: &sbp.Step{Kind: sbp.AllReduce, Axis: 0, From: p, To: b, Reduce: sbp.Sum},
+			DType: ir.F32, Shape: shape, Placement: b, ArgPlace: []sbp.NdSBP{p}, Args: []int{arg}, Out: out}
+	}
+	src := func(i int) plan.Instr {
+		return plan.Instr{Kind: plan.Source, Src: i, Label: fmt.Sprint("src", i), DType: ir.F32, Shape: shape, Placement: p, Out: i}
+	}
+	k := &plan.Kernel{Op: "adam_fused", DType: ir.F32, Shape: shape, ArgDTypes: []ir.DType{ir.F32, ir.F32, ir.F32, ir.F32}, ArgShapes: [][]int{shape, shape, shape, shape}}
+	prog := &plan.Program{SlotType: slices.Repeat([]ir.DType{ir.F32}, 7), OutputSlots: []int{2, 6}}
+	prog.Instrs = []plan.Instr{src(0), src(1), ar(0, 2),
+		{Kind: plan.Compute, Label: "adam", Kernel: k, DType: ir.F32, Shape: shape, Placement: p, ArgPlace: []sbp.NdSBP{p, p, p, p},
+			Args: []int{0, 1, 1, 1}, Out: 3, Outs: []int{4, 5}, Donate: []int{0, -1, -1}},
+		ar(3, 6)}
+	freeAfterLastUse(prog)
+	sources := []plan.Tensor{{Name: "x", Role: "input", DType: ir.F32, Shape: shape, Placement: p, Home: -1}, {Name: "y", Role: "input", DType: ir.F32, Shape: shape, Placement: p, Home: -1}}
+	outputs := []plan.Tensor{{Name: "a", DType: ir.F32, Shape: shape, Placement: b, Home: -1}, {Name: "c", DType: ir.F32, Shape: shape, Placement: b, Home: -1}}
+	return &plan.Plan{Mesh: m, Sources: sources, Outputs: outputs, Groups: []plan.Group{{Axes: []int{0}}}, Programs: []*plan.Program{prog}}, prog
+}
+
+// A donation orders the donor after every other reader of the argument
+// it overwrites (bucketOrder's edges); the buckets must see that order
+// too, or a bucket would have to run both before and after the donor.
+func TestBucketsRespectDonation(t *testing.T) {
+	ex, prog := donationProgram()
+	require.NoError(t, ex.WellFormed())
+	var changed bool
+	require.NotPanics(t, func() { changed = bucketProgram(ex, prog, internalGroups(ex), DefaultBucketBytes, nil) })
+	require.False(t, changed, "no two all-reduces may share a launch")
+	for _, in := range prog.Instrs {
+		require.False(t, in.Joins, in.Name())
+	}
+}

@@ -1,0 +1,212 @@
+package rt
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/lang"
+	"github.com/meshrun/meshrun/lower"
+	"github.com/stretchr/testify/require"
+)
+
+// Parts that alone take the shared-memory ring's two-barrier path (their
+// bytes times the group's size past shmSmallBytes) are staged together in
+// a bucket: each result must still be bitwise the one the part's own
+// all-reduce gives on the same ring, for every dtype and both reductions
+// (the half sums round once from f32 on both paths).
+func TestBucketStagesLargePartsLikeTheirOwnAllReduce(t *testing.T) {
+	r := rand.New(rand.NewSource(11))
+	for _, p := range []int{2, 3} {
+		for _, dt := range shmDTypes {
+			for _, op := range []ReduceOp{OpSum, OpMax} {
+				n := int(shmSmallBytes)/(p*dt.Size()) + 17 // past the one-barrier bound alone
+				sizes := []int{n, 5, n + 3}
+				parts := make([][]*Tensor, p)
+				for m := range parts {
+					for _, k := range sizes {
+						parts[m] = append(parts[m], randomOf(r, dt, []int{k}, op == OpMax))
+					}
+				}
+				what := fmt.Sprintf("p=%d %s op=%d", p, dt, op)
+				own := newWorld(t, p, true)
+				require.False(t, own.groups[0].isSmall(int64(n*dt.Size())), "%s: a part alone is not small", what)
+				want := make([][]*Tensor, p)
+				own.run(t, func(ctx context.Context, g *Ring) (Buffer, error) {
+					for _, x := range parts[g.Rank] {
+						out, err := g.AllReduce(ctx, x, op)
+						if err != nil {
+							return nil, err
+						}
+						want[g.Rank] = append(want[g.Rank], out.(*Tensor))
+					}
+					return nil, nil
+				})
+				w := newWorld(t, p, true)
+				xs0 := make([]Buffer, len(sizes))
+				for k, x := range parts[0] {
+					xs0[k] = x
+				}
+				require.Equal(t, len(sizes), w.groups[0].stagedRun(xs0), "%s: the bucket stages every part", what)
+				got := make([][]Buffer, p)
+				w.run(t, func(ctx context.Context, g *Ring) (Buffer, error) {
+					xs := make([]Buffer, len(sizes))
+					for k, x := range parts[g.Rank] {
+						xs[k] = x
+					}
+					var err error
+					got[g.Rank], _, err = allReduceBucket(ctx, g, xs, op, func() int64 { return w.tr.BytesSent(g.me()) })
+					return nil, err
+				})
+				for m := range p {
+					for k := range sizes {
+						require.Equal(t, want[m][k].Bits(), got[m][k].(*Tensor).Bits(), "%s member %d part %d", what, m, k)
+					}
+				}
+			}
+		}
+	}
+}
+
+// runAll calls f on every member at once, each with its own deadline,
+// and returns each member's error (nil results are fine).
+func runAll(w *world, limit time.Duration, f func(ctx context.Context, g *Ring) error) []error {
+	errs := make([]error, w.p)
+	var wg sync.WaitGroup
+	for i, g := range w.groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
+			defer cancel()
+			errs[i] = f(ctx, g)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// A member whose bucket differs from its peers' (another size, so that it
+// stages another run) or that never comes makes the bucket an error on
+// every member, within the deadline, not a hang or a wrong result.
+func TestBucketMismatchOrAbsenceIsAnError(t *testing.T) {
+	f32 := func(n int) Buffer { return randomOf(rand.New(rand.NewSource(int64(n))), ir.F32, []int{n}, false) }
+	for _, c := range []struct {
+		name  string
+		parts func(rank int) []Buffer // nil: the member does not come
+	}{
+		{"a part of another size", func(rank int) []Buffer {
+			if rank == 1 {
+				return []Buffer{f32(8), f32(9)}
+			}
+			return []Buffer{f32(8), f32(10)}
+		}},
+		{"a part too big to stage", func(rank int) []Buffer {
+			if rank == 2 {
+				return []Buffer{f32(shmBucketBytes), f32(10)}
+			}
+			return []Buffer{f32(8), f32(10)}
+		}},
+		{"a member that never comes", func(rank int) []Buffer {
+			if rank == 0 {
+				return nil
+			}
+			return []Buffer{f32(8), f32(10)}
+		}},
+	} {
+		w := newWorld(t, 3, true)
+		for _, g := range w.groups {
+			g.SetTimeout(2 * time.Second)
+		}
+		start := time.Now()
+		errs := runAll(w, 3*time.Second, func(ctx context.Context, g *Ring) error {
+			xs := c.parts(g.Rank)
+			if xs == nil {
+				return fmt.Errorf("absent")
+			}
+			_, _, err := allReduceBucket(ctx, g, xs, OpSum, func() int64 { return 0 })
+			return err
+		})
+		require.Less(t, time.Since(start), 30*time.Second, c.name) // generous: a hang is minutes
+		for m, err := range errs {
+			require.Error(t, err, "%s: member %d", c.name, m)
+		}
+	}
+}
+
+// bucketVariants are training programs whose gradients share buckets
+// under ZeRO, f16 loss scaling (with its skipped steps), clipping,
+// offload and pipelines: example files and sources.
+func bucketVariants() (files []string, srcs map[string]string) {
+	for _, name := range []string{"mlp_bf16", "moe", "gemm_backward", "gpt/gpt_3d", "mlp_zero3", "mlp_offload", "mlp_offload_pipe", "pipeline_schedules"} {
+		files = append(files, filepath.Join("..", "examples", "train", name+".mesh"))
+	}
+	srcs = map[string]string{}
+	for zero := range 4 {
+		for _, prec := range []string{"", "precision = f16\n", "precision = f16\n    clip = 0.5\n", "precision = bf16\n"} {
+			name := fmt.Sprintf("mlp zero=%d %q", zero, prec)
+			srcs[name] = strings.Replace(mixedSrc, "PREC", fmt.Sprintf("    zero = %d\n    %s", zero, prec), 1)
+		}
+		srcs[fmt.Sprintf("pipe3D 1f1b zero=%d f16 clip", zero)] = offPipe("1f1b", zero, "f16", "", true)
+		srcs[fmt.Sprintf("pipe3D zbv zero=%d offload", zero)] = offPipe("zbv", zero, "", "optimizer", false)
+	}
+	return files, srcs
+}
+
+// Training with buckets is training without them on every variant: the
+// same losses, skipped steps and parameters bit for bit, the same bytes per
+// collective and the same measured peaks (as TestBucketedTrainingIs-
+// UnbucketedTraining holds for the plain examples).
+func TestBucketedTrainingIsUnbucketedUnderEveryFeature(t *testing.T) {
+	joins := 0
+	files, srcs := bucketVariants()
+	graphs := map[string]*lang.Graph{}
+	for _, f := range files {
+		g, _, err := lang.CheckFile(f, lang.CheckOptions{})
+		require.NoError(t, err, f)
+		graphs[f] = g
+	}
+	for name, src := range srcs {
+		g, err := lang.CheckSource("m.mesh", []byte(src), lang.CheckOptions{})
+		require.NoError(t, err, name)
+		graphs[name] = g
+	}
+	for name, g := range graphs {
+		if g.Train.Steps > 4 {
+			g.Train.Steps = 4
+		}
+		train := func(noBucket bool) (*lower.Plan, *TrainResult) {
+			p, err := lower.Lower(g, lower.Options{Verify: true, NoBucket: noBucket})
+			require.NoError(t, err, name)
+			res, err := Train(context.Background(), p, Options{}, TrainConfig{})
+			require.NoError(t, err, name)
+			return p, res
+		}
+		ref, alone := train(true)
+		p, res := train(false)
+		n := 0
+		for _, prog := range p.Exec.Programs {
+			for _, in := range prog.Instrs {
+				if in.Joins {
+					n++
+				}
+			}
+		}
+		t.Logf("%s: %d all-reduces join a bucket; %d of %d steps applied", name, n, res.Applied, len(res.Losses))
+		joins += n
+		requireSameTraining(t, alone, res, name)
+		require.Equal(t, alone.Applied, res.Applied, "%s: steps applied", name)
+		require.Equal(t, ref.Peak, p.Peak, "%s: planned peaks", name)
+		for d, st := range res.Last.Devices {
+			require.Equal(t, commBytes(alone.Last.Devices[d].Events), commBytes(st.Events), "%s device %d: bytes per collective", name, d)
+			require.Equal(t, alone.Last.Devices[d].Peak, st.Peak, "%s device %d: measured peak", name, d)
+		}
+	}
+	require.Positive(t, joins)
+}
