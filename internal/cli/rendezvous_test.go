@@ -72,7 +72,9 @@ func TestRendezvousRunsLikeLocal(t *testing.T) {
 	for _, c := range []struct {
 		cmd, path string
 		n         int
-	}{{"run", "dp_mlp.mesh", 4}, {"run", "uneven.mesh", 3}, {"train", "train/pipeline_schedules.mesh", 4}} {
+		// megatron_dp_tp's gradients share a bucket (lower/bucket.go): one
+		// all-reduce after another over TCP, staged together locally
+	}{{"run", "dp_mlp.mesh", 4}, {"run", "uneven.mesh", 3}, {"train", "train/pipeline_schedules.mesh", 4}, {"train", "train/megatron_dp_tp.mesh", 4}} {
 		t.Run(c.path, func(t *testing.T) {
 			path := filepath.Join("..", "..", "examples", c.path)
 			got, want := t.TempDir(), t.TempDir()
