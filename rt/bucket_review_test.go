@@ -156,6 +156,20 @@ func bucketVariants() (files []string, srcs map[string]string) {
 		srcs[fmt.Sprintf("pipe3D 1f1b zero=%d f16 clip", zero)] = offPipe("1f1b", zero, "f16", "", true)
 		srcs[fmt.Sprintf("pipe3D zbv zero=%d offload", zero)] = offPipe("zbv", zero, "", "optimizer", false)
 	}
+	// uneven tp blocks (7 and 10 split 3/2/2, 4/3/3): the dp groups at
+	// each tp coordinate bucket blocks of their own sizes
+	srcs["uneven dp×tp"] = `mesh M = [dp=2, tp=3]
+input x : f32[8, 7] {S(0), B} = normal(0, 1)
+input t : f32[8, 5] {S(0), B} = normal(0, 1)
+param W1 : f32[7, 10] {B, S(1)} = normal(0, 0.3)
+param b1 : f32[10] {B, S(0)} = normal(0, 0.1)
+param W2 : f32[10, 5] {B, S(0)} = normal(0, 0.3)
+train {
+    loss = mse(tanh(x @ W1 + b1) @ W2, t)
+    optimizer = adam(lr=0.01)
+    steps = 3
+}
+`
 	return files, srcs
 }
 
