@@ -56,6 +56,9 @@ func (x *execution) bucketStep(ctx context.Context, i int) (out Buffer, sent int
 			err = fmt.Errorf("internal error: %v", r)
 		}
 	}()
+	// a member has one result: none of the further results (more) of the
+	// instruction dispatched before it, which step would check and hold
+	x.more = nil
 	prog := x.w.Prog.Prog
 	in := &prog.Instrs[i]
 	if in.Joins {

@@ -13,6 +13,7 @@ import (
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/plan"
 	"github.com/stretchr/testify/require"
 )
 
@@ -223,4 +224,39 @@ func TestBucketedTrainingIsUnbucketedUnderEveryFeature(t *testing.T) {
 		}
 	}
 	require.Positive(t, joins)
+}
+
+// A bucket's members run no dispatch (rank.go), so they must not see the
+// further results (execution.more) the instruction before them left: here
+// mlp_dp's program ends with a fused Adam update (results p', m', v' of
+// shape [4]) followed by a bucket of two all-reduces of the loss (shape
+// []), appended by hand, and the step must check the members' own results
+// only.
+func TestBucketAfterAFusedUpdate(t *testing.T) {
+	g, _, err := lang.CheckFile(filepath.Join("..", "examples", "train", "mlp_dp.mesh"), lang.CheckOptions{})
+	require.NoError(t, err)
+	g.Train.Steps = 2
+	p, err := lower.Lower(g, lower.Options{Verify: true})
+	require.NoError(t, err)
+	prog := p.Exec.Programs[0]
+	last := &prog.Instrs[len(prog.Instrs)-1]
+	require.NotEmpty(t, last.Outs, "the program ends with a fused update")
+	var loss plan.Instr
+	for _, in := range prog.Instrs {
+		if in.Label == "train.loss" && in.Kind == plan.Collective {
+			loss = in
+		}
+	}
+	require.Equal(t, loss.Out, prog.OutputSlots[0], "the loss's all-reduce makes the output")
+	for k := range 2 {
+		in := loss
+		// each result dies where it is made, as lower frees an unread one
+		in.Label, in.Args, in.Out, in.Joins = fmt.Sprint("again", k), []int{loss.Out}, prog.NumSlots(), k == 1
+		in.Free = []int{in.Out}
+		prog.SlotType = append(prog.SlotType, in.DType)
+		prog.Instrs = append(prog.Instrs, in)
+	}
+	require.NoError(t, p.Exec.Verify())
+	_, err = Train(context.Background(), p, Options{}, TrainConfig{})
+	require.NoError(t, err)
 }
