@@ -168,3 +168,35 @@ func TestBucketsRespectDonation(t *testing.T) {
 		require.False(t, in.Joins, in.Name())
 	}
 }
+
+// Two groups' all-reduces that depend on each other crosswise: y2 reads
+// z1 (over b) and z2 reads y1 (over a). y2 may join y1's bucket, which
+// then depends on z1's; z2 then depends on that bucket and may not join
+// z1's (one launch of z1 and z2 would run both before and after the
+// launch of y1 and y2). The pass must neither panic nor put them together,
+// and the plan passes the cross-rank dry run.
+func TestCrosswiseBucketsMakeNoCycle(t *testing.T) {
+	p, err := lowerSource(`mesh M = [a=2, b=2]
+input xa : f32[4, 8] {S(1), B} = normal(0, 1)
+input Wa : f32[8, 8] {S(0), B} = normal(0, 1)
+input xb : f32[4, 8] {B, S(1)} = normal(0, 1)
+input Wb : f32[8, 8] {B, S(0)} = normal(0, 1)
+y1 = to(xa @ Wa, {B, B})
+z1 = to(xb @ Wb, {B, B})
+y2 = to(to(z1, {S(1), B}) @ Wa, {B, B})
+z2 = to(to(y1, {B, S(1)}) @ Wb, {B, B})
+output y2 {B, B}
+output z2 {B, B}
+`)
+	require.NoError(t, err)
+	got := buckets(p)
+	require.Len(t, got, 1, "%v", got)
+	prog := p.Exec.Programs[0]
+	for i := range prog.Instrs {
+		if in := &prog.Instrs[i]; in.Joins {
+			require.Equal(t, prog.Instrs[i-1].Group, in.Group)
+		}
+	}
+	require.NoError(t, p.Exec.Verify())
+	t.Logf("bucket %v", got)
+}
