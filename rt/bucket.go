@@ -4,8 +4,9 @@ package rt
 // every member's all-reduce in one launch, and the later members take
 // their results from it; each member still holds its result and frees
 // its slots at its own instruction, and its event carries the bytes its
-// part sent, so the timeline and the byte counts read as if the members
-// had run one by one.
+// part sent, so the byte counts read as if the members had run one by one
+// (the time does not: the first member's event spans the launch, and the
+// later members' take none).
 //
 // On the in-process launcher a run of members whose inputs are small
 // together is one staged collective (comm_shm_small.go): each member
