@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"math/rand"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -199,4 +200,103 @@ output z2 {B, B}
 	}
 	require.NoError(t, p.Exec.Verify())
 	t.Logf("bucket %v", got)
+}
+
+// randomBucketProgram is a well-formed random program over a 2×2 mesh:
+// all-reduces over either axis, additions, and fused Adam updates that
+// write over a dying argument (donation), each reading slots made before.
+func randomBucketProgram(r *rand.Rand) *plan.Plan {
+	m := mesh.New("M", mesh.Axis{Name: "a", Size: 2}, mesh.Axis{Name: "b", Size: 2})
+	pl := sbp.NdSBP{sbp.P, sbp.P}
+	shape := []int{4}
+	prog := &plan.Program{}
+	var live []int         // slots a later instruction may read
+	collective := []bool{} // per slot: a collective made it (never donated)
+	newSlot := func() int {
+		prog.SlotType = append(prog.SlotType, ir.F32)
+		collective = append(collective, false)
+		return len(prog.SlotType) - 1
+	}
+	pick := func() int { return live[r.Intn(len(live))] }
+	var sources []plan.Tensor
+	for i := range 3 {
+		s := newSlot()
+		sources = append(sources, plan.Tensor{Name: fmt.Sprint("x", i), Role: "input", DType: ir.F32, Shape: shape, Placement: pl, Home: -1})
+		prog.Instrs = append(prog.Instrs, plan.Instr{Kind: plan.Source, Src: i, Label: fmt.Sprint("x", i), DType: ir.F32, Shape: shape, Placement: pl, Out: s})
+		live = append(live, s)
+	}
+	add := &plan.Kernel{Op: "add", DType: ir.F32, Shape: shape, ArgDTypes: []ir.DType{ir.F32, ir.F32}, ArgShapes: [][]int{shape, shape}}
+	adam := &plan.Kernel{Op: "adam_fused", DType: ir.F32, Shape: shape, ArgDTypes: []ir.DType{ir.F32, ir.F32, ir.F32, ir.F32}, ArgShapes: [][]int{shape, shape, shape, shape}}
+	for range 6 + r.Intn(14) {
+		switch k := r.Intn(5); {
+		case k < 3: // an all-reduce over a or b
+			a, s := r.Intn(2), newSlot()
+			prog.Instrs = append(prog.Instrs, plan.Instr{Kind: plan.Collective, Label: fmt.Sprint("ar", s), Group: a,
+				Step:  &sbp.Step{Kind: sbp.AllReduce, Axis: a, From: pl, To: pl, Reduce: sbp.Sum},
+				DType: ir.F32, Shape: shape, Placement: pl, ArgPlace: []sbp.NdSBP{pl}, Args: []int{pick()}, Out: s})
+			collective[s] = true
+			live = append(live, s)
+		case k == 3:
+			x, y, s := pick(), pick(), newSlot()
+			prog.Instrs = append(prog.Instrs, plan.Instr{Kind: plan.Compute, Label: fmt.Sprint("add", s), Kernel: add, DType: ir.F32, Shape: shape,
+				Placement: pl, ArgPlace: []sbp.NdSBP{pl, pl}, Args: []int{x, y}, Out: s})
+			live = append(live, s)
+		default: // p' written over p, which dies here
+			var own []int
+			for _, s := range live {
+				if !collective[s] {
+					own = append(own, s)
+				}
+			}
+			if len(own) == 0 || len(live) < 2 {
+				continue
+			}
+			p := own[r.Intn(len(own))]
+			live = slices.DeleteFunc(live, func(s int) bool { return s == p })
+			g := pick()
+			s, m2, v2 := newSlot(), newSlot(), newSlot()
+			prog.Instrs = append(prog.Instrs, plan.Instr{Kind: plan.Compute, Label: fmt.Sprint("adam", s), Kernel: adam, DType: ir.F32, Shape: shape,
+				Placement: pl, ArgPlace: []sbp.NdSBP{pl, pl, pl, pl}, Args: []int{p, g, g, g}, Out: s, Outs: []int{m2, v2}, Donate: []int{0, -1, -1}})
+			live = append(live, s)
+		}
+	}
+	out := live[len(live)-1]
+	prog.OutputSlots = []int{out}
+	freeAfterLastUse(prog)
+	return &plan.Plan{Mesh: m, Sources: sources, Outputs: []plan.Tensor{{Name: "y", DType: ir.F32, Shape: shape, Placement: pl, Home: -1}},
+		Groups: []plan.Group{{Axes: []int{0}}, {Axes: []int{1}}}, Programs: []*plan.Program{prog}}
+}
+
+// On random programs with donations, two groups and several caps, the pass never
+// panics and leaves a well-formed program (every slot written before it
+// is read, each donor after its argument's other readers, every bucket's
+// members consecutive all-reduces of one group none reading another's
+// result, within the cap) holding the same instructions.
+func TestBucketRandomPrograms(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	joined := 0
+	for n := range 3000 {
+		ex := randomBucketProgram(r)
+		require.NoError(t, ex.WellFormed(), "program %d before", n)
+		prog := ex.Programs[0]
+		before := map[string]int{}
+		for _, in := range prog.Instrs {
+			before[in.Label]++
+		}
+		limit := []int64{16, 32, 48, DefaultBucketBytes}[n%4] // a member's block is 16 bytes
+		require.NotPanics(t, func() { bucketProgram(ex, prog, internalGroups(ex), limit, nil) }, "program %d:\n%s", n, ex.Dump())
+		require.NoError(t, ex.WellFormed(), "program %d after:\n%s", n, ex.Dump())
+		after := map[string]int{}
+		for i, in := range prog.Instrs {
+			after[in.Label]++
+			if in.Joins {
+				joined++
+			} else if k := prog.BucketAt(i); k > 1 {
+				require.LessOrEqual(t, int64(16*k), limit, "program %d: a bucket past the cap", n)
+			}
+		}
+		require.Equal(t, before, after, "program %d", n)
+	}
+	require.Positive(t, joined)
+	t.Logf("%d joins", joined)
 }
