@@ -19,15 +19,21 @@ package rt
 import (
 	"context"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/meshrun/meshrun/plan"
 )
 
-// shmBucketBytes bounds a staged bucket's bytes times the group size: the
-// one-barrier path's bound (shmSmallBytes) is what one collective's
-// redundant reduction is worth against one barrier; a bucket saves a
-// barrier per part, so it may read more.
-const shmBucketBytes = 8 * shmSmallBytes
+// bucketFactor scales the one-barrier path's bound (shmShared.small,
+// shmSmallBytes by default) to a staged bucket's: that bound is what one
+// collective's redundant reduction is worth against one barrier; a bucket
+// saves a barrier per part, so it may read more. A ring whose one-barrier
+// path is off stages no bucket.
+const bucketFactor = 8
+
+// shmBucketBytes is a staged bucket's bound at the default threshold.
+const shmBucketBytes = bucketFactor * shmSmallBytes
 
 // launched is the bucket a rank is in: its members' results and the
 // bytes each part sent, handed to the later members in order.
@@ -77,9 +83,7 @@ func (x *execution) bucketStep(ctx context.Context, i int) (out Buffer, sent int
 	for k := range xs {
 		xs[k] = x.slots[prog.Instrs[i+k].Args[0]]
 	}
-	cctx, cancel := context.WithTimeout(ctx, x.w.Timeout)
-	defer cancel()
-	outs, parts, err := allReduceBucket(cctx, x.w.Groups[in.Group], xs, reduceOp(in.Step), x.w.Comm.BytesSent)
+	outs, parts, err := allReduceBucket(ctx, x.w.Groups[in.Group], xs, reduceOp(in.Step), x.w.Timeout, x.w.Comm.BytesSent)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -89,15 +93,27 @@ func (x *execution) bucketStep(ctx context.Context, i int) (out Buffer, sent int
 
 // allReduceBucket all-reduces every buffer of xs over g: a shared-memory
 // ring stages runs of small parts together; any other part or group runs
-// its own all-reduce. sent is each part's bytes (sentSoFar counts the
-// rank's).
-func allReduceBucket(ctx context.Context, g Group, xs []Buffer, op ReduceOp, sentSoFar func() int64) ([]Buffer, []int64, error) {
+// its own all-reduce. Each launch waits for its peers at most timeout (0:
+// as long as ctx lets it), as a collective on its own does. sent is each
+// part's bytes (sentSoFar counts the rank's).
+func allReduceBucket(ctx context.Context, g Group, xs []Buffer, op ReduceOp, timeout time.Duration, sentSoFar func() int64) ([]Buffer, []int64, error) {
 	outs, sent := make([]Buffer, len(xs)), make([]int64, len(xs))
 	ring, _ := g.(*Ring)
+	launch := func(f func(ctx context.Context) error) error {
+		if timeout <= 0 {
+			return f(ctx)
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return f(cctx)
+	}
 	for k := 0; k < len(xs); {
 		if ring != nil {
 			if n := ring.stagedRun(xs[k:]); n > 1 {
-				if err := ring.stagedAllReduce(ctx, xs[k:k+n], op, outs[k:k+n], sent[k:k+n]); err != nil {
+				err := launch(func(ctx context.Context) error {
+					return ring.stagedAllReduce(ctx, xs[k:k+n], op, outs[k:k+n], sent[k:k+n])
+				})
+				if err != nil {
 					return nil, nil, err
 				}
 				k += n
@@ -105,11 +121,14 @@ func allReduceBucket(ctx context.Context, g Group, xs []Buffer, op ReduceOp, sen
 			}
 		}
 		before := sentSoFar()
-		out, err := g.AllReduce(ctx, xs[k], op)
+		err := launch(func(ctx context.Context) (err error) {
+			outs[k], err = g.AllReduce(ctx, xs[k], op)
+			return err
+		})
 		if err != nil {
 			return nil, nil, err
 		}
-		outs[k], sent[k] = out, sentSoFar()-before
+		sent[k] = sentSoFar() - before
 		k++
 	}
 	return outs, sent, nil
@@ -117,7 +136,8 @@ func allReduceBucket(ctx context.Context, g Group, xs []Buffer, op ReduceOp, sen
 
 // stagedRun is how many of xs, from the first, one staged all-reduce
 // takes: host tensors of one dtype on a shared-memory ring whose bytes
-// times the group's size stay within shmBucketBytes. Every member counts
+// times the group's size stay within bucketFactor times its one-barrier
+// bound (shmBucketBytes by default). Every member counts
 // from the same declared sizes, so all take the same runs.
 func (g *Ring) stagedRun(xs []Buffer) int {
 	if g.shm == nil || g.onDevice() {
@@ -130,7 +150,7 @@ func (g *Ring) stagedRun(xs []Buffer) int {
 			return k
 		}
 		total += t.Bytes()
-		if total*int64(g.Size()) > shmBucketBytes {
+		if small := g.shm.s.small; small < math.MaxInt64/bucketFactor && total*int64(g.Size()) > bucketFactor*small {
 			return k
 		}
 	}

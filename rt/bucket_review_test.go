@@ -62,7 +62,7 @@ func TestBucketStagesLargePartsLikeTheirOwnAllReduce(t *testing.T) {
 						xs[k] = x
 					}
 					var err error
-					got[g.Rank], _, err = allReduceBucket(ctx, g, xs, op, func() int64 { return w.tr.BytesSent(g.me()) })
+					got[g.Rank], _, err = allReduceBucket(ctx, g, xs, op, 0, func() int64 { return w.tr.BytesSent(g.me()) })
 					return nil, err
 				})
 				for m := range p {
@@ -131,7 +131,7 @@ func TestBucketMismatchOrAbsenceIsAnError(t *testing.T) {
 			if xs == nil {
 				return fmt.Errorf("absent")
 			}
-			_, _, err := allReduceBucket(ctx, g, xs, OpSum, func() int64 { return 0 })
+			_, _, err := allReduceBucket(ctx, g, xs, OpSum, 0, func() int64 { return 0 })
 			return err
 		})
 		require.Less(t, time.Since(start), 30*time.Second, c.name) // generous: a hang is minutes

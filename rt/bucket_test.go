@@ -53,7 +53,7 @@ func TestBucketMatchesItsAllReduces(t *testing.T) {
 						xs[k] = x
 					}
 					var err error
-					got[g.Rank], gotSent[g.Rank], err = allReduceBucket(ctx, g, xs, op, func() int64 { return shm.tr.BytesSent(g.me()) })
+					got[g.Rank], gotSent[g.Rank], err = allReduceBucket(ctx, g, xs, op, 0, func() int64 { return shm.tr.BytesSent(g.me()) })
 					return nil, err
 				})
 				for m := range p {
