@@ -40,14 +40,19 @@ import (
 // default (bucket_cap_mb = 25).
 const DefaultBucketBytes = 25 << 20
 
+// bucketCap is the plan's cap of a bucket's bytes per device.
+func (p *Plan) bucketCap() int64 {
+	if p.Opts.BucketBytes > 0 {
+		return p.Opts.BucketBytes
+	}
+	return DefaultBucketBytes
+}
+
 func bucketAllReduces(p *Plan) error {
 	if p.Opts.NoBucket {
 		return nil
 	}
-	limit := p.Opts.BucketBytes
-	if limit <= 0 {
-		limit = DefaultBucketBytes
-	}
+	limit := p.bucketCap()
 	ex := p.Exec
 	internal := internalGroups(ex)
 	// InstrValue follows the program while it is the only one

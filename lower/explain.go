@@ -36,6 +36,8 @@ type Report struct {
 	// training: the program has a train block (the text report then
 	// splits memory into parameters, optimizer states, gradients).
 	training bool
+	// bucketCap is the bucket pass's cap of bytes per device
+	bucketCap int64
 }
 
 type MeshReport struct {
@@ -198,6 +200,7 @@ func Explain(p *Plan) *Report {
 	}
 	explainWritten(p, r, lines)
 	explainBuckets(p, r)
+	r.bucketCap = p.bucketCap()
 	for _, o := range p.Outputs {
 		r.Outputs = append(r.Outputs, OutputReport{Name: o.Output.Name, Placement: o.Placement.String(), Shape: o.Output.Value.Type.Shape})
 	}
@@ -617,7 +620,7 @@ func (r *Report) write(b textSink, grow func(int)) {
 		fmt.Fprintf(b, "  note: %s\n", n)
 	}
 	writeWritten(b, r.Written)
-	writeBuckets(b, r.Buckets)
+	writeBuckets(b, r.Buckets, r.bucketCap)
 	if r.training && len(r.Memory) > 0 {
 		b.WriteString("\nmemory per device in a training step\n")
 		tw := newTable("devices", "parameters", "optimizer states", "gradients (reduced)", "activations and other", "peak")

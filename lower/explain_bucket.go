@@ -121,11 +121,11 @@ func bucketRowKey(value, axis, from, to string) string {
 }
 
 // writeBuckets is the text report's bucket section.
-func writeBuckets(b textSink, bs []BucketReport) {
+func writeBuckets(b textSink, bs []BucketReport, limit int64) {
 	if len(bs) == 0 {
 		return
 	}
-	b.WriteString("\nall-reduces launched together (buckets: one latency each, up to " + HumanBytes(DefaultBucketBytes) + " a device)\n")
+	b.WriteString("\nall-reduces launched together (buckets: one latency each, up to " + HumanBytes(float64(limit)) + " a device)\n")
 	t := newTable("program", "axis", "members", "collectives", "bytes/device", "time", "saved")
 	for _, br := range bs {
 		var ids []string
