@@ -45,7 +45,7 @@ func BucketSaving(p *Plan, in *plan.Instr) float64 {
 // off the modelled total. A member's row is found by its value, axis and
 // placements (a written all-reduce's, whose row names shapes, by its
 // value and axis); its bytes and time are its row's, as the totals count
-// them (a written collective's instruction carries no modelled time).
+// them.
 func explainBuckets(p *Plan, r *Report) {
 	rows := map[string][]int{} // a row's key → its indices in r.Collectives, in order
 	for i := range r.Collectives {

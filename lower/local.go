@@ -182,6 +182,9 @@ func localSteps(v *ir.Value, m *mesh.Mesh, n int) []localStep {
 func (e *emitter) localCollective(v *ir.Value, cur int) int {
 	for _, st := range localSteps(v, e.p.Mesh, e.p.Mesh.NumAxes()) {
 		step := sbp.Step{Axis: st.axis, From: st.from, To: st.to, Kind: st.kind, Root: v.Attrs.Root}
+		// priced as explain prices it (explain_local.go), so that the
+		// planner's walk of the program counts a written collective's time
+		step.Bytes, step.Time = sbp.StepCost(e.p.Mesh, e.p.Planner.Topo, st.shape, v.Type.DType.Size(), st.from, st.axis, st.kind)
 		out := e.newSlot(v.Type.DType)
 		e.emit(plan.Instr{Kind: plan.Collective, Label: v.Label(), Step: &step, Group: e.group([]int{st.axis}),
 			DType: v.Type.DType, Shape: st.shape, Placement: st.to, ArgPlace: []sbp.NdSBP{st.from},

@@ -157,8 +157,7 @@ func walkTail(p *lower.Plan, prog *plan.Program, rate float64, dataAxis string, 
 				r.compute += t
 			}
 		case plan.Collective:
-			// a bucket pays one latency; a written all-reduce's step has
-			// no modelled time, so there is none to save
+			// a bucket pays one latency (never below nothing)
 			t = in.Step.Time - min(in.Step.Time, lower.BucketSaving(p, in))
 			name := p.Exec.Mesh.Axes[in.Step.Axis].Name
 			for _, r := range into {
