@@ -35,9 +35,11 @@ const bucketFactor = 8
 // shmBucketBytes is a staged bucket's bound at the default threshold.
 const shmBucketBytes = bucketFactor * shmSmallBytes
 
-// launched is the bucket a rank is in: its members' results and the
-// bytes each part sent, handed to the later members in order.
+// launched is the bucket a rank is in: its members' arguments, results
+// and the bytes each part sent, handed to the later members in order
+// (the slices are kept from one bucket to the next).
 type launched struct {
+	args []Buffer
 	outs []Buffer
 	sent []int64
 	next int
@@ -68,8 +70,8 @@ func (x *execution) bucketStep(ctx context.Context, i int) (out Buffer, sent int
 	x.more = nil
 	prog := x.w.Prog.Prog
 	in := &prog.Instrs[i]
+	l := &x.w.bucket
 	if in.Joins {
-		l := &x.bucket
 		if l.next >= len(l.outs) {
 			return nil, 0, fmt.Errorf("internal error: %s joins a bucket that launched %d all-reduces", in.Name(), len(l.outs))
 		}
@@ -79,59 +81,75 @@ func (x *execution) bucketStep(ctx context.Context, i int) (out Buffer, sent int
 		return out, sent, nil
 	}
 	n := prog.BucketAt(i)
-	xs := make([]Buffer, n)
-	for k := range xs {
-		xs[k] = x.slots[prog.Instrs[i+k].Args[0]]
+	l.args, l.outs, l.sent, l.next = l.args[:0], grown(l.outs, n), grown(l.sent, n), 1
+	for k := range n {
+		l.args = append(l.args, x.slots[prog.Instrs[i+k].Args[0]])
 	}
-	outs, parts, err := allReduceBucket(ctx, x.w.Groups[in.Group], xs, reduceOp(in.Step), x.w.Timeout, x.w.Comm.BytesSent)
+	timeout := x.w.Timeout
+	if x.w.selfTimed[in.Group] {
+		timeout = 0 // the group times its own waits out, as dispatch knows
+	}
+	err = allReduceBucket(ctx, x.w.Groups[in.Group], l.args, reduceOp(in.Step), timeout, x.w.Comm, l.outs, l.sent)
+	clear(l.args)
 	if err != nil {
+		clear(l.outs)
 		return nil, 0, err
 	}
-	x.bucket = launched{outs: outs, sent: parts, next: 1}
-	return outs[0], parts[0], nil
+	return l.outs[0], l.sent[0], nil
 }
 
-// allReduceBucket all-reduces every buffer of xs over g: a shared-memory
-// ring stages runs of small parts together; any other part or group runs
-// its own all-reduce. Each launch waits for its peers at most timeout (0:
-// as long as ctx lets it), as a collective on its own does. sent is each
-// part's bytes (sentSoFar counts the rank's).
-func allReduceBucket(ctx context.Context, g Group, xs []Buffer, op ReduceOp, timeout time.Duration, sentSoFar func() int64) ([]Buffer, []int64, error) {
-	outs, sent := make([]Buffer, len(xs)), make([]int64, len(xs))
+// grown is xs at length n, zeroed, reusing its array when it is long
+// enough.
+func grown[T any](xs []T, n int) []T {
+	if cap(xs) < n {
+		return make([]T, n)
+	}
+	xs = xs[:n]
+	clear(xs)
+	return xs
+}
+
+// sentCounter counts the bytes a rank has sent (Comm's BytesSent).
+type sentCounter interface{ BytesSent() int64 }
+
+// allReduceBucket all-reduces every buffer of xs over g into outs (sent:
+// each part's bytes): a shared-memory ring stages runs of small parts
+// together; any other part or group runs its own all-reduce. Each launch
+// waits for its peers at most timeout (0: as long as ctx lets it), as a
+// collective on its own does.
+func allReduceBucket(ctx context.Context, g Group, xs []Buffer, op ReduceOp, timeout time.Duration, c sentCounter, outs []Buffer, sent []int64) error {
 	ring, _ := g.(*Ring)
-	launch := func(f func(ctx context.Context) error) error {
-		if timeout <= 0 {
-			return f(ctx)
-		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		return f(cctx)
-	}
 	for k := 0; k < len(xs); {
+		lctx, cancel := withDeadline(ctx, timeout)
+		var err error
+		n := 0
 		if ring != nil {
-			if n := ring.stagedRun(xs[k:]); n > 1 {
-				err := launch(func(ctx context.Context) error {
-					return ring.stagedAllReduce(ctx, xs[k:k+n], op, outs[k:k+n], sent[k:k+n])
-				})
-				if err != nil {
-					return nil, nil, err
-				}
-				k += n
-				continue
-			}
+			n = ring.stagedRun(xs[k:])
 		}
-		before := sentSoFar()
-		err := launch(func(ctx context.Context) (err error) {
-			outs[k], err = g.AllReduce(ctx, xs[k], op)
-			return err
-		})
+		if n > 1 {
+			err = ring.stagedAllReduce(lctx, xs[k:k+n], op, outs[k:k+n], sent[k:k+n])
+		} else {
+			n = 1
+			before := c.BytesSent()
+			outs[k], err = g.AllReduce(lctx, xs[k], op)
+			sent[k] = c.BytesSent() - before
+		}
+		cancel()
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		sent[k] = sentSoFar() - before
-		k++
+		k += n
 	}
-	return outs, sent, nil
+	return nil
+}
+
+// withDeadline is ctx with a deadline timeout from now (none when timeout is
+// not positive).
+func withDeadline(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // stagedRun is how many of xs, from the first, one staged all-reduce

@@ -62,7 +62,8 @@ func TestBucketStagesLargePartsLikeTheirOwnAllReduce(t *testing.T) {
 						xs[k] = x
 					}
 					var err error
-					got[g.Rank], _, err = allReduceBucket(ctx, g, xs, op, 0, func() int64 { return w.tr.BytesSent(g.me()) })
+					got[g.Rank] = make([]Buffer, len(xs))
+					err = allReduceBucket(ctx, g, xs, op, 0, countedBy(func() int64 { return w.tr.BytesSent(g.me()) }), got[g.Rank], make([]int64, len(xs)))
 					return nil, err
 				})
 				for m := range p {
@@ -131,7 +132,7 @@ func TestBucketMismatchOrAbsenceIsAnError(t *testing.T) {
 			if xs == nil {
 				return fmt.Errorf("absent")
 			}
-			_, _, err := allReduceBucket(ctx, g, xs, OpSum, 0, func() int64 { return 0 })
+			err := allReduceBucket(ctx, g, xs, OpSum, 0, countedBy(func() int64 { return 0 }), make([]Buffer, len(xs)), make([]int64, len(xs)))
 			return err
 		})
 		require.Less(t, time.Since(start), 30*time.Second, c.name) // generous: a hang is minutes

@@ -53,7 +53,8 @@ func TestBucketMatchesItsAllReduces(t *testing.T) {
 						xs[k] = x
 					}
 					var err error
-					got[g.Rank], gotSent[g.Rank], err = allReduceBucket(ctx, g, xs, op, 0, func() int64 { return shm.tr.BytesSent(g.me()) })
+					got[g.Rank], gotSent[g.Rank] = make([]Buffer, len(xs)), make([]int64, len(xs))
+					err = allReduceBucket(ctx, g, xs, op, 0, countedBy(func() int64 { return shm.tr.BytesSent(g.me()) }), got[g.Rank], gotSent[g.Rank])
 					return nil, err
 				})
 				for m := range p {
@@ -86,3 +87,8 @@ func TestStagedRunStopsAtItsBound(t *testing.T) {
 	require.Equal(t, 1, g.stagedRun([]Buffer{f32(1), NewTensor(ir.F64, []int{1})}), "one dtype a run")
 	require.Equal(t, 0, newWorld(t, 2, false).groups[0].stagedRun([]Buffer{f32(1), f32(1)}), "message passing stages nothing")
 }
+
+// countedBy counts a test's bytes with a function.
+type countedBy func() int64
+
+func (f countedBy) BytesSent() int64 { return f() }

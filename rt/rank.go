@@ -41,6 +41,9 @@ type Worker struct {
 	// selfTimed is, per group, whether its collectives time themselves
 	// out (Ring.SetTimeout): those need no context with a deadline.
 	selfTimed []bool
+	// bucket is the all-reduce bucket being run (bucket.go), its slices
+	// kept from one execution to the next
+	bucket launched
 	// lateRings is, per group, whether it is a shared-memory ring that
 	// leaves its steps for the worker to draw (drawRings)
 	lateRings []bool
@@ -162,10 +165,8 @@ type execution struct {
 	args  []Buffer // the current instruction's arguments
 	off   []int    // a local step's offsets (localStep)
 	more  []Buffer // its further results (plan.Instr.Outs), in order
-	// bucket is the all-reduce bucket being run (bucket.go)
-	bucket launched
-	cur    int64
-	peak   int64
+	cur   int64
+	peak  int64
 	// the host tier's bytes held and peak, and the bytes copied each way
 	hostCur, hostPeak int64
 	toHost, toDevice  int64
