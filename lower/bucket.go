@@ -5,7 +5,10 @@ package lower
 // combiner). A training step ends with an all-reduce per parameter
 // gradient over the data axis, and often one more over the model axis;
 // each pays the link's latency 2(p−1) times, and on the local launcher a
-// meeting of the group. In a bucket the latency is paid once.
+// meeting of the group. In a bucket the latency is paid once. Adjacent
+// reduce-scatters, or all-gathers, over one group share a bucket too
+// (ZeRO's gradients and parameters, DeepSpeed's reduce and all-gather
+// buckets), but only where they already run one after the other.
 //
 // Per program, in order, each all-reduce joins the open bucket of its
 // group, dtype and reduction unless that would pass the byte cap or the
@@ -13,9 +16,9 @@ package lower
 // that does (the buckets a value depends on are tracked through every
 // instruction, an instruction that writes over an argument depending on
 // that argument's other readers, and a bucket depends on what any member
-// depends on, so joining never makes a cycle). Otherwise it opens a new bucket. The
-// program is then ordered again, a topological order that keeps the
-// original one wherever it can: each bucket runs where its last member's
+// depends on, so joining never makes a cycle). Otherwise it opens a new
+// bucket. The program is then ordered again, a topological order that
+// keeps the original one wherever it can: each bucket runs where its last member's
 // argument is ready, and what reads a member's result moves after the
 // bucket. A result written into an argument's buffer (donation) stays
 // after every other reader of that argument. The members run next to each
@@ -141,8 +144,9 @@ func internalGroups(ex *plan.Plan) []bool {
 	return out
 }
 
-// bucketKey is what the all-reduces of one bucket share.
+// bucketKey is what the collectives of one bucket share.
 type bucketKey struct {
+	kind        sbp.Collective
 	group, axis int
 	dtype       ir.DType
 	reduce      sbp.Reduce
@@ -239,11 +243,11 @@ func producers(prog *plan.Program) ([]int32, bool) {
 	return prod, ok
 }
 
-// bucketable says whether in may share a launch: an all-reduce in device
-// memory over a group of more than one rank whose members run one
-// program.
+// bucketable says whether in may share a launch: an all-reduce,
+// reduce-scatter or all-gather in device memory over a group of more than
+// one rank whose members run one program.
 func bucketable(ex *plan.Plan, in *plan.Instr, internal []bool) bool {
-	if in.Kind != plan.Collective || in.Step.Kind != sbp.AllReduce || in.Host || !internal[in.Group] {
+	if in.Kind != plan.Collective || !plan.Bucketable(in.Step.Kind) || in.Host || !internal[in.Group] {
 		return false
 	}
 	size := 1
@@ -305,9 +309,14 @@ func formBuckets(ex *plan.Plan, prog *plan.Program, internal []bool, limit int64
 		if !bucketable(ex, in, internal) {
 			continue
 		}
-		key := bucketKey{in.Group, in.Step.Axis, in.DType, in.Step.Reduce}
+		key := bucketKey{in.Step.Kind, in.Group, in.Step.Axis, in.DType, in.Step.Reduce}
 		size := int64(sbp.MaxLocalNumel(ex.Mesh, in.Shape, in.ArgPlace[0])) * int64(in.DType.Size())
-		if b, ok := open[key]; ok && f.b[b].bytes+size <= limit && !f.dependsOn(d, b) {
+		// a reduce-scatter or all-gather joins only the bucket of the
+		// instruction right before it, so that nothing moves: ZeRO's point
+		// is memory, and moving its gathers together would gather every
+		// parameter at once
+		adjacent := in.Step.Kind == sbp.AllReduce || (i > start && of[i-1] >= 0 && of[i-1] == open[key])
+		if b, ok := open[key]; ok && adjacent && f.b[b].bytes+size <= limit && !f.dependsOn(d, b) {
 			bk := f.b[b]
 			bk.members = append(bk.members, i)
 			bk.bytes += size

@@ -75,7 +75,8 @@ func TestBucketTailFreesAreWholeProgramFrees(t *testing.T) {
 }
 
 // Every bucket member of every example maps to an explain row of its own:
-// an all-reduce of its value over its axis, no row claimed twice, and the
+// a collective of the bucket's kind of its value over its axis, no row
+// claimed twice, and the
 // bucket's bytes and time are its rows' (a written all-reduce's row
 // included); a bucket's time is never negative.
 func TestBucketRowsAreTheirMembers(t *testing.T) {
@@ -92,10 +93,10 @@ func TestBucketRowsAreTheirMembers(t *testing.T) {
 				if row > 0 {
 					c = &r.Collectives[row-1]
 				} else {
-					c = writtenRow(r, b.Values[k], b.Axis)
+					c = writtenRow(r, b.Kind, b.Values[k], b.Axis)
 				}
 				require.NotNil(t, c, "%s member %s: no row", what, b.Values[k])
-				require.Equal(t, "all_reduce", c.Kind, what)
+				require.Equal(t, b.Kind, c.Kind, what)
 				require.Equal(t, b.Values[k], c.Value, what)
 				require.Equal(t, b.Axis, c.Axis, what)
 				key := fmt.Sprintf("%d/%d/%s", b.Program, row, c.Value)
@@ -113,10 +114,10 @@ func TestBucketRowsAreTheirMembers(t *testing.T) {
 	}
 }
 
-// writtenRow is the written collectives' all-reduce row of value over axis.
-func writtenRow(r *Report, value, axis string) *CollectiveReport {
+// writtenRow is the written collectives' row of kind of value over axis.
+func writtenRow(r *Report, kind, value, axis string) *CollectiveReport {
 	for i := range r.Written {
-		if c := &r.Written[i]; c.Kind == "all_reduce" && c.Value == value && c.Axis == axis {
+		if c := &r.Written[i]; c.Kind == kind && c.Value == value && c.Axis == axis {
 			return c
 		}
 	}

@@ -1,10 +1,10 @@
 package lower
 
-// Explain's buckets: the all-reduces the bucket pass launches together
+// Explain's buckets: the collectives the bucket pass launches together
 // (bucket.go), each with the collectives table's rows it holds, its bytes
 // and its modelled time. A bucket pays the link's latency once: its time
-// is its members' times less 2(p−1)α for every member after the first,
-// and the step's modelled total falls by that much.
+// is its members' times less the latency terms of every member after the
+// first (BucketSaving), and the step's modelled total falls by that much.
 
 import (
 	"slices"
@@ -18,6 +18,7 @@ import (
 // BucketReport is one bucket of one program.
 type BucketReport struct {
 	Program   int      `json:"program"`
+	Kind      string   `json:"kind"`
 	Axis      string   `json:"axis"`
 	GroupSize int      `json:"group_size"`
 	Rows      []int    `json:"collectives"` // the members' rows (CollectiveReport.Index; 0: a written collective's)
@@ -27,8 +28,9 @@ type BucketReport struct {
 	SavedUs   float64  `json:"saved_us"`
 }
 
-// BucketSaving is the modelled time an all-reduce that joins a bucket
-// saves: the latency terms of its own launch, 2(p−1)α.
+// BucketSaving is the modelled time a collective that joins a bucket
+// saves: the latency terms of its own launch, 2(p−1)α for an all-reduce,
+// (p−1)α for a reduce-scatter or all-gather.
 func BucketSaving(p *Plan, in *plan.Instr) float64 {
 	if !in.Joins {
 		return 0
@@ -38,7 +40,11 @@ func BucketSaving(p *Plan, in *plan.Instr) float64 {
 	if p.Pipe != nil && a > p.Pipe.Axis {
 		a-- // the link model's axes are the stage mesh's
 	}
-	return 2 * (n - 1) * p.Planner.Topo.Link(a).Alpha
+	alpha := (n - 1) * p.Planner.Topo.Link(a).Alpha
+	if in.Step.Kind == sbp.AllReduce {
+		return 2 * alpha
+	}
+	return alpha
 }
 
 // explainBuckets lists every program's buckets and takes their savings
@@ -50,15 +56,15 @@ func explainBuckets(p *Plan, r *Report) {
 	rows := map[string][]int{} // a row's key → its indices in r.Collectives, in order
 	for i := range r.Collectives {
 		c := &r.Collectives[i]
-		if c.Kind == "all_reduce" {
-			k := bucketRowKey(c.Value, c.Axis, c.From, c.To)
+		if plan.Bucketable(sbp.Collective(c.Kind)) {
+			k := bucketRowKey(c.Kind, c.Value, c.Axis, c.From, c.To)
 			rows[k] = append(rows[k], i)
 		}
 	}
 	written := map[string][]int{} // the same for the written collectives, by value and axis
 	for i := range r.Written {
-		if c := &r.Written[i]; c.Kind == "all_reduce" {
-			k := bucketRowKey(c.Value, c.Axis, "", "")
+		if c := &r.Written[i]; plan.Bucketable(sbp.Collective(c.Kind)) {
+			k := bucketRowKey(c.Kind, c.Value, c.Axis, "", "")
 			written[k] = append(written[k], i)
 		}
 	}
@@ -79,13 +85,14 @@ func explainBuckets(p *Plan, r *Report) {
 			}
 			first := &prog.Instrs[i]
 			ax := p.Exec.Mesh.Axes[first.Step.Axis]
-			br := BucketReport{Program: pi, Axis: ax.Name, GroupSize: ax.Size}
+			br := BucketReport{Program: pi, Kind: string(first.Step.Kind), Axis: ax.Name, GroupSize: ax.Size}
 			for k := i; k < i+n; k++ {
 				in := &prog.Instrs[k]
 				from, to := stagePlacement(p, in.Step.From), stagePlacement(p, in.Step.To)
 				row, t := 0, in.Step.Time*1e6
-				key := bucketRowKey(in.Label, ax.Name, from, to)
-				wkey := bucketRowKey(in.Label, ax.Name, "", "")
+				kind := string(in.Step.Kind)
+				key := bucketRowKey(kind, in.Label, ax.Name, from, to)
+				wkey := bucketRowKey(kind, in.Label, ax.Name, "", "")
 				if x := claim(rows[key], key); x >= 0 {
 					c := &r.Collectives[x]
 					row, br.Bytes, t = c.Index, br.Bytes+c.Bytes, c.TimeUs
@@ -116,8 +123,8 @@ func stagePlacement(p *Plan, pl sbp.NdSBP) string {
 	return pl.String()
 }
 
-func bucketRowKey(value, axis, from, to string) string {
-	return value + "\x00" + axis + "\x00" + from + "\x00" + to
+func bucketRowKey(kind, value, axis, from, to string) string {
+	return kind + "\x00" + value + "\x00" + axis + "\x00" + from + "\x00" + to
 }
 
 // writeBuckets is the text report's bucket section.
@@ -125,8 +132,8 @@ func writeBuckets(b textSink, bs []BucketReport, limit int64) {
 	if len(bs) == 0 {
 		return
 	}
-	b.WriteString("\nall-reduces launched together (buckets: one latency each, up to " + HumanBytes(float64(limit)) + " a device)\n")
-	t := newTable("program", "axis", "members", "collectives", "bytes/device", "time", "saved")
+	b.WriteString("\ncollectives launched together (buckets: one latency each, up to " + HumanBytes(float64(limit)) + " a device)\n")
+	t := newTable("program", "kind", "axis", "members", "collectives", "bytes/device", "time", "saved")
 	for _, br := range bs {
 		var ids []string
 		for _, r := range br.Rows {
@@ -137,7 +144,7 @@ func writeBuckets(b textSink, bs []BucketReport, limit int64) {
 		if len(ids) < len(br.Rows) {
 			ids = append(ids, strconv.Itoa(len(br.Rows)-len(ids))+" written")
 		}
-		t.row(strconv.Itoa(br.Program), br.Axis, strconv.Itoa(len(br.Rows)), strings.Join(ids, " "), HumanBytes(br.Bytes),
+		t.row(strconv.Itoa(br.Program), br.Kind, br.Axis, strconv.Itoa(len(br.Rows)), strings.Join(ids, " "), HumanBytes(br.Bytes),
 			strconv.FormatFloat(br.TimeUs, 'f', 2, 64)+" us", strconv.FormatFloat(br.SavedUs, 'f', 2, 64)+" us")
 	}
 	t.writeTo(b)

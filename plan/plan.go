@@ -193,9 +193,10 @@ type Instr struct {
 	// Act is, in a pipelined plan, the schedule action the instruction
 	// belongs to (nil: before or after the schedule's actions).
 	Act *pipeline.Action
-	// Joins says that this all-reduce runs in one launch with the
-	// instruction before it (a bucket, bucket.go): DDP's gradient
-	// buckets, XLA's all-reduce combiner.
+	// Joins says that this collective (an all-reduce, reduce-scatter or
+	// all-gather) runs in one launch with the instruction before it, one
+	// of its kind (a bucket, bucket.go): DDP's gradient buckets, XLA's
+	// all-reduce combiner.
 	Joins bool
 }
 

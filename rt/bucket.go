@@ -1,7 +1,7 @@
 package rt
 
 // Buckets at run time (plan/bucket.go): the first member of a bucket runs
-// every member's all-reduce in one launch, and the later members take
+// every member's collective in one launch, and the later members take
 // their results from it; each member still holds its result and frees
 // its slots at its own instruction, and its event carries the bytes its
 // part sent, so the byte counts read as if the members had run one by one
@@ -14,7 +14,10 @@ package rt
 // each member reduces every part, chunk by chunk in the ring's order, so
 // that every result is bitwise the one the part's own all-reduce gives.
 // Elsewhere (message passing, device collectives, a part too big for the
-// staged path) the parts run one after another.
+// staged path) the parts run one after another, and so do the members of
+// a bucket of reduce-scatters or all-gathers everywhere: the cost model
+// prices those buckets as one launch (DeepSpeed's buckets, NCCL's grouped
+// calls), which no launcher here runs.
 
 import (
 	"context"
@@ -23,6 +26,7 @@ import (
 	"time"
 
 	"github.com/meshrun/meshrun/plan"
+	"github.com/meshrun/meshrun/sbp"
 )
 
 // bucketFactor scales the one-barrier path's bound (shmShared.small,
@@ -89,13 +93,37 @@ func (x *execution) bucketStep(ctx context.Context, i int) (out Buffer, sent int
 	if x.w.selfTimed[in.Group] {
 		timeout = 0 // the group times its own waits out, as dispatch knows
 	}
-	err = allReduceBucket(ctx, x.w.Groups[in.Group], l.args, reduceOp(in.Step), timeout, x.w.Comm, l.outs, l.sent)
+	if in.Step.Kind == sbp.AllReduce {
+		err = allReduceBucket(ctx, x.w.Groups[in.Group], l.args, reduceOp(in.Step), timeout, x.w.Comm, l.outs, l.sent)
+	} else {
+		err = x.eachCollective(ctx, i, timeout)
+	}
 	clear(l.args)
 	if err != nil {
 		clear(l.outs)
 		return nil, 0, err
 	}
 	return l.outs[0], l.sent[0], nil
+}
+
+// eachCollective runs the reduce-scatters or all-gathers of the bucket at
+// instruction i one after another, into the worker's bucket (launched):
+// they have no staged path, and one launch of them would be one ring over
+// their blocks side by side, which no transport here runs.
+func (x *execution) eachCollective(ctx context.Context, i int, timeout time.Duration) error {
+	w, l := x.w, &x.w.bucket
+	for k, arg := range l.args {
+		in, b := &w.Prog.Prog.Instrs[i+k], &w.Prog.Instrs[i+k]
+		lctx, cancel := withDeadline(ctx, timeout)
+		before := w.Comm.BytesSent()
+		out, err := collectiveStep(lctx, w.Groups[in.Group], in, b, arg)
+		cancel()
+		if err != nil {
+			return err
+		}
+		l.outs[k], l.sent[k] = out, w.Comm.BytesSent()-before
+	}
+	return nil
 }
 
 // grown is xs at length n, zeroed, reusing its array when it is long

@@ -179,7 +179,7 @@ func (g *Ring) devFinish(ctx context.Context, start time.Time, out Buffer, err e
 		err = perr
 	}
 	if err != nil {
-		g.shm.steps = g.shm.steps[:0]
+		g.shm.steps = g.shm.steps[:g.shm.counted] // this collective's only
 		if out != nil && perr == nil {
 			g.shm.dev.Free(out)
 		}

@@ -94,8 +94,11 @@ type shmMember struct {
 	sent *atomic.Int64 // the rank's bytes-sent counter, in the ring's terms
 	pool *hostPool     // where results come from (nil: fresh memory)
 	wide []float32     // a tile of f32 scratch for half precision
-	// steps is scratch for the ring steps a collective reports
-	steps []ringStep
+	// steps is scratch for the ring steps a collective reports; the first
+	// counted of them are already counted as sent (a bucket's collectives
+	// leave theirs pending for the worker one after another)
+	steps   []ringStep
+	counted int
 	// late: the worker lays the steps over the collective's span
 	// (stepsLater), so the collective reads no clock
 	late bool
@@ -378,7 +381,7 @@ func (g *Ring) finish(ctx context.Context, start time.Time, out *Tensor, err err
 		err = perr
 	}
 	if err != nil {
-		g.shm.steps = g.shm.steps[:0]
+		g.shm.steps = g.shm.steps[:g.shm.counted] // this collective's only
 		return nil, err
 	}
 	g.account(start)

@@ -45,11 +45,12 @@ func (g *Ring) allGatherSteps(block func(i int) int64) {
 // to now, shared among them in proportion to their bytes.
 func (g *Ring) account(start time.Time) {
 	var total int64
-	for _, s := range g.shm.steps {
+	for _, s := range g.shm.steps[g.shm.counted:] {
 		total += s.bytes
 	}
 	g.shm.sent.Add(total)
 	if g.shm.late {
+		g.shm.counted = len(g.shm.steps)
 		return
 	}
 	if g.OnStep != nil && len(g.shm.steps) > 0 {
@@ -57,7 +58,7 @@ func (g *Ring) account(start time.Time) {
 			g.OnStep(phase, k, bytes, start.Add(from), start.Add(to))
 		})
 	}
-	g.shm.steps = g.shm.steps[:0]
+	g.shm.steps, g.shm.counted = g.shm.steps[:0], 0
 }
 
 // laySteps shares span among the pending steps in proportion to their
@@ -84,7 +85,7 @@ func (g *Ring) laySteps(span time.Duration, at func(phase string, k int, bytes i
 		at(s.phase, k, s.bytes, from, to)
 		from, k = to, k+1
 	}
-	g.shm.steps = g.shm.steps[:0]
+	g.shm.steps, g.shm.counted = g.shm.steps[:0], 0
 }
 
 // stepsLater makes this ring leave its steps for its caller to lay over
@@ -96,7 +97,7 @@ func (g *Ring) stepsLater() bool {
 		return false
 	}
 	g.shm.late = true
-	g.shm.steps = g.shm.steps[:0]
+	g.shm.steps, g.shm.counted = g.shm.steps[:0], 0
 	return true
 }
 
