@@ -29,7 +29,7 @@ type Report struct {
 	Memory   []MemoryReport     `json:"memory"`
 	Totals   TotalsReport       `json:"totals"`
 	Pipeline *PipelineReport    `json:"pipeline,omitempty"`
-	// Buckets are the all-reduces launched together (explain_bucket.go).
+	// Buckets are the collectives launched together (explain_bucket.go).
 	Buckets []BucketReport `json:"buckets,omitempty"`
 	// Notes warn where a combination multiplies communication.
 	Notes []string `json:"notes,omitempty"`

@@ -31,7 +31,8 @@
 //	        pipeline rank its program (its stages' work in the schedule's
 //	        order, send/recv between stages; see pipeline.go)
 //	bucket  launch independent all-reduces over one group together, up
-//	        to a cap of bytes (DDP's gradient buckets; bucket.go)
+//	        to a cap of bytes (DDP's gradient buckets), and adjacent
+//	        reduce-scatters or all-gathers (bucket.go)
 //	memory  simulate each rank's allocations: per-device peak bytes; a
 //	        peak over Options.Memory is an error at the value whose
 //	        allocation first crosses it
@@ -75,7 +76,7 @@ type Options struct {
 	// NoFuseAdam skips the Adam fusion alone (the fused-versus-unfused
 	// Adam tests; NoFuse skips it too).
 	NoFuseAdam bool
-	// NoBucket launches every all-reduce on its own (bucket.go; the
+	// NoBucket launches every collective on its own (bucket.go; the
 	// bucketed-versus-alone tests). BucketBytes caps a bucket's bytes per
 	// device (0: DefaultBucketBytes).
 	NoBucket    bool

@@ -28,9 +28,9 @@ func meshDefault() mesh.Link { return mesh.DefaultLink }
 //     it, each by a conversion of its own; a device holds at least an even
 //     share of those bytes, G·D/N. Plain data parallelism all-reduces
 //     them (2(D−1)/D of the bytes, and 2(D−1) latencies at least once:
-//     the all-reduces share buckets), ZeRO reduce-scatters each and
-//     all-gathers the parameter (the same again); a pipeline rank reduces
-//     its stages' share. Compute and that reduction
+//     the all-reduces share buckets), ZeRO reduce-scatters them and
+//     all-gathers the parameters (the same again, and adjacent ones share
+//     buckets too); a pipeline rank reduces its stages' share. Compute and that reduction
 //     add up on the busiest device.
 //   - memory: a device holds at least an even share of the parameters,
 //     over the devices outside the data axis (all N with zero = 3); with

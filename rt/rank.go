@@ -41,7 +41,7 @@ type Worker struct {
 	// selfTimed is, per group, whether its collectives time themselves
 	// out (Ring.SetTimeout): those need no context with a deadline.
 	selfTimed []bool
-	// bucket is the all-reduce bucket being run (bucket.go), its slices
+	// bucket is the bucket of collectives being run (bucket.go), its slices
 	// kept from one execution to the next
 	bucket launched
 	// lateRings is, per group, whether it is a shared-memory ring that
