@@ -123,6 +123,7 @@ type common struct {
 	tf32      bool   // --tf32: the GPU's f32 matmuls in TF32
 	schedule  string // overrides the train block's pipeline schedule (trace --schedules)
 	memory    memoryFlag
+	bucket    bucketFlag
 	gpus      *hostGPUs // this host's GPUs, once --link gpus has read them
 	// judgeMemoryOnlyIfSet: apply --memory but no default budget (explain)
 	judgeMemoryOnlyIfSet bool
@@ -145,9 +146,10 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.bandwidth, "bandwidth", 1/mesh.DefaultLink.Beta/1e9, "link bandwidth in GB/s (cost model)")
 	fs.StringVar(&c.links, "link", "", "per-axis links, e.g. 'dp=25:12.5,tp=5:100' (alpha us : GB/s); gpus: from this host's GPUs (NVML), e.g. 'gpus,dp=25:12.5'")
 	fs.BoolVar(&c.verify, "verify", false, "run the plan verifier after every lowering pass")
-	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass (infer, boxing, spmd, memory, all)")
+	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass (check, infer, boxing, spmd, fuse, tier, pipeline, fuseadam, bucket, memory) or all")
 	fs.StringVar(&c.launcher, "launcher", "auto", "local (every device a goroutine here), mpi (one process per device under mpirun/srun), rendezvous (one process per device, from MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK), or auto")
 	fs.Var(&c.memory, "memory", "memory budget per device, e.g. 16GiB; a plan whose peak exceeds it is an error (0: none)")
+	fs.Var(&c.bucket, "bucket", "cap of a bucket of collectives launched together, per device, e.g. 4MiB; default 25MiB, DDP's bucket_cap_mb (0: every collective on its own)")
 }
 
 // topology builds the link model of a graph's mesh from the flags. A
@@ -285,6 +287,7 @@ func (e *env) compile(path string, c *common, dump *bytes.Buffer) (*lower.Plan, 
 	}
 	opts := lower.Options{Topo: topo, Verify: c.verify, DumpAfter: c.dumpAfter,
 		Memory: c.memoryBudget(deviceCount(g), c.judgeMemoryOnlyIfSet), HostInBudget: c.hostInBudget()}
+	c.bucket.apply(&opts)
 	if c.dumpAfter != "" {
 		opts.Dump = dump
 	}

@@ -169,3 +169,29 @@ func machineMemory() int64 {
 	}
 	return fallbackMemory
 }
+
+// bucketFlag is --bucket: the bucket pass's cap of bytes per device
+// (lower.Options.BucketBytes), a size as --memory takes; 0 turns the
+// buckets off.
+type bucketFlag struct{ memoryFlag }
+
+func (b *bucketFlag) String() string {
+	if !b.set {
+		return lower.HumanBytes(lower.DefaultBucketBytes) + " (DDP's bucket_cap_mb)"
+	}
+	return lower.HumanBytes(float64(b.bytes))
+}
+
+func (b *bucketFlag) Set(s string) error {
+	if err := b.memoryFlag.Set(s); err != nil {
+		return fmt.Errorf("want a size such as 25MiB, 4MiB or 0 (no buckets), got %q", s)
+	}
+	return nil
+}
+
+// apply sets the lowering options the flag asks for.
+func (b *bucketFlag) apply(o *lower.Options) {
+	if b.set {
+		o.NoBucket, o.BucketBytes = b.bytes == 0, b.bytes
+	}
+}

@@ -293,6 +293,7 @@ func (s *session) lowerWith(v *ir.Value) (*lower.Plan, error) {
 		g.Outputs = []*ir.Output{{Name: "_", Value: v}}
 	}
 	opts := lower.Options{KeepDead: true, Verify: s.c.verify, Memory: s.c.memoryBudget(1, false)}
+	s.c.bucket.apply(&opts)
 	if g.Mesh != nil {
 		topo, err := s.c.topology(&g, io.Discard) // --alpha, --bandwidth, --link
 		if err != nil {
