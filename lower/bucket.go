@@ -205,7 +205,7 @@ func bucketProgram(ex *plan.Plan, prog *plan.Program, internal []bool, limit int
 	if vals != nil {
 		copy(vals[start:], iv)
 	}
-	freeTailAfterLastUse(prog, start)
+	freeAfterLastUseFrom(prog, start)
 	return true
 }
 

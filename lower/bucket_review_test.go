@@ -39,7 +39,7 @@ func freesOf(prog *plan.Program) [][]int {
 }
 
 // The bucket pass recomputes only the moved tail's frees
-// (freeTailAfterLastUse): on every example, wherever freeAfterLastUse
+// (freeAfterLastUseFrom): on every example, wherever freeAfterLastUse
 // over the whole program gives the frees without buckets, it gives the
 // frees with them too.
 func TestBucketTailFreesAreWholeProgramFrees(t *testing.T) {

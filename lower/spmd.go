@@ -211,15 +211,20 @@ func (e *emitter) groupByKey(axes []int) int {
 
 // freeAfterLastUse frees each slot after its last reader (an argument of
 // a bucket's member after the bucket's last member); outputs and carried
-// values live to the end. It sets every instruction's Free list
-// (the callers' are empty).
-func freeAfterLastUse(prog *plan.Program) {
+// values live to the end. It sets every instruction's Free list.
+func freeAfterLastUse(prog *plan.Program) { freeAfterLastUseFrom(prog, 0) }
+
+// freeAfterLastUseFrom is freeAfterLastUse for the instructions from start
+// on (the bucket pass's tail, reordered among themselves): a slot they
+// read is last read among them, and one they neither read nor write keeps
+// its free before them.
+func freeAfterLastUseFrom(prog *plan.Program, start int) {
 	last := make([]int, prog.NumSlots())
 	for i := range last {
 		last[i] = -1
 	}
 	end := 0 // the last instruction of the bucket i is in (plan/bucket.go)
-	for i := range prog.Instrs {
+	for i := start; i < len(prog.Instrs); i++ {
 		in := &prog.Instrs[i] // by pointer: an Instr is some 350 bytes, and this reads three fields
 		if !in.Joins {
 			end = i + prog.BucketAt(i) - 1
@@ -239,58 +244,24 @@ func freeAfterLastUse(prog *plan.Program) {
 	count := make([]int32, len(prog.Instrs))
 	n := 0
 	for _, i := range last {
-		if i >= 0 && i < len(prog.Instrs) {
+		if i >= start && i < len(prog.Instrs) {
 			count[i]++
 			n++
 		}
 	}
 	all := make([]int, n)
-	start := 0
-	for i, c := range count {
+	next := 0
+	for i := start; i < len(prog.Instrs); i++ {
 		prog.Instrs[i].Free = nil
-		if c > 0 {
-			prog.Instrs[i].Free = all[start : start : start+int(c)]
-			start += int(c)
+		if c := int(count[i]); c > 0 {
+			prog.Instrs[i].Free = all[next : next : next+c]
+			next += c
 		}
 	}
 	for s, i := range last {
-		if i >= 0 && i < len(prog.Instrs) {
+		if i >= start && i < len(prog.Instrs) {
 			prog.Instrs[i].Free = append(prog.Instrs[i].Free, s)
 		}
-	}
-}
-
-// freeTailAfterLastUse is freeAfterLastUse for the instructions from
-// start on, after they were reordered among themselves: a slot they read
-// is last read among them, and one they do not read keeps its free
-// before them.
-func freeTailAfterLastUse(prog *plan.Program, start int) {
-	last := map[int]int{}
-	end := 0
-	for i := start; i < len(prog.Instrs); i++ {
-		in := &prog.Instrs[i]
-		if !in.Joins {
-			end = i + prog.BucketAt(i) - 1
-		}
-		in.Written(func(s int) { last[s] = max(last[s], i) })
-		for _, a := range in.Args {
-			last[a] = max(i, end)
-		}
-	}
-	for _, s := range prog.OutputSlots {
-		delete(last, s)
-	}
-	for _, s := range prog.CarrySlots {
-		delete(last, s)
-	}
-	for i := start; i < len(prog.Instrs); i++ {
-		prog.Instrs[i].Free = nil
-	}
-	for s, i := range last {
-		prog.Instrs[i].Free = append(prog.Instrs[i].Free, s)
-	}
-	for i := start; i < len(prog.Instrs); i++ {
-		slices.Sort(prog.Instrs[i].Free)
 	}
 }
 
