@@ -208,72 +208,42 @@ func (g *Ring) stagedRun(xs []Buffer) int {
 // chunks in the ring's order for that part, into outs.
 func (g *Ring) stagedAllReduce(ctx context.Context, xs []Buffer, op ReduceOp, outs []Buffer, sent []int64) error {
 	start := g.began()
-	p := g.Size()
-	parts := make([]*Tensor, len(xs))
 	total := 0
-	for k, b := range xs {
-		parts[k] = b.(*Tensor)
-		total += parts[k].Numel()
+	for _, b := range xs {
+		total += b.(*Tensor).Numel()
 	}
-	if err := g.meet(ctx, call{kind: "all_reduce bucket", arg: int(op), small: true}, g.stageAll(parts, total), nil); err != nil {
+	if err := g.meet(ctx, call{kind: "all_reduce bucket", arg: int(op), small: true}, g.stageAll(xs, total), nil); err != nil {
 		return err
 	}
 	if err := g.sameInputs("all_reduce bucket", func(shape []int) bool { return numel(shape) == total }); err != nil {
 		return err
 	}
 	off := 0
-	for k, t := range parts {
-		n := t.Numel()
+	for k, b := range xs {
+		t := b.(*Tensor)
 		out := g.result(t.DType, t.Shape)
-		lens := balanced(n, p)
-		lo := 0
-		for c, l := range lens {
-			span := rows{count: 1, len: l, src: off + lo, srcStride: total, dst: lo, dstStride: n}
-			if err := g.reduceRowsFrom(out, span, op, c+1); err != nil {
-				return err
-			}
-			lo += l
-		}
-		before := len(g.shm.steps)
-		sz := int64(t.DType.Size())
-		chunk := func(i int) int64 { return int64(lens[i]) * sz }
-		g.reduceScatterSteps(chunk, isHalf(t.DType) && op == OpSum)
-		g.allGatherSteps(chunk)
-		for _, s := range g.shm.steps[before:] {
-			sent[k] += s.bytes
+		var err error
+		if sent[k], err = g.reduceEveryChunk(out, off, t.Numel(), op); err != nil {
+			return err
 		}
 		outs[k] = out
-		off += n
+		off += t.Numel()
 	}
 	_, err := g.done(start, nil)
 	return err
 }
 
-// stageAll copies parts, back to back, into this member's staging buffer
-// of the collective it is about to meet in (stage, for several tensors),
-// and returns the flat tensor to post.
-func (g *Ring) stageAll(parts []*Tensor, total int) *Tensor {
-	g.begin() // as meet will find it
-	st := &g.posted().stage[g.Rank]
-	if *st == nil {
-		*st = &staging{}
-	}
-	s := *st
-	dt := parts[0].DType
-	if s.back == nil || s.dt != dt || lenOf(s.back) < total {
-		s.back, s.dt, s.views = NewTensor(dt, []int{total}).Data, dt, map[int]any{}
-	}
-	v, ok := s.views[total]
-	if !ok {
-		v = prefix(s.back, total)
-		s.views[total] = v
-	}
-	s.t.DType, s.t.Shape, s.t.Data = dt, append(s.t.Shape[:0], total), v
+// stageAll copies the tensors of xs, back to back, into this member's
+// staging buffer (stage, for several tensors), and returns the flat
+// tensor of total elements to post.
+func (g *Ring) stageAll(xs []Buffer, total int) *Tensor {
+	st := g.staged(xs[0].(*Tensor).DType, total)
+	st.Shape = append(st.Shape[:0], total)
 	off := 0
-	for _, t := range parts {
-		n := t.Numel()
-		copyRows(&s.t, t, rows{count: 1, len: n, dst: off})
-		off += n
+	for _, b := range xs {
+		t := b.(*Tensor)
+		copyRows(st, t, rows{count: 1, len: t.Numel(), dst: off})
+		off += t.Numel()
 	}
-	return &s.t
+	return st
 }

@@ -54,23 +54,31 @@ func (g *Ring) stage(t *Tensor) *Tensor {
 	if t == nil {
 		return nil
 	}
+	st := g.staged(t.DType, t.Numel())
+	st.Shape = append(st.Shape[:0], t.Shape...)
+	copyData(st, t)
+	return st
+}
+
+// staged is this member's staging tensor of the collective it is about to
+// meet in, n elements of dt (its storage kept from call to call; the
+// caller sets the shape and fills it).
+func (g *Ring) staged(dt ir.DType, n int) *Tensor {
 	g.begin() // as meet will find it
 	st := &g.posted().stage[g.Rank]
 	if *st == nil {
 		*st = &staging{}
 	}
 	s := *st
-	n := t.Numel()
-	if s.back == nil || s.dt != t.DType || lenOf(s.back) < n {
-		s.back, s.dt, s.views = NewTensor(t.DType, []int{n}).Data, t.DType, map[int]any{}
+	if s.back == nil || s.dt != dt || lenOf(s.back) < n {
+		s.back, s.dt, s.views = NewTensor(dt, []int{n}).Data, dt, map[int]any{}
 	}
 	v, ok := s.views[n]
 	if !ok {
 		v = prefix(s.back, n)
 		s.views[n] = v
 	}
-	s.t.DType, s.t.Shape, s.t.Data = t.DType, append(s.t.Shape[:0], t.Shape...), v
-	copyData(&s.t, t)
+	s.t.DType, s.t.Data = dt, v
 	return &s.t
 }
 
@@ -118,6 +126,33 @@ func prefix(d any, n int) any {
 	return nil
 }
 
+// reduceEveryChunk reduces elements [off, off+n) of every member's posted
+// input into out (n elements), each of the ring's balanced chunks in that
+// chunk's ring order, so that out is bitwise the ring all-reduce's of those
+// elements; it appends that all-reduce's ring steps and returns the bytes
+// they send.
+func (g *Ring) reduceEveryChunk(out *Tensor, off, n int, op ReduceOp) (int64, error) {
+	lens := balanced(n, g.Size())
+	lo := 0
+	for c, l := range lens {
+		span := rows{count: 1, len: l, src: off + lo, dst: lo}
+		if err := g.reduceRowsFrom(out, span, op, c+1); err != nil {
+			return 0, err
+		}
+		lo += l
+	}
+	before := len(g.shm.steps)
+	sz := int64(out.DType.Size())
+	chunk := func(i int) int64 { return int64(lens[i]) * sz }
+	g.reduceScatterSteps(chunk, isHalf(out.DType) && op == OpSum)
+	g.allGatherSteps(chunk)
+	var sent int64
+	for _, s := range g.shm.steps[before:] {
+		sent += s.bytes
+	}
+	return sent, nil
+}
+
 // done reports a one-barrier collective's ring steps and returns out.
 func (g *Ring) done(start time.Time, out *Tensor) (Buffer, error) {
 	g.account(start)
@@ -127,7 +162,7 @@ func (g *Ring) done(start time.Time, out *Tensor) (Buffer, error) {
 // smallAllReduce: every member reduces every chunk into its own result.
 func (g *Ring) smallAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buffer, error) {
 	start := g.began()
-	p, n := g.Size(), t.Numel()
+	n := t.Numel()
 	if err := g.meet(ctx, call{kind: "all_reduce", arg: int(op), small: true}, g.stage(t), nil); err != nil {
 		return nil, err
 	}
@@ -135,19 +170,9 @@ func (g *Ring) smallAllReduce(ctx context.Context, t *Tensor, op ReduceOp) (Buff
 		return nil, err
 	}
 	out := g.result(t.DType, t.Shape)
-	lens := balanced(n, p)
-	lo := 0
-	for c, l := range lens {
-		span := rows{count: 1, len: l, src: lo, srcStride: n, dst: lo, dstStride: n}
-		if err := g.reduceRowsFrom(out, span, op, c+1); err != nil {
-			return nil, err
-		}
-		lo += l
+	if _, err := g.reduceEveryChunk(out, 0, n, op); err != nil {
+		return nil, err
 	}
-	sz := int64(t.DType.Size())
-	chunk := func(i int) int64 { return int64(lens[i]) * sz }
-	g.reduceScatterSteps(chunk, isHalf(t.DType) && op == OpSum)
-	g.allGatherSteps(chunk)
 	return g.done(start, out)
 }
 
