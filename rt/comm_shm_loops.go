@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/meshrun/meshrun/ir"
+	"github.com/meshrun/meshrun/rt/vecmath"
 )
 
 // rows is a chunk of a tensor cut along one dim: count rows of len
@@ -132,6 +133,10 @@ func reduceRowsOf[T Num](d []T, in []*Tensor, first int, span rows, op ReduceOp)
 // addInto is the ring's step: the member's own value plus the running sum.
 func addInto[T Num](acc, x []T) {
 	x = x[:len(acc)]
+	if f, ok := any(acc).([]float32); ok {
+		add32(f, any(x).([]float32), f)
+		return
+	}
 	for i, v := range x {
 		acc[i] = v + acc[i]
 	}
@@ -141,6 +146,10 @@ func addInto[T Num](acc, x []T) {
 // added as addInto would add them to a copy of the first.
 func sum2[T Num](acc, a, b []T) {
 	a, b = a[:len(acc)], b[:len(acc)]
+	if f, ok := any(acc).([]float32); ok {
+		add32(f, any(a).([]float32), any(b).([]float32))
+		return
+	}
 	for i := range acc {
 		acc[i] = a[i] + b[i]
 	}
@@ -148,6 +157,11 @@ func sum2[T Num](acc, a, b []T) {
 
 func sum3[T Num](acc, a, b, c []T) {
 	a, b, c = a[:len(acc)], b[:len(acc)], c[:len(acc)]
+	if f, ok := any(acc).([]float32); ok {
+		add32(f, any(a).([]float32), any(b).([]float32))
+		add32(f, f, any(c).([]float32))
+		return
+	}
 	for i := range acc {
 		acc[i] = a[i] + b[i] + c[i]
 	}
@@ -156,8 +170,16 @@ func sum3[T Num](acc, a, b, c []T) {
 // add2 and add4 are addInto of two and four members in turn, in one pass
 // over the accumulator: the same sums, association and all, with a load
 // and a store of the accumulator per element instead of one per member.
+// In f32 they take one vector pass per member instead (add32): the tile
+// is in the first level of cache, and eight lanes at a time beat one
+// pass of scalar adds.
 func add2[T Num](acc, a, b []T) {
 	a, b = a[:len(acc)], b[:len(acc)]
+	if f, ok := any(acc).([]float32); ok {
+		add32(f, f, any(a).([]float32))
+		add32(f, f, any(b).([]float32))
+		return
+	}
 	for i, v := range acc {
 		acc[i] = v + a[i] + b[i]
 	}
@@ -165,10 +187,21 @@ func add2[T Num](acc, a, b []T) {
 
 func add4[T Num](acc, a, b, c, d []T) {
 	a, b, c, d = a[:len(acc)], b[:len(acc)], c[:len(acc)], d[:len(acc)]
+	if f, ok := any(acc).([]float32); ok {
+		for _, x := range [...][]T{a, b, c, d} {
+			add32(f, f, any(x).([]float32))
+		}
+		return
+	}
 	for i, v := range acc {
 		acc[i] = v + a[i] + b[i] + c[i] + d[i]
 	}
 }
+
+// add32 is out[i] = x[i] + y[i] in f32 through vecmath.Binary (AVX2 where
+// it runs): the same IEEE addition, operands in the same order, as the
+// scalar loops, so a reduction's bits do not depend on which ran.
+func add32(out, x, y []float32) { vecmath.Binary('+', out, x, y, false, false) }
 
 // maxInto keeps the running value only where it is greater than the
 // member's own (so ties and NaNs resolve as in the ring).
