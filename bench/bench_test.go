@@ -353,6 +353,13 @@ func BenchmarkMLPStep(b *testing.B) {
 // assembly by stopping it after the last.
 func timeTrainSteps(b *testing.B, g *ir.Graph, opts lower.Options) {
 	b.Helper()
+	timeTrainStepsWith(b, g, opts, nil)
+}
+
+// timeTrainStepsWith is timeTrainSteps handing each timed step's result
+// to timed (when not nil) while the timer is stopped.
+func timeTrainStepsWith(b *testing.B, g *ir.Graph, opts lower.Options, timed func(*rt.Result)) {
+	b.Helper()
 	g.Train.Steps = b.N + 1
 	p, err := lower.Lower(g, opts)
 	if err != nil {
@@ -360,11 +367,18 @@ func timeTrainSteps(b *testing.B, g *ir.Graph, opts lower.Options) {
 	}
 	b.ReportAllocs()
 	_, err = rt.Train(context.Background(), p, rt.Options{}, rt.TrainConfig{OnStep: func(s rt.StepInfo) error {
-		switch s.Step {
-		case 1:
+		switch {
+		case s.Step == 1:
 			b.ResetTimer()
-		case s.Steps:
+		case s.Step == s.Steps:
 			b.StopTimer()
+		}
+		if s.Step > 1 && timed != nil {
+			b.StopTimer()
+			timed(s.Run)
+			if s.Step < s.Steps {
+				b.StartTimer()
+			}
 		}
 		return nil
 	}})

@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshrun/meshrun/internal/npy"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
+	"github.com/meshrun/meshrun/rt"
 )
 
 // BenchmarkMLPStepFiles is BenchmarkMLPStep with its data and weights
@@ -18,6 +20,15 @@ import (
 // which was about 40% of BenchmarkMLPStep's profile and is no part of the
 // step PyTorch is compared against. One device ("dp=1") and the
 // data-parallel pair ("dp=2", the batch split over it).
+//
+// It also reports, from the ranks' timelines, the milliseconds a step
+// spends in GEMMs ("gemm_ms") and in the Adam update ("adam_ms"), summed
+// over the ranks: at GOMAXPROCS=1 (bench/torch_mlp.sh's 1-thread figure)
+// the ranks take turns on one core, so the sum is work that core must do
+// whatever the rest costs, a floor under the step that the runtime itself
+// measured. On [dp=2] each rank multiplies half the batch by the whole
+// weights, so OpenBLAS packs every weight once per rank; and each rank
+// keeps its own replica of Adam.
 func BenchmarkMLPStepFiles(b *testing.B) {
 	dir := b.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -42,7 +53,22 @@ func BenchmarkMLPStepFiles(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			timeTrainSteps(b, g, lower.Options{})
+			var gemm, adam time.Duration
+			timeTrainStepsWith(b, g, lower.Options{}, func(r *rt.Result) {
+				for _, d := range r.Devices {
+					for _, e := range d.Events {
+						switch op, _, _ := strings.Cut(e.Name, " -> "); {
+						case e.Kind != "compute":
+						case op == "matmul":
+							gemm += e.Dur
+						case strings.HasPrefix(op, "adam"):
+							adam += e.Dur
+						}
+					}
+				}
+			})
+			b.ReportMetric(float64(gemm)/float64(b.N)/1e6, "gemm_ms")
+			b.ReportMetric(float64(adam)/float64(b.N)/1e6, "adam_ms")
 		})
 	}
 }
