@@ -22,7 +22,7 @@ func Step(b ops.Builder, tr *ir.Train) error {
 	if len(tr.Params) == 0 {
 		return errors.New("loss depends on no float param: nothing to train")
 	}
-	s := &step{b: b, tr: tr, storage: map[*ir.Value]sbp.NdSBP{}}
+	s := &step{b: b, tr: tr, storage: map[*ir.Value]sbp.NdSBP{}, shared: map[sharedKey]*ir.Value{}}
 	s.reduce()
 	if tr.Hyper["loss_scale"] != nil {
 		s.overflowFlag()
@@ -58,6 +58,34 @@ type step struct {
 	b       ops.Builder
 	tr      *ir.Train
 	storage map[*ir.Value]sbp.NdSBP // param → where its optimizer state lives
+	// shared holds the scalars every parameter's update reads (the
+	// optimizer's constants, lr/bc1, √bc2): each is made once per step,
+	// not once per parameter, so that every rank runs it once. On the
+	// tiny models a step's cost is mostly its instructions' count.
+	shared map[sharedKey]*ir.Value
+}
+
+// sharedKey names a shared scalar: an op of the step's hyperparameters
+// ("lr/bc1", "sqrt bc2", "decay"), or a constant of a value and dtype.
+type sharedKey struct {
+	what string
+	num  float64
+	dt   ir.DType
+}
+
+// once is the shared scalar of key, made by mk the first time.
+func (s *step) once(key sharedKey, mk func() *ir.Value) *ir.Value {
+	v := s.shared[key]
+	if v == nil {
+		v = mk()
+		s.shared[key] = v
+	}
+	return v
+}
+
+// num is the constant f in dtype dt, made once per step.
+func (s *step) num(f float64, dt ir.DType) ops.Arg {
+	return ops.T(s.once(sharedKey{what: "const", num: f, dt: dt}, func() *ir.Value { return s.b.Const(f, dt, s.tr.Pos) }))
 }
 
 // op applies a backward op at the train block.
@@ -176,10 +204,10 @@ func (s *step) clipCoef() *ir.Value {
 
 // update is p's next value under the optimizer, with its states carried.
 func (s *step) update(p, g, lr, bc1, bc2 *ir.Value) *ir.Value {
-	o := s.tr.Optimizer
+	o, dt := s.tr.Optimizer, p.Type.DType
 	if o.Kind == "adam" && o.WeightDecay > 0 {
 		// torch.optim.Adam's weight_decay is L2: g ← g + wd·p
-		g = s.op("add", ops.T(g), ops.T(s.op("mul", ops.T(p), ops.N(o.WeightDecay))))
+		g = s.op("add", ops.T(g), ops.T(s.op("mul", ops.T(p), s.num(o.WeightDecay, dt))))
 	}
 	state := func(suffix string) *ir.Value {
 		st := s.b.Add(&ir.Value{Op: "state", Type: p.Type, Name: p.Name + "." + suffix, Pos: s.tr.Pos, Declared: s.storage[p], Attrs: ir.Attrs{Init: &ir.Init{Kind: "zeros"}}})
@@ -189,20 +217,24 @@ func (s *step) update(p, g, lr, bc1, bc2 *ir.Value) *ir.Value {
 	switch o.Kind {
 	case "momentum":
 		buf := state("momentum")
-		nb := s.op("add", ops.T(s.op("mul", ops.T(buf), ops.N(o.Momentum))), ops.T(g))
+		nb := s.op("add", ops.T(s.op("mul", ops.T(buf), s.num(o.Momentum, dt))), ops.T(g))
 		s.tr.Carry = append(s.tr.Carry, ir.Carry{Source: buf, Next: nb})
 		return s.op("sub", ops.T(p), ops.T(s.op("mul", ops.T(nb), ops.T(lr))))
 	case "adam", "adamw":
 		m, v := state("exp_avg"), state("exp_avg_sq")
-		nm := s.op("adam_moment", ops.T(m), ops.T(g), ops.N(o.Beta1))
-		nv := s.op("adam_moment2", ops.T(v), ops.T(g), ops.N(o.Beta2))
+		nm := s.op("adam_moment", ops.T(m), ops.T(g), s.num(o.Beta1, dt))
+		nv := s.op("adam_moment2", ops.T(v), ops.T(g), s.num(o.Beta2, dt))
 		s.tr.Carry = append(s.tr.Carry, ir.Carry{Source: m, Next: nm}, ir.Carry{Source: v, Next: nv})
 		// PyTorch: p ← p·(1 − lr·wd) (adamw), then p -= lr/bc1 · m / (√v/√bc2 + eps)
-		decay := ops.N(1)
+		decay := s.num(1, dt)
 		if o.Kind == "adamw" && o.WeightDecay > 0 {
-			decay = ops.T(s.op("sub", ops.N(1), ops.T(s.op("mul", ops.T(lr), ops.N(o.WeightDecay)))))
+			decay = ops.T(s.once(sharedKey{what: "decay", dt: dt}, func() *ir.Value {
+				return s.op("sub", ops.N(1), ops.T(s.op("mul", ops.T(lr), s.num(o.WeightDecay, lr.Type.DType))))
+			}))
 		}
-		return s.op("adam_update", ops.T(p), ops.T(nm), ops.T(nv), ops.T(s.op("div", ops.T(lr), ops.T(bc1))), ops.T(s.op("sqrt", ops.T(bc2))), ops.N(o.Eps), decay)
+		stepSize := s.once(sharedKey{what: "lr/bc1", dt: dt}, func() *ir.Value { return s.op("div", ops.T(lr), ops.T(bc1)) })
+		rootBC2 := s.once(sharedKey{what: "sqrt bc2", dt: dt}, func() *ir.Value { return s.op("sqrt", ops.T(bc2)) })
+		return s.op("adam_update", ops.T(p), ops.T(nm), ops.T(nv), ops.T(stepSize), ops.T(rootBC2), s.num(o.Eps, dt), decay)
 	}
 	return s.op("sub", ops.T(p), ops.T(s.op("mul", ops.T(g), ops.T(lr)))) // sgd
 }
