@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/meshrun/meshrun/internal/npy"
+	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/lang"
 	"github.com/meshrun/meshrun/lower"
 	"github.com/stretchr/testify/require"
@@ -50,4 +51,32 @@ func TestOptimizersMatchPyTorch(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A fed scalar on a rank's CPU comes from its arena and goes back to it
+// when freed: a step's scalars allocate nothing once the arena holds
+// them, and each holds the value fed, in the source's dtype.
+func TestFedScalarsComeFromTheArena(t *testing.T) {
+	c := NewRankCPU(DefaultBLAS())
+	for _, dt := range []ir.DType{ir.F32, ir.F64} {
+		first, err := fedScalar(c, dt, 0.25)
+		require.NoError(t, err)
+		ft := first.(*Tensor)
+		require.Equal(t, dt, ft.DType)
+		require.Equal(t, []float64{0.25}, ft.Float64s())
+		c.Free(first)
+		again, err := fedScalar(c, dt, 0.5)
+		require.NoError(t, err)
+		require.Same(t, ft, again.(*Tensor), "%s: the freed scalar is reused", dt)
+		require.Equal(t, []float64{0.5}, again.(*Tensor).Float64s())
+		c.Free(again)
+		require.Zero(t, testing.AllocsPerRun(50, func() {
+			b, _ := fedScalar(c, dt, 1e-3)
+			c.Free(b)
+		}), dt)
+	}
+	// a backend without an arena gets a tensor of its own, as before
+	b, err := fedScalar(&CPU{}, ir.F32, 2)
+	require.NoError(t, err)
+	require.Equal(t, []float64{2}, b.(*Tensor).Float64s())
 }
