@@ -254,3 +254,21 @@ func TestZeROOnAPipelineCountsPerMicroBatch(t *testing.T) {
 	require.Equal(t, m, ag3, "W1 gathered again in each micro-batch's backward")
 	require.Contains(t, strings.Join(notes3, " "), "all-gathered again in every micro-batch's backward")
 }
+
+// An optimizer state that the update first reads through a value of no
+// stage (momentum's buf·μ: the state and a constant, neither staged) lives
+// on the stage of the update that reads that value, as Adam's moments do:
+// the pipeline ranks' programs verify, and each state is stored where its
+// next value is computed.
+func TestPipelineMomentumStateHasAStage(t *testing.T) {
+	for _, opt := range []string{"momentum(lr=0.01, momentum=0.9)", "sgd(lr=0.01)", "adam(lr=0.01)"} {
+		src := strings.Replace(layers(2, 4, 4, "1f1b", nil), "adam(lr=0.01)", opt, 1)
+		p, err := lowerSource(src)
+		require.NoError(t, err, opt)
+		for _, s := range p.Exec.Sources {
+			if strings.HasSuffix(s.Name, ".momentum") || strings.HasSuffix(s.Name, ".exp_avg") {
+				require.GreaterOrEqual(t, s.Home, 0, "%s: %s", opt, s.Name)
+			}
+		}
+	}
+}

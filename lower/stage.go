@@ -99,12 +99,31 @@ func assignStages(g *ir.Graph, stages int, unitCost func(u int) (compute, sent f
 		s.stage[v.ID] = st
 	}
 	// an optimizer state lives where its update is computed (its first
-	// reader that has a stage, which its other arguments decide)
+	// reader that has a stage, which its other arguments decide), also
+	// when it reaches that reader through values of no stage: momentum's
+	// buf·μ reads only the state and a constant
+	waiting := map[int][]*ir.Value{} // unstaged value ID → unstaged states it reads
 	for _, v := range g.Values {
+		var states []*ir.Value
 		for _, a := range v.Args {
-			if a.Op == "state" && s.stage[a.ID] < 0 {
-				s.stage[a.ID] = s.stage[v.ID]
+			switch {
+			case a.Op == "state" && s.stage[a.ID] < 0:
+				states = append(states, a)
+			case s.stage[a.ID] < 0:
+				states = append(states, waiting[a.ID]...)
 			}
+		}
+		if len(states) == 0 || v.Op == "state" {
+			continue
+		}
+		if st := s.stage[v.ID]; st >= 0 {
+			for _, a := range states {
+				if s.stage[a.ID] < 0 {
+					s.stage[a.ID] = st
+				}
+			}
+		} else {
+			waiting[v.ID] = states
 		}
 	}
 	return s, nil
