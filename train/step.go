@@ -2,6 +2,7 @@ package train
 
 import (
 	"errors"
+	"math"
 
 	"github.com/meshrun/meshrun/ir"
 	"github.com/meshrun/meshrun/ops"
@@ -66,10 +67,11 @@ type step struct {
 }
 
 // sharedKey names a shared scalar: an op of the step's hyperparameters
-// ("lr/bc1", "sqrt bc2", "decay"), or a constant of a value and dtype.
+// ("lr/bc1", "sqrt bc2", "decay"), or a constant of a value (its bits:
+// +0 and −0 are two constants) and dtype.
 type sharedKey struct {
 	what string
-	num  float64
+	bits uint64
 	dt   ir.DType
 }
 
@@ -85,7 +87,7 @@ func (s *step) once(key sharedKey, mk func() *ir.Value) *ir.Value {
 
 // num is the constant f in dtype dt, made once per step.
 func (s *step) num(f float64, dt ir.DType) ops.Arg {
-	return ops.T(s.once(sharedKey{what: "const", num: f, dt: dt}, func() *ir.Value { return s.b.Const(f, dt, s.tr.Pos) }))
+	return ops.T(s.once(sharedKey{what: "const", bits: math.Float64bits(f), dt: dt}, func() *ir.Value { return s.b.Const(f, dt, s.tr.Pos) }))
 }
 
 // op applies a backward op at the train block.
@@ -226,11 +228,13 @@ func (s *step) update(p, g, lr, bc1, bc2 *ir.Value) *ir.Value {
 		nv := s.op("adam_moment2", ops.T(v), ops.T(g), s.num(o.Beta2, dt))
 		s.tr.Carry = append(s.tr.Carry, ir.Carry{Source: m, Next: nm}, ir.Carry{Source: v, Next: nv})
 		// PyTorch: p ← p·(1 − lr·wd) (adamw), then p -= lr/bc1 · m / (√v/√bc2 + eps)
-		decay := s.num(1, dt)
+		var decay ops.Arg
 		if o.Kind == "adamw" && o.WeightDecay > 0 {
 			decay = ops.T(s.once(sharedKey{what: "decay", dt: dt}, func() *ir.Value {
 				return s.op("sub", ops.N(1), ops.T(s.op("mul", ops.T(lr), s.num(o.WeightDecay, lr.Type.DType))))
 			}))
+		} else {
+			decay = s.num(1, dt)
 		}
 		stepSize := s.once(sharedKey{what: "lr/bc1", dt: dt}, func() *ir.Value { return s.op("div", ops.T(lr), ops.T(bc1)) })
 		rootBC2 := s.once(sharedKey{what: "sqrt bc2", dt: dt}, func() *ir.Value { return s.op("sqrt", ops.T(bc2)) })
