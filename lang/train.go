@@ -86,6 +86,10 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	if len(c.errs) > nerr {
 		return
 	}
+	c.checkParamDTypes(tr)
+	if len(c.errs) > nerr {
+		return
+	}
 	if err := train.Step(builder{c}, tr); err != nil {
 		c.errorf(tb.Pos, "%v", err)
 	}
@@ -96,6 +100,21 @@ func (c *Checker) trainBlock(tb *TrainBlock) {
 	c.g.Outputs = append(c.g.Outputs, &Output{Name: "loss", Value: tr.Loss, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
 	if tr.FoundInf != nil {
 		c.g.Outputs = append(c.g.Outputs, &Output{Name: "found_inf", Value: tr.FoundInf, Placement: sbp.Broadcasts(c.g.Mesh.NumAxes()), Pos: tb.Pos})
+	}
+}
+
+// checkParamDTypes reports, at its declaration, each param the loss
+// trains whose dtype is not the loss's: the step's scalars (the learning
+// rate, the bias corrections, the clipping factor) are fed and computed
+// in the loss's dtype and every update combines them with its param, so
+// a param of another dtype would fail to build (an f64 weight cast to
+// f32 for an f32 loss).
+func (c *Checker) checkParamDTypes(tr *Train) {
+	want := tr.Loss.Type.DType
+	for _, v := range c.g.Values[:tr.Loss.ID] {
+		if v.Op == "param" && tr.Grads[v] != nil && v.Type.DType != want {
+			c.errorf(v.Pos, "param %s is %s but the loss is %s: every param the loss trains must be of the loss's dtype", v.Name, v.Type.DType, want)
+		}
 	}
 }
 
