@@ -17,7 +17,8 @@ package rt
 // staged path) the parts run one after another, and so do the members of
 // a bucket of reduce-scatters or all-gathers everywhere: the cost model
 // prices those buckets as one launch (DeepSpeed's buckets, NCCL's grouped
-// calls), which no launcher here runs.
+// calls), which no launcher here runs. A launch that fails is reported at
+// its member's instruction, naming the bucket's first (partError).
 
 import (
 	"context"
@@ -98,6 +99,9 @@ func (x *execution) bucketStep(ctx context.Context, i int) (out Buffer, sent int
 	} else {
 		err = x.eachCollective(ctx, i, timeout)
 	}
+	if pe, ok := err.(*partError); ok {
+		pe.of = n
+	}
 	clear(l.args)
 	if err != nil {
 		clear(l.outs)
@@ -119,7 +123,7 @@ func (x *execution) eachCollective(ctx context.Context, i int, timeout time.Dura
 		out, err := collectiveStep(lctx, w.Groups[in.Group], in, b, arg)
 		cancel()
 		if err != nil {
-			return err
+			return &partError{part: k, err: err}
 		}
 		l.outs[k], l.sent[k] = out, w.Comm.BytesSent()-before
 	}
@@ -164,12 +168,25 @@ func allReduceBucket(ctx context.Context, g Group, xs []Buffer, op ReduceOp, tim
 		}
 		cancel()
 		if err != nil {
-			return err
+			return &partError{part: k, err: err}
 		}
 		k += n
 	}
 	return nil
 }
+
+// partError is a bucket's failure at the launch of part (its first part,
+// for a staged run of several) of its of members: the rank reports it at
+// that member's instruction (execution.step), so that the fault names the
+// collective and the source line whose launch failed, not the bucket's
+// first member's.
+type partError struct {
+	part, of int
+	err      error
+}
+
+func (e *partError) Error() string { return e.err.Error() }
+func (e *partError) Unwrap() error { return e.err }
 
 // withDeadline is ctx with a deadline timeout from now (none when timeout is
 // not positive).

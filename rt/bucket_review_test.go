@@ -2,9 +2,11 @@ package rt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -260,4 +262,61 @@ func TestBucketAfterAFusedUpdate(t *testing.T) {
 	require.NoError(t, p.Exec.Verify())
 	_, err = Train(context.Background(), p, Options{}, TrainConfig{})
 	require.NoError(t, err)
+}
+
+// failingGroup fails the failAt-th all-reduce launched through it (the
+// others run on the group it wraps): a bucket's part failing after its
+// first launched. A wrapper is no shared-memory ring to stage on, so a
+// bucket through it runs part by part (every rank's must, to stay in
+// step).
+type failingGroup struct {
+	Group
+	n, failAt int
+}
+
+func (g *failingGroup) AllReduce(ctx context.Context, x Buffer, op ReduceOp) (Buffer, error) {
+	g.n++
+	if g.n == g.failAt {
+		return nil, fmt.Errorf("injected failure")
+	}
+	return g.Group.AllReduce(ctx, x, op)
+}
+
+// A bucket whose second or third member's launch fails reports the
+// fault at that member — its value, and that it was launched with the
+// bucket's first — not at the first member, which launched them all.
+func TestBucketFaultNamesTheMemberThatFailed(t *testing.T) {
+	p := compile(t, `mesh M = [tp=2]
+param x : f32[4, 8] {S(1)} = normal(0, 1)
+param W1 : f32[8, 4] {S(0)} = normal(0, 1)
+param W2 : f32[8, 3] {S(0)} = normal(0, 1)
+param W3 : f32[8, 5] {S(0)} = normal(0, 1)
+y1 = x @ W1
+y2 = x @ W2
+y3 = x @ W3
+output y1 {B}
+output y2 {B}
+output y3 {B}
+`)
+	require.Equal(t, 3, p.Exec.Programs[0].BucketAt(slices.IndexFunc(p.Exec.Programs[0].Instrs, func(in plan.Instr) bool { return in.Kind == plan.Collective })))
+	for failAt, want := range map[int]string{
+		1: "t.mesh:9:1: device 0 (tp=0): all_reduce over tp of y1: injected failure",
+		2: "t.mesh:10:1: device 0 (tp=0): all_reduce over tp of y2: injected failure (member 2 of 3 of a bucket launched together by all_reduce over tp of y1)",
+		3: "t.mesh:11:1: device 0 (tp=0): all_reduce over tp of y3: injected failure (member 3 of 3 of a bucket launched together by all_reduce over tp of y1)",
+	} {
+		l, err := NewLocal(context.Background(), p.Exec, Options{Timeout: 2 * time.Second})
+		require.NoError(t, err)
+		for r, w := range l.Workers { // every rank per part; rank 0's part fails
+			at := -1
+			if r == 0 {
+				at = failAt
+			}
+			w.Groups[0] = &failingGroup{Group: w.Groups[0], failAt: at}
+		}
+		_, err = l.Run(context.Background(), nil)
+		var re *RunError
+		require.True(t, errors.As(err, &re), "failAt %d: %v", failAt, err)
+		require.Equal(t, 0, re.Device, "failAt %d: %v", failAt, err)
+		require.Equal(t, want, re.Error(), "failAt %d", failAt)
+	}
 }

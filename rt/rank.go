@@ -312,6 +312,9 @@ func (x *execution) step(ctx context.Context, i int, t0 time.Duration) (time.Dur
 		err = checkShapes(b.Out.Len, out, x.more)
 	}
 	if err != nil {
+		if pe, ok := err.(*partError); ok && pe.part > 0 {
+			return 0, w.bucketFault(i, pe)
+		}
 		return 0, w.fault(in, b, err)
 	}
 	t1 := x.now()
@@ -463,6 +466,17 @@ func (w *Worker) fault(in *plan.Instr, b *plan.Bound, err error) error {
 	}
 	m := w.Plan.Mesh
 	return &RunError{Device: w.Prog.Rank, Coord: m.CoordString(w.Prog.Rank), Op: w.describe(in), Pos: in.Pos, Where: in.Where, Err: err}
+}
+
+// bucketFault is fault for a bucket launched at instruction i whose
+// member pe.part failed: reported at that member, saying which bucket.
+func (w *Worker) bucketFault(i int, pe *partError) error {
+	k := i + pe.part
+	err := w.fault(&w.Prog.Prog.Instrs[k], &w.Prog.Instrs[k], pe.err)
+	if re, ok := err.(*RunError); ok {
+		re.Err = fmt.Errorf("%w (member %d of %d of a bucket launched together by %s)", re.Err, pe.part+1, pe.of, w.describe(&w.Prog.Prog.Instrs[i]))
+	}
+	return err
 }
 
 func (w *Worker) describe(in *plan.Instr) string {
