@@ -304,6 +304,12 @@ func setScalar(t *Tensor, f float64) {
 		d[0] = int32(f)
 	case []int64:
 		d[0] = int64(f)
+	case []uint16: // bf16 or f16, rounded once from f32
+		if t.DType == ir.F16 {
+			d[0] = F32ToF16(float32(f))
+		} else {
+			d[0] = F32ToBF16(float32(f))
+		}
 	}
 }
 

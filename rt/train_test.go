@@ -80,3 +80,44 @@ func TestFedScalarsComeFromTheArena(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float64{2}, b.(*Tensor).Float64s())
 }
+
+// A half-precision scalar is fed its value, rounded to the dtype: a
+// program whose params and loss are bf16 or f16 (no precision setting)
+// feeds its learning rate in that dtype, which setScalar left at zero,
+// so that such a run trained nothing (its loss stayed where it began,
+// on the mesh and on one device alike, and check passed).
+func TestFedHalfScalarsHoldTheirValue(t *testing.T) {
+	c := NewRankCPU(DefaultBLAS())
+	for _, dt := range []ir.DType{ir.F16, ir.BF16} {
+		for range 2 { // fresh, then from the arena
+			b, err := fedScalar(c, dt, 0.1)
+			require.NoError(t, err)
+			require.Equal(t, dt, b.(*Tensor).DType)
+			want := float64(F32ToF16(0.1))
+			got := float64(b.(*Tensor).Data.([]uint16)[0])
+			if dt == ir.BF16 {
+				want = float64(F32ToBF16(0.1))
+			}
+			require.Equal(t, want, got, dt)
+			c.Free(b)
+		}
+		b, err := fedScalar(&CPU{}, dt, 0.1)
+		require.NoError(t, err)
+		require.InDelta(t, 0.1, widen(b.(*Tensor)).Float64s()[0], 1e-3, dt)
+	}
+	for _, dt := range []string{"f16", "bf16"} {
+		p := compile(t, strings.ReplaceAll(`mesh M = [dp=2]
+input x : DT[8, 4] {S(0)} = normal(0, 1)
+input t : DT[8, 2] {S(0)} = normal(0, 1)
+param W : DT[4, 2] = normal(0, 0.3)
+train {
+    loss = mse(x @ W, t)
+    optimizer = sgd(lr=0.1)
+    steps = 5
+}
+`, "DT", dt))
+		res, err := Train(context.Background(), p, Options{}, TrainConfig{})
+		require.NoError(t, err, dt)
+		require.Less(t, res.Losses[len(res.Losses)-1], res.Losses[0], "%s: the loss falls: %v", dt, res.Losses)
+	}
+}
