@@ -169,7 +169,8 @@ func bucketProgram(ex *plan.Plan, prog *plan.Program, internal []bool, limit int
 	if !ok {
 		return false
 	}
-	buckets, of := formBuckets(ex, prog, internal, limit, start, prod)
+	readers := donatedReaders(prog, start)
+	buckets, of := formBuckets(ex, prog, internal, limit, start, prod, readers)
 	if buckets == nil {
 		return false
 	}
@@ -182,7 +183,7 @@ func bucketProgram(ex *plan.Plan, prog *plan.Program, internal []bool, limit int
 		}
 	}
 	start = first
-	order := bucketOrder(prog, start, prod, buckets, of)
+	order := bucketOrder(prog, start, prod, readers, buckets, of)
 	if len(order) != len(prog.Instrs)-start {
 		panic("bucket: the buckets' dependences have a cycle")
 	}
@@ -268,7 +269,7 @@ func bucketable(ex *plan.Plan, in *plan.Instr, internal []bool) bool {
 // so it is dropped for good: the sets stay as small as the open buckets,
 // where keeping every bucket made a deep model's tail quadratic (each
 // layer's all-reduce depends on all the earlier ones').
-func formBuckets(ex *plan.Plan, prog *plan.Program, internal []bool, limit int64, start int, prod []int32) ([]*bucket, []int32) {
+func formBuckets(ex *plan.Plan, prog *plan.Program, internal []bool, limit int64, start int, prod []int32, readers map[int][]int) ([]*bucket, []int32) {
 	n := len(prog.Instrs)
 	of := make([]int32, n)
 	for i := range of {
@@ -278,32 +279,17 @@ func formBuckets(ex *plan.Plan, prog *plan.Program, internal []bool, limit int64
 	f := &former{}
 	open := map[bucketKey]int32{}
 	shared := false
-	readers := donatedReaders(prog, start)
 	for i := start; i < n; i++ {
 		in := &prog.Instrs[i]
 		var d []int32
-		after := func(j int) { // i runs after j: on j's bucket and on what j depends on
+		follows(prog, i, start, prod, readers, func(j int) { // i depends on j's bucket and on what j depends on
 			if b := of[j]; b >= 0 {
 				d = addBucket(d, b)
 			}
 			for _, b := range deps[j] {
 				d = addBucket(d, b)
 			}
-		}
-		for _, a := range in.Args {
-			if j := prod[a]; int(j) >= start {
-				after(int(j))
-			}
-		}
-		for _, arg := range in.Donate { // and after the other readers of what it overwrites (bucketOrder)
-			if arg >= 0 {
-				for _, r := range readers[in.Args[arg]] {
-					if r < i {
-						after(r)
-					}
-				}
-			}
-		}
+		})
 		d = f.live(d)
 		deps[i] = d
 		if !bucketable(ex, in, internal) {
@@ -423,7 +409,7 @@ func (f *former) dependsOn(d []int32, b int32) bool {
 // bucketOrder is the new order of the instructions from start on: a
 // topological order with each bucket as one node, taking among the ready
 // nodes the one that came first (a bucket: its first member).
-func bucketOrder(prog *plan.Program, start int, prod []int32, buckets []*bucket, of []int32) []int {
+func bucketOrder(prog *plan.Program, start int, prod []int32, readers map[int][]int, buckets []*bucket, of []int32) []int {
 	n := len(prog.Instrs)
 	node := func(i int) int { // a bucket's node is its first member
 		if b := of[i]; b >= 0 {
@@ -440,24 +426,8 @@ func bucketOrder(prog *plan.Program, start int, prod []int32, buckets []*bucket,
 			indeg[to]++
 		}
 	}
-	readers := donatedReaders(prog, start)
 	for i := start; i < n; i++ {
-		in := &prog.Instrs[i]
-		for _, a := range in.Args {
-			if j := int(prod[a]); j >= start {
-				edge(j, i)
-			}
-		}
-		for _, arg := range in.Donate { // a result written over argument arg
-			if arg < 0 {
-				continue
-			}
-			for _, r := range readers[in.Args[arg]] {
-				if r < i {
-					edge(r, i)
-				}
-			}
-		}
+		follows(prog, i, start, prod, readers, func(j int) { edge(j, i) })
 	}
 	order := make([]int, 0, n-start)
 	ready := &indexHeap{}
@@ -480,6 +450,30 @@ func bucketOrder(prog *plan.Program, start int, prod []int32, buckets []*bucket,
 		}
 	}
 	return order
+}
+
+// follows calls after with each instruction from start on that
+// instruction i must run after: the producers of its arguments and, where
+// it writes a result over an argument (donation), that argument's other
+// readers before it (readers: donatedReaders from start or before).
+// formBuckets and bucketOrder both order by it.
+func follows(prog *plan.Program, i, start int, prod []int32, readers map[int][]int, after func(j int)) {
+	in := &prog.Instrs[i]
+	for _, a := range in.Args {
+		if j := int(prod[a]); j >= start {
+			after(j)
+		}
+	}
+	for _, arg := range in.Donate {
+		if arg < 0 {
+			continue
+		}
+		for _, r := range readers[in.Args[arg]] {
+			if r >= start && r < i {
+				after(r)
+			}
+		}
+	}
 }
 
 // donatedReaders maps each slot that an instruction from start on writes
