@@ -331,9 +331,30 @@ func formBuckets(ex *plan.Plan, prog *plan.Program, internal []bool, limit int64
 	return f.b, of
 }
 
-// former is formBuckets's buckets.
+// former is formBuckets's buckets. seen and gen mark the buckets one walk
+// (reachesOpen, dependsOn) has visited: a walk per bucketable instruction
+// and per closed dependence, where a map per walk was an allocation each.
 type former struct {
-	b []*bucket
+	b    []*bucket
+	seen []uint32 // per bucket: the walk that last visited it
+	gen  uint32
+}
+
+// walk starts a walk over the buckets (first then tells its visits).
+func (f *former) walk() {
+	if len(f.seen) < len(f.b) {
+		f.seen = append(f.seen, make([]uint32, len(f.b)-len(f.seen))...)
+	}
+	f.gen++
+}
+
+// first reports whether the walk visits bucket x for the first time.
+func (f *former) first(x int32) bool {
+	if f.seen[x] == f.gen {
+		return false
+	}
+	f.seen[x] = f.gen
+	return true
 }
 
 // live keeps of d the buckets that are open or reach an open one (d is
@@ -357,14 +378,13 @@ func (f *former) reachesOpen(x int32) bool {
 	}
 	var seen []int32
 	stack := []int32{x}
-	visited := map[int32]bool{}
+	f.walk()
 	for len(stack) > 0 {
 		y := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if visited[y] || f.b[y].dead {
+		if f.b[y].dead || !f.first(y) {
 			continue
 		}
-		visited[y] = true
 		if !f.b[y].closed {
 			return true
 		}
@@ -389,7 +409,7 @@ func addBucket(d []int32, b int32) []int32 {
 // dependsOn says whether something that depends on the buckets d depends
 // on bucket b, directly or through the buckets they depend on.
 func (f *former) dependsOn(d []int32, b int32) bool {
-	seen := map[int32]bool{}
+	f.walk()
 	stack := slices.Clone(d)
 	for len(stack) > 0 {
 		x := stack[len(stack)-1]
@@ -397,10 +417,9 @@ func (f *former) dependsOn(d []int32, b int32) bool {
 		if x == b {
 			return true
 		}
-		if seen[x] || f.b[x].dead {
+		if f.b[x].dead || !f.first(x) {
 			continue
 		}
-		seen[x] = true
 		stack = append(stack, f.b[x].deps...)
 	}
 	return false
