@@ -146,7 +146,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.bandwidth, "bandwidth", 1/mesh.DefaultLink.Beta/1e9, "link bandwidth in GB/s (cost model)")
 	fs.StringVar(&c.links, "link", "", "per-axis links, e.g. 'dp=25:12.5,tp=5:100' (alpha us : GB/s); gpus: from this host's GPUs (NVML), e.g. 'gpus,dp=25:12.5'")
 	fs.BoolVar(&c.verify, "verify", false, "run the plan verifier after every lowering pass")
-	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass (check, infer, boxing, spmd, fuse, tier, pipeline, fuseadam, bucket, memory) or all")
+	fs.StringVar(&c.dumpAfter, "dump-after", "", "print the plan after this lowering pass ("+strings.Join(passNames(), ", ")+") or all")
 	fs.StringVar(&c.launcher, "launcher", "auto", "local (every device a goroutine here), mpi (one process per device under mpirun/srun), rendezvous (one process per device, from MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK), or auto")
 	fs.Var(&c.memory, "memory", "memory budget per device, e.g. 16GiB; a plan whose peak exceeds it is an error (0: none)")
 	fs.Var(&c.bucket, "bucket", "cap of a bucket of collectives launched together, per device, e.g. 4MiB; default 25MiB, DDP's bucket_cap_mb (0: every collective on its own)")

@@ -142,10 +142,7 @@ func (c *common) validate(k *checks) {
 	}
 	k.number("alpha", c.alphaUs, 0, false)
 	k.number("bandwidth", c.bandwidth, 0, true)
-	passes := []string{"all"}
-	for _, p := range lower.Passes {
-		passes = append(passes, p.Name)
-	}
+	passes := append([]string{"all"}, passNames()...)
 	if c.dumpAfter != "" && !slices.Contains(passes, c.dumpAfter) || k.set["dump-after"] && c.dumpAfter == "" {
 		k.fail("--dump-after %q: want one of %s", c.dumpAfter, strings.Join(passes, ", "))
 	}
@@ -158,4 +155,14 @@ func (c *common) validate(k *checks) {
 	if c.tf32 && (c.backend == "" || c.backend == "cpu") {
 		k.fail("--tf32 is a GPU matmul mode (TF32 tensor cores): it needs --backend cuda or auto; the CPU's f32 matmuls are f32")
 	}
+}
+
+// passNames are the lowering passes' names, in order (lower.Passes): what
+// --dump-after takes, besides "all".
+func passNames() []string {
+	names := make([]string, len(lower.Passes))
+	for i, p := range lower.Passes {
+		names[i] = p.Name
+	}
+	return names
 }
